@@ -1,0 +1,78 @@
+#ifndef TESSEL_CORE_ERROR_HPP
+#define TESSEL_CORE_ERROR_HPP
+
+/// \file Error.hpp
+/// \brief Tessel's exception types and the precondition / library-call checking macros.
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace tessel {
+
+/// \brief Base of every error Tessel raises on the host (a std::runtime_error).
+class Exception : public std::runtime_error {
+public:
+  explicit Exception(std::string const &what) : std::runtime_error(what) {}
+};
+
+/// \brief Deadline length of every blocking wait in Tessel.
+using Timeout = std::chrono::milliseconds;
+
+/// \brief A wait that ran past its deadline; the message names the operation and the peer waited for.
+class TimeoutError : public Exception {
+public:
+  TimeoutError(std::string const &what, int peer) : Exception(what), _peer(peer) {}
+  /// The rank that did not answer, or -1 when a collective cannot tell which one.
+  int peer() const noexcept { return _peer; }
+
+private:
+  int _peer;
+};
+
+namespace Impl {
+[[noreturn]] void throw_exception(char const *file, int line, char const *function, std::string const &message);
+[[noreturn]] void throw_mpi_error(char const *file, int line, char const *call, int code);
+
+/// Concatenates its arguments with operator<< (so messages can mix strings and numbers).
+template <class... Args> std::string concat(Args const &...args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+} // namespace Impl
+
+/// \brief Index of the first non-finite value in [data, data + n), or n if all are finite.
+template <class T> std::size_t first_non_finite(T const *data, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(static_cast<double>(data[i])))
+      return i;
+  return n;
+}
+
+} // namespace tessel
+
+/// \brief Throws tessel::Exception naming the calling function, file and line when \p cond is false.
+/// The remaining arguments are streamed into the message: TESSEL_REQUIRE(n > 0, "n must be positive, got ", n).
+#define TESSEL_REQUIRE(cond, ...)                                                                                      \
+  do {                                                                                                                 \
+    if (!(cond))                                                                                                       \
+      ::tessel::Impl::throw_exception(__FILE__, __LINE__, __func__, ::tessel::Impl::concat(__VA_ARGS__));              \
+  } while (false)
+
+/// \brief Throws tessel::Exception unconditionally (for unreachable branches and failed lookups).
+#define TESSEL_THROW(...)                                                                                              \
+  ::tessel::Impl::throw_exception(__FILE__, __LINE__, __func__, ::tessel::Impl::concat(__VA_ARGS__))
+
+/// \brief Checks an MPI return code; on failure throws with the MPI error string, the call, file and line.
+#define TESSEL_MPI_CHECK(call)                                                                                         \
+  do {                                                                                                                 \
+    int const tessel_mpi_rc_ = (call);                                                                                 \
+    if (tessel_mpi_rc_ != 0 /* MPI_SUCCESS */)                                                                         \
+      ::tessel::Impl::throw_mpi_error(__FILE__, __LINE__, #call, tessel_mpi_rc_);                                      \
+  } while (false)
+
+#endif

@@ -1,0 +1,93 @@
+#include <tessel/core/Config.hpp>
+#include <tessel/core/Error.hpp>
+#include <tessel/core/KokkosCompat.hpp>
+#include <tessel/core/ScopeGuard.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdlib>
+
+#ifdef TESSEL_ENABLE_MPI
+#include <tessel/core/MpiCommunicator.hpp>
+#endif
+
+namespace tessel {
+
+bool launched_by_mpi() {
+  // Open MPI, MPICH/Hydra, PMIx and Slurm each export one of these to the processes they start.
+  for (char const *name :
+       {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"})
+    if (std::getenv(name) != nullptr)
+      return true;
+  return false;
+}
+
+bool ScopeGuard::mpi_active() {
+#ifdef TESSEL_ENABLE_MPI
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+#else
+  return false;
+#endif
+}
+
+int ScopeGuard::mpi_thread_level() {
+#ifdef TESSEL_ENABLE_MPI
+  if (!mpi_active())
+    return -1;
+  int provided = -1;
+  MPI_Query_thread(&provided);
+  return provided;
+#else
+  return -1;
+#endif
+}
+
+ScopeGuard::ScopeGuard(int &argc, char **&argv, bool force_mpi) {
+#ifdef TESSEL_ENABLE_MPI
+  if ((force_mpi || launched_by_mpi()) && !mpi_active()) {
+    int provided = 0;
+    TESSEL_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+    _finalize_mpi = true;
+  }
+#else
+  (void)force_mpi;
+#endif
+  if (!Kokkos::is_initialized()) {
+    Kokkos::initialize(argc, argv);
+    _finalize_kokkos = true;
+  }
+}
+
+ScopeGuard::~ScopeGuard() {
+  if (_finalize_kokkos && Kokkos::is_initialized())
+    Kokkos::finalize();
+#ifdef TESSEL_ENABLE_MPI
+  Impl::release_mpi_world_backend();
+  if (_finalize_mpi && mpi_active())
+    MPI_Finalize();
+#endif
+}
+
+std::string build_summary() {
+  std::string features;
+  auto add = [&features](char const *name) { features += features.empty() ? name : std::string(" ") + name; };
+#ifdef TESSEL_ENABLE_MPI
+  add("mpi");
+#endif
+#ifdef TESSEL_ENABLE_HDF5
+  add("hdf5");
+#endif
+#ifdef TESSEL_ENABLE_CUDA
+  add("cuda");
+#endif
+#ifdef TESSEL_ENABLE_NCCL
+  add("nccl");
+#endif
+  return "Tessel " TESSEL_VERSION_STRING " (git " TESSEL_GIT_HASH "), Kokkos " + compat::kokkos_version_string() +
+         " (" + Kokkos::DefaultExecutionSpace::name() + "), features: " + (features.empty() ? "none" : features);
+}
+
+} // namespace tessel

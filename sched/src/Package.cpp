@@ -1,0 +1,5 @@
+#include <tessel/sched/Package.hpp>
+
+namespace tessel::sched {
+char const *package_name() { return "sched"; }
+} // namespace tessel::sched
