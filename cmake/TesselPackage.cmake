@@ -43,6 +43,17 @@ function(tessel_add_package pkg)
     PATTERN "*.in" EXCLUDE)
 endfunction()
 
+# Adds the subdirectory <pkg> of the current folder for every enabled package that has one (apps, benchmarks,
+# dataset tools and tests keep one folder per package).
+function(tessel_add_package_subdirectories)
+  foreach(_pkg moe gnn sched)
+    string(TOUPPER ${_pkg} _PKG)
+    if(Tessel_ENABLE_${_PKG} AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${_pkg}/CMakeLists.txt)
+      add_subdirectory(${_pkg})
+    endif()
+  endforeach()
+endfunction()
+
 # Compile options shared by apps, tests and benchmarks (never by consumers).
 function(tessel_target_defaults target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic>)
