@@ -8,7 +8,7 @@
 #       tests from tst<Name>.cpp (.cu for GPU tests that need nvcc); GPU tests are labelled gpu and reported as
 #       skipped where no device is present; DATA tests get TESSEL_DATA_DIR and are skipped when it is absent
 #   tessel_add_tests_mpi(PACKAGE <pkg> NAMES <Name...> [RANKS 1 2 4] [LIBS ...] [LABELS ...])
-#       tst<Name>.cpp run under mpiexec at each rank count (label mpi)
+#       tst<Name>.cpp run under mpiexec at each rank count (label mpi); once, on one rank, without MPI
 
 set(Tessel_TEST_BACKENDS)
 foreach(_dev SERIAL OPENMP THREADS CUDA)
@@ -93,6 +93,8 @@ endfunction()
 function(tessel_add_tests_mpi)
   cmake_parse_arguments(ARG "" "PACKAGE" "NAMES;RANKS;LIBS;LABELS" ${ARGN})
   if(NOT Tessel_ENABLE_MPI)
+    # Without MPI the same tests run once, on one rank (Communicator::world() is then a Self communicator).
+    tessel_add_tests_nobackend(PACKAGE ${ARG_PACKAGE} NAMES ${ARG_NAMES} LIBS ${ARG_LIBS} LABELS ${ARG_LABELS})
     return()
   endif()
   if(NOT ARG_RANKS)

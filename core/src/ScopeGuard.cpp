@@ -73,7 +73,9 @@ ScopeGuard::~ScopeGuard() {
 
 std::string build_summary() {
   std::string features;
-  auto add = [&features](char const *name) { features += features.empty() ? name : std::string(" ") + name; };
+  [[maybe_unused]] auto add = [&features](char const *name) {
+    features += features.empty() ? name : std::string(" ") + name;
+  };
 #ifdef TESSEL_ENABLE_MPI
   add("mpi");
 #endif
