@@ -88,9 +88,11 @@ std::vector<Cell> enumerate_cells(int model, int batch_size, int gpu_type, int n
 }
 
 Estimator::Estimator(Cluster cluster) : _cluster(std::move(cluster)) {
-  _cal.compute.assign(static_cast<std::size_t>(_cluster.num_types()), {kDefaultCompute, kDefaultCompute,
-                                                                       kDefaultCompute, kDefaultCompute});
-  _cal.comm.assign(static_cast<std::size_t>(_cluster.num_types()), kDefaultComm);
+  auto const T = static_cast<std::size_t>(_cluster.num_types());
+  _cal.compute.assign(T, {kDefaultCompute, kDefaultCompute, kDefaultCompute, kDefaultCompute});
+  _cal.tp.assign(T, {kDefaultComm, kDefaultComm, kDefaultComm, kDefaultComm});
+  _cal.dp.assign(T, kDefaultComm);
+  _cal.pp.assign(T, kDefaultComm);
 }
 
 int Estimator::micro_batches(Cell const &cell, ParallelPlan const &plan) const {
@@ -102,7 +104,7 @@ int Estimator::micro_batches(Cell const &cell, ParallelPlan const &plan) const {
   return std::max(1, std::min(kMaxMicroBatches, floor_power_of_two(double(cell.batch_size) / max_dp)));
 }
 
-PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, double ec, double em) const {
+PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, Efficiency const &eff) const {
   PlanEstimate out;
   auto const &m = ModelCatalog::builtin()[cell.model];
   auto const &g = _cluster.type(cell.gpu_type);
@@ -135,14 +137,14 @@ PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, dou
   }
   out.valid = true;
 
-  double const peak = g.peak_tflops * 1e12 * ec;
-  double const intra_bw = g.intra_node_gbps * 1e9 * em, inter_bw = g.inter_node_gbps * 1e9 * em;
+  double const peak = g.peak_tflops * 1e12 * eff.compute;
+  double const intra_bw = g.intra_node_gbps * 1e9, inter_bw = g.inter_node_gbps * 1e9;
   double const hbm = g.mem_bandwidth_gbps * 1e9;
   double const f = 1.0 / S;
   double const layers_per_stage = double(m.layers) / S;
   double const micro = double(cell.batch_size) / M; // samples per micro-batch
   double fw_max = 0, fw_sum = 0, bw_max = 0, bw_sum = 0, x_max = 0, x_sum = 0, gs_sum = 0, ap_max = 0;
-  double cf_max = 0, cf_sum = 0, mem_peak = 0;
+  double cf_max = 0, cf_sum = 0, tf_max = 0, tf_sum = 0, mem_peak = 0;
   for (int j = 0; j < S; ++j) {
     auto const s = plan.stages[static_cast<std::size_t>(j)];
     double const b = micro / s.dp; // samples per replica per micro-batch
@@ -153,19 +155,21 @@ PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, dou
     if (s.tp > 1) {
       double const bytes = m.heads > 0 ? b * m.seq_len * m.hidden * 2.0 : b * m.boundary_bytes;
       double const per_layer = m.heads > 0 ? 2.0 : 1.0;
-      double const bw = s.tp <= cell.per_host ? intra_bw : inter_bw;
+      double const bw = (s.tp <= cell.per_host ? intra_bw : inter_bw) * eff.tp;
       tf = per_layer * layers_per_stage * (2.0 * (s.tp - 1) / s.tp * bytes / bw + kLatency * (s.tp - 1));
     }
+    tf_max = std::max(tf_max, tf);
+    tf_sum += tf;
     // Cross-stage activations, split over min(#GPUs of sender, receiver) (Crius's f_r); stages are contiguous GPU
     // ranges, so a boundary crosses nodes when a stage spans a node or ends on a node boundary.
     double x = 0;
     if (j + 1 < S) {
       bool const crosses = G >= cell.per_host || ((j + 1) * G) % cell.per_host == 0;
-      x = micro * m.boundary_bytes / G / (crosses ? inter_bw : intra_bw) + kLatency;
+      x = micro * m.boundary_bytes / G / ((crosses ? inter_bw : intra_bw) * eff.pp) + kLatency;
     }
     double const stage_params = m.params * f / s.tp;
     if (s.dp > 1) {
-      double const bw = s.dp * s.tp <= cell.per_host && G <= cell.per_host ? intra_bw : inter_bw;
+      double const bw = (s.dp * s.tp <= cell.per_host && G <= cell.per_host ? intra_bw : inter_bw) * eff.dp;
       gs_sum += 2.0 * (s.dp - 1) / s.dp * stage_params * grad_bytes(m.family) / bw + kLatency * (s.dp - 1);
     }
     ap_max = std::max(ap_max, 16.0 * stage_params / hbm); // optimizer step, memory bound
@@ -191,6 +195,8 @@ PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, dou
   out.comp = 3.0 * (cf_max * (M - 1) + cf_sum);
   out.inter = 2.0 * (x_max * (M - 1) + x_sum);
   out.intra = std::max(0.0, out.e2e - out.comp - out.inter);
+  out.tp_comm = 2.0 * (tf_max * (M - 1) + tf_sum);
+  out.dp_sync = gs_sum;
   out.memory_gb = mem_peak;
   out.fits = kMemoryMargin * mem_peak <= kMemoryFraction * g.memory_gb;
   if (!out.fits) {
@@ -205,8 +211,9 @@ PlanEstimate Estimator::estimate(Cell const &cell, ParallelPlan const &plan) con
   auto const &m = ModelCatalog::builtin()[cell.model];
   TESSEL_REQUIRE(cell.gpu_type >= 0 && cell.gpu_type < _cluster.num_types(), "GPU type index ", cell.gpu_type,
                  " out of range");
-  return evaluate(cell, plan, _cal.compute[static_cast<std::size_t>(cell.gpu_type)][family_index(m.family)],
-                  _cal.comm[static_cast<std::size_t>(cell.gpu_type)]);
+  auto const t = static_cast<std::size_t>(cell.gpu_type);
+  auto const f = static_cast<std::size_t>(family_index(m.family));
+  return evaluate(cell, plan, Efficiency{_cal.compute[t][f], _cal.tp[t][f], _cal.dp[t], _cal.pp[t]});
 }
 
 std::vector<ParallelPlan> Estimator::enumerate_plans(Cell const &cell, PlanStrategy strategy) const {
@@ -301,18 +308,74 @@ PlanEstimate Estimator::data_parallel(int model, int batch_size, int gpu_type, i
   return estimate(cell, ParallelPlan{{StageShape{N, 1}}, 1});
 }
 
+namespace {
+
+// Median per (type, family) with fallbacks: the family's mean over types, then the mean of everything fitted, then
+// \p fallback.
+void fill_family_table(std::vector<std::array<std::vector<double>, 4>> const &samples,
+                       std::vector<std::array<double, 4>> &out, double fallback) {
+  std::size_t const T = samples.size();
+  std::array<double, 4> fam_sum{}, fam_n{};
+  double all_sum = 0, all_n = 0;
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t f = 0; f < 4; ++f) {
+      double const v = median(samples[t][f]);
+      if (std::isfinite(v)) {
+        fam_sum[f] += v;
+        fam_n[f] += 1;
+        all_sum += v;
+        all_n += 1;
+      }
+    }
+  for (std::size_t t = 0; t < T; ++t) {
+    // A type's own families, for the families it lacks, before other types' values.
+    double type_sum = 0, type_n = 0;
+    for (std::size_t f = 0; f < 4; ++f) {
+      double const v = median(samples[t][f]);
+      if (std::isfinite(v)) {
+        type_sum += v;
+        type_n += 1;
+      }
+    }
+    for (std::size_t f = 0; f < 4; ++f) {
+      double v = median(samples[t][f]);
+      if (!std::isfinite(v))
+        v = fam_n[f] > 0 ? fam_sum[f] / fam_n[f] : type_n > 0 ? type_sum / type_n : all_n > 0 ? all_sum / all_n : fallback;
+      out[t][f] = v;
+    }
+  }
+}
+
+void fill_type_table(std::vector<std::vector<double>> const &samples, std::vector<double> &out, double fallback) {
+  double sum = 0, n = 0;
+  for (auto const &s : samples) {
+    double const v = median(s);
+    if (std::isfinite(v)) {
+      sum += v;
+      n += 1;
+    }
+  }
+  for (std::size_t t = 0; t < samples.size(); ++t) {
+    double const v = median(samples[t]);
+    out[t] = std::isfinite(v) ? v : (n > 0 ? sum / n : fallback);
+  }
+}
+
+} // namespace
+
 Calibration const &Estimator::calibrate(ProfileTable const &table) {
-  int const T = _cluster.num_types();
-  std::vector<std::array<std::vector<double>, 4>> comp(static_cast<std::size_t>(T));
-  std::vector<std::vector<double>> comm(static_cast<std::size_t>(T));
+  auto const T = static_cast<std::size_t>(_cluster.num_types());
+  std::vector<std::array<std::vector<double>, 4>> comp(T), tp(T);
+  std::vector<std::vector<double>> dp(T), pp(T);
   _cal.plans_used = 0;
-  // Fit on raw (efficiency 1) components: the measured time is raw / efficiency.
-  Estimator unit(_cluster);
-  for (auto &c : unit._cal.compute)
-    c = {1.0, 1.0, 1.0, 1.0};
-  for (auto &c : unit._cal.comm)
-    c = 1.0;
   auto const &cat = ModelCatalog::builtin();
+  // Raw (efficiency 1) components: a measured time is raw / efficiency.
+  struct Sample {
+    std::size_t t, f;
+    PlanEstimate raw;
+    PlanRecord const *rec;
+  };
+  std::vector<Sample> samples;
   for (auto const &rec : table.plans()) {
     int const t = _cluster.find_type(rec.gpu);
     if (t < 0 || rec.e2e <= 0)
@@ -323,63 +386,34 @@ Calibration const &Estimator::calibrate(ProfileTable const &table) {
     Cell const cell{rec.model, rec.batch_size, t, rec.hosts, rec.per_host, rec.pp};
     ParallelPlan plan{std::vector<StageShape>(static_cast<std::size_t>(rec.pp), StageShape{rec.dp, rec.tp}), 1};
     plan.micro_batches = micro_batches(cell, plan);
-    auto const e = evaluate(cell, plan, 1.0, 1.0);
+    auto const e = evaluate(cell, plan, Efficiency{});
     if (!e.valid)
       continue;
     ++_cal.plans_used;
-    int const fam = family_index(cat[rec.model].family);
-    if (rec.comp > 0)
-      comp[static_cast<std::size_t>(t)][static_cast<std::size_t>(fam)].push_back(e.comp / rec.comp);
-    double const meas_comm = rec.intra + rec.inter, model_comm = e.intra + e.inter;
-    if (meas_comm > 0.02 * rec.e2e && model_comm > 0)
-      comm[static_cast<std::size_t>(t)].push_back(model_comm / meas_comm);
+    samples.push_back({static_cast<std::size_t>(t), static_cast<std::size_t>(family_index(cat[rec.model].family)), e,
+                       &rec});
   }
-  // Medians; missing (type, family) pairs fall back to the family mean over types, then the type mean.
-  std::array<double, 4> fam_sum{}, fam_n{};
-  for (int t = 0; t < T; ++t)
-    for (int f = 0; f < 4; ++f) {
-      double const v = median(comp[static_cast<std::size_t>(t)][static_cast<std::size_t>(f)]);
-      if (std::isfinite(v)) {
-        fam_sum[static_cast<std::size_t>(f)] += v;
-        fam_n[static_cast<std::size_t>(f)] += 1;
-      }
-    }
-  double comm_sum = 0, comm_n = 0;
-  for (int t = 0; t < T; ++t) {
-    double const v = median(comm[static_cast<std::size_t>(t)]);
-    if (std::isfinite(v)) {
-      comm_sum += v;
-      comm_n += 1;
-    }
+  for (auto const &s : samples) {
+    if (s.rec->comp > 0)
+      comp[s.t][s.f].push_back(s.raw.comp / s.rec->comp);
+    if (s.rec->inter > 0.01 * s.rec->e2e && s.raw.inter > 0)
+      pp[s.t].push_back(s.raw.inter / s.rec->inter);
+    // Gradient synchronization from plans without tensor parallelism.
+    if (s.raw.tp_comm == 0 && s.raw.dp_sync > 0 && s.rec->intra > 0.02 * s.rec->e2e)
+      dp[s.t].push_back(s.raw.dp_sync / s.rec->intra);
   }
-  double all_sum = 0, all_n = 0;
-  for (int f = 0; f < 4; ++f) {
-    all_sum += fam_sum[static_cast<std::size_t>(f)];
-    all_n += fam_n[static_cast<std::size_t>(f)];
+  fill_family_table(comp, _cal.compute, kDefaultCompute);
+  fill_type_table(dp, _cal.dp, kDefaultComm);
+  fill_type_table(pp, _cal.pp, kDefaultComm);
+  // Tensor-parallel traffic: what the calibrated synchronization model leaves of the measured intra-stage time.
+  for (auto const &s : samples) {
+    if (s.raw.tp_comm <= 0)
+      continue;
+    double const rest = s.rec->intra - s.raw.dp_sync / _cal.dp[s.t];
+    if (rest > 0.02 * s.rec->e2e)
+      tp[s.t][s.f].push_back(s.raw.tp_comm / rest);
   }
-  for (int t = 0; t < T; ++t) {
-    for (int f = 0; f < 4; ++f) {
-      double v = median(comp[static_cast<std::size_t>(t)][static_cast<std::size_t>(f)]);
-      if (!std::isfinite(v))
-        v = fam_n[static_cast<std::size_t>(f)] > 0 ? fam_sum[static_cast<std::size_t>(f)] / fam_n[static_cast<std::size_t>(f)]
-                                                    : (all_n > 0 ? all_sum / all_n : kDefaultCompute);
-      _cal.compute[static_cast<std::size_t>(t)][static_cast<std::size_t>(f)] = v;
-    }
-    double v = median(comm[static_cast<std::size_t>(t)]);
-    _cal.comm[static_cast<std::size_t>(t)] = std::isfinite(v) ? v : (comm_n > 0 ? comm_sum / comm_n : kDefaultComm);
-  }
-  // A family with data on no type at all: use the type's mean over the families that have data.
-  for (int t = 0; t < T; ++t) {
-    double s = 0, n = 0;
-    for (int f = 0; f < 4; ++f)
-      if (fam_n[static_cast<std::size_t>(f)] > 0) {
-        s += _cal.compute[static_cast<std::size_t>(t)][static_cast<std::size_t>(f)];
-        n += 1;
-      }
-    for (int f = 0; f < 4; ++f)
-      if (fam_n[static_cast<std::size_t>(f)] == 0 && n > 0)
-        _cal.compute[static_cast<std::size_t>(t)][static_cast<std::size_t>(f)] = s / n;
-  }
+  fill_family_table(tp, _cal.tp, kDefaultComm);
   return _cal;
 }
 

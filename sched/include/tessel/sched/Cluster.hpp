@@ -76,6 +76,11 @@ private:
 /// `crius` gives Cluster::crius_simulated(). Errors name the file, the row and the field.
 Cluster load_cluster(std::string const &path);
 
+/// \brief Builds a cluster from Crius's `resources/sim_cluster_spec.json` (`[{type: {"node_num": n}}]`) with Arena's
+/// per-type node capacities (a100 4, v100 16, a40 2, a10 2, p100 8, 1080ti 8, 3090 8, h100 8, l20 16) and GPU specs
+/// from Cluster::known_gpu; memory bandwidth is taken from \p device_infos_json (Crius's device_infos.json) when given.
+Cluster load_crius_cluster_spec(std::string const &spec_json, std::string const &device_infos_json);
+
 /// \brief Writes \p cluster as HDF5 (schema `tessel.sched.cluster`, see datasets/sched/README.md).
 void save_cluster(Cluster const &cluster, std::string const &path, std::string const &source);
 

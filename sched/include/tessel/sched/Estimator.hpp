@@ -21,17 +21,24 @@ struct PlanEstimate {
   double intra = 0;     ///< pipelined tensor-parallel communication, gradient synchronization, optimizer step
   double inter = 0;     ///< pipelined cross-stage activation transfers
   double e2e = 0;       ///< comp + intra + inter
+  double tp_comm = 0;   ///< the tensor-parallel part of intra (pipelined, forward + backward)
+  double dp_sync = 0;   ///< the gradient synchronization part of intra (all stages)
   double memory_gb = 0; ///< peak per-GPU memory over the stages
   bool fits = false;    ///< memory feasible (Arena's rule: 1.2 x need <= 0.8 x GPU memory)
   bool valid = false;   ///< the plan is well formed for the Cell (degrees, divisibility, batch)
   std::string why;      ///< why a plan is invalid or does not fit
 };
 
-/// \brief Calibration of the analytic model: achieved fraction of peak compute per (GPU type, model family) and of
-/// link bandwidth per GPU type, fitted as medians of model / measured ratios over measured plans.
+/// \brief Calibration of the analytic model: achieved fraction of peak compute per (GPU type, model family), of
+/// link bandwidth for tensor-parallel traffic per (GPU type, family), for gradient synchronization per GPU type and
+/// for cross-stage transfers per GPU type; each the median of model / measured ratios over measured plans (gradient
+/// synchronization from plans without tensor parallelism, tensor-parallel traffic from the rest of their
+/// intra-stage time).
 struct Calibration {
   std::vector<std::array<double, 4>> compute; ///< [type][family]
-  std::vector<double> comm;                   ///< [type]
+  std::vector<std::array<double, 4>> tp;      ///< [type][family]
+  std::vector<double> dp;                     ///< [type]
+  std::vector<double> pp;                     ///< [type]
   int plans_used = 0;
 };
 
@@ -68,8 +75,11 @@ public:
   Calibration const &calibration() const { return _cal; }
 
 private:
-  // Validity, memory and GPipe timing of a plan at compute efficiency ec and link efficiency em.
-  PlanEstimate evaluate(Cell const &cell, ParallelPlan const &plan, double ec, double em) const;
+  struct Efficiency {
+    double compute = 1, tp = 1, dp = 1, pp = 1;
+  };
+  // Validity, memory and GPipe timing of a plan at the given efficiencies.
+  PlanEstimate evaluate(Cell const &cell, ParallelPlan const &plan, Efficiency const &eff) const;
   int micro_batches(Cell const &cell, ParallelPlan const &plan) const;
 
   Cluster _cluster;
