@@ -162,7 +162,7 @@ void write_json(std::string const &path, Cluster const &cluster, std::string con
     w.field("unfinished", m.unfinished).field("avg_jct", m.avg_jct).field("p50_jct", m.p50_jct);
     w.field("p99_jct", m.p99_jct).field("makespan", m.makespan).field("avg_queue", m.avg_queue);
     w.field("avg_throughput", m.avg_throughput).field("peak_throughput", m.peak_throughput);
-    w.field("reschedules", m.reschedules).field("rounds", m.rounds);
+    w.field("reschedules", m.reschedules).field("failures", m.failures).field("rounds", m.rounds);
     w.field("sched_seconds", m.sched_seconds).field("sched_ms_per_round", m.sched_ms_per_round);
     w.field("sched_ms_max", m.sched_ms_max).field("wall_seconds", m.wall_seconds);
     w.field("oracle_lookups", r.oracle_lookups).field("oracle_computed", r.oracle_computed);
@@ -337,6 +337,8 @@ int simulate_command(Args &args) {
     });
   }
   row("reschedules", [](SimResult const &r) { return fmt(static_cast<double>(r.metrics.reschedules)); });
+  if (opt.node_mtbf_hours > 0 || opt.job_mtbf_hours > 0)
+    row("failures hitting jobs", [](SimResult const &r) { return fmt(static_cast<double>(r.metrics.failures)); });
   row("rounds", [](SimResult const &r) { return fmt(r.metrics.rounds); });
   row("scheduler ms/round", [](SimResult const &r) { return fmt(r.metrics.sched_ms_per_round, 3); });
   row("scheduler ms max", [](SimResult const &r) { return fmt(r.metrics.sched_ms_max, 1); });

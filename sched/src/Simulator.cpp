@@ -448,6 +448,8 @@ SimResult Simulator::run() {
     account_round(before);
     if (_opt.check_invariants)
       check_invariants();
+    if (_opt.observer)
+      _opt.observer(_round, _alloc, _jobs);
 
     int running = 0, pending = 0, done = 0;
     for (auto const &j : _jobs) {
@@ -524,6 +526,7 @@ SimMetrics Simulator::summarize(SimResult &result) const {
       queues.push_back(j.queue_time);
     }
     m.reschedules += r.reschedules;
+    m.failures += r.failures;
     result.jobs.push_back(std::move(r));
   }
   m.avg_jct = mean(jcts);

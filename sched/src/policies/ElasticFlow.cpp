@@ -166,7 +166,7 @@ private:
     for (std::size_t k = 0; k < jobs.size(); ++k)
       TESSEL_REQUIRE(placed[k], "elasticflow: buddy placement left job ", ctx.job(jobs[k]).spec->id, " unplaced");
     _running.erase(std::remove_if(_running.begin(), _running.end(),
-                                  [&](int id) { return ctx.job(id).state != JobState::running && id != target; }),
+                                  [&](int id) { return ctx.job(id).state != JobState::running || id == target; }),
                    _running.end());
     _running.push_back(target);
     return true;

@@ -126,6 +126,8 @@ struct SimOptions {
   double restart_cost = 60;       ///< seconds to restore a failed job from its checkpoint (exact accounting)
   bool check_invariants = false;  ///< verify conservation after every round (tests)
   std::function<void(int round, int running, int pending, int done)> progress; ///< called every round
+  /// Called after every round with the allocation and the jobs (tests and tracing).
+  std::function<void(int round, Allocation const &alloc, std::vector<JobRecord> const &jobs)> observer;
 };
 
 /// \brief Outcome of one job.
@@ -147,6 +149,7 @@ struct SimMetrics {
   double avg_throughput = 0, peak_throughput = 0; ///< cluster samples/s (Arena: mean of rounds above 100)
   std::vector<double> utilization;              ///< per GPU type: mean fraction of up GPUs held by jobs
   long long reschedules = 0;
+  long long failures = 0; ///< node and job failures that hit a job
   int rounds = 0;
   double sched_seconds = 0, sched_ms_per_round = 0, sched_ms_max = 0, wall_seconds = 0;
 };
