@@ -20,6 +20,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace tessel::sched::app {
 
 Args::Args(int argc, char **argv) {
@@ -106,7 +108,7 @@ void simulate_usage() {
       "  --repair-rounds R    rounds a failed node stays down (default 6)\n"
       "  --job-mtbf H         job mean time between failures in hours (default 0: none)\n"
       "  --checkpoint S       seconds of execution between checkpoints (default 1800)\n"
-      "  --threads N          policies simulated concurrently (default 1)\n"
+      "  --parallel N         simulate N policies concurrently, one thread each (default 1)\n"
       "  --check              verify conservation invariants every round\n"
       "  --json F             write metrics, per-job JCTs and per-round series as JSON\n"
       "  --quiet              no progress line\n");
@@ -224,7 +226,7 @@ int simulate_command(Args &args) {
   opt.job_mtbf_hours = args.number("job-mtbf", 0);
   opt.checkpoint_interval = args.number("checkpoint", 1800);
   opt.check_invariants = args.flag("check");
-  int const threads = static_cast<int>(std::max(1LL, args.integer("threads", 1)));
+  int const threads = static_cast<int>(std::max(1LL, args.integer("parallel", 1)));
   std::string const json_path = args.get("json", "");
   bool const quiet = args.flag("quiet");
   std::string source_name_arg = args.get("source", profile_path.empty() ? "estimator" : "table");
@@ -272,6 +274,7 @@ int simulate_command(Args &args) {
               opt.interval, opt.node_mtbf_hours > 0 || opt.job_mtbf_hours > 0 ? "; failure injection on" : "");
   std::fflush(stdout);
 
+  bool const tty = isatty(fileno(stderr)) != 0;
   std::vector<SimResult> results(policies.size());
   std::mutex print_mutex;
   std::atomic<std::size_t> next{0};
@@ -281,20 +284,24 @@ int simulate_command(Args &args) {
       SimOptions o = opt;
       std::string const name = policies[i];
       if (!quiet) {
-        o.progress = [&, name](int round, int running, int pending, int done) {
-          if (round % 25 != 0)
+        // On a terminal one line is rewritten in place; in a log a line is added every tenth of the run.
+        int const every = tty ? 25 : (opt.max_rounds > 0 ? std::max(1, opt.max_rounds / 10) : 500);
+        o.progress = [&, name, every](int round, int running, int pending, int done) {
+          if (round % every != 0)
             return;
           std::lock_guard<std::mutex> lock(print_mutex);
-          std::fprintf(stderr, "\r  %-12s round %6d%s  running %4d  pending %4d  done %5d   ", name.c_str(), round,
+          std::fprintf(stderr, "%s  %-12s round %6d%s  running %4d  pending %4d  done %5d%s", tty ? "\r" : "",
+                       name.c_str(), round,
                        opt.max_rounds > 0 ? ("/" + std::to_string(opt.max_rounds)).c_str() : "", running, pending,
-                       done);
+                       done, tty ? "   " : "\n");
           std::fflush(stderr);
         };
       }
       results[i] = simulate(cluster, trace, profile_path.empty() ? nullptr : &table, &estimator, source, name, o);
       if (!quiet) {
         std::lock_guard<std::mutex> lock(print_mutex);
-        std::fprintf(stderr, "\r  %-12s done: %d rounds in %.2f s (scheduler %.2f ms/round)%30s\n", name.c_str(),
+        std::fprintf(stderr, "%s  %-12s done: %d rounds in %.2f s (scheduler %.2f ms/round)%30s\n", tty ? "\r" : "",
+                     name.c_str(),
                      results[i].metrics.rounds, results[i].metrics.wall_seconds,
                      results[i].metrics.sched_ms_per_round, "");
       }
