@@ -53,9 +53,10 @@ struct ErrorStats {
 };
 
 void print_stats(char const *label, ErrorStats const &s) {
-  std::printf("  %-34s n=%4zu  median %5.1f %%  mean %5.1f %%  p90 %6.1f %%  within 25 %%: %5.1f %%  within 50 %%: %5.1f %%",
-              label, s.n(), 100 * s.quantile_abs(0.5), 100 * s.mean_abs(), 100 * s.quantile_abs(0.9),
-              100 * s.within(0.25), 100 * s.within(0.5));
+  std::printf(
+      "  %-34s n=%4zu  median %5.1f %%  mean %5.1f %%  p90 %6.1f %%  within 25 %%: %5.1f %%  within 50 %%: %5.1f %%",
+      label, s.n(), 100 * s.quantile_abs(0.5), 100 * s.mean_abs(), 100 * s.quantile_abs(0.9), 100 * s.within(0.25),
+      100 * s.within(0.5));
   if (s.infeasible)
     std::printf("  (+%d estimated infeasible)", s.infeasible);
   std::printf("\n");
@@ -176,8 +177,9 @@ int estimate_command(Args &args) {
       ++by.infeasible;
       continue;
     }
-    double const v = !a.feasible ? b.estimate.e2e
-                                 : !b.feasible ? a.estimate.e2e : std::min(a.estimate.e2e, b.estimate.e2e);
+    double const v = !a.feasible   ? b.estimate.e2e
+                     : !b.feasible ? a.estimate.e2e
+                                   : std::min(a.estimate.e2e, b.estimate.e2e);
     opt_all.add(v, e.iter_time);
     by.add(v, e.iter_time);
   }
@@ -246,10 +248,11 @@ int estimate_command(Args &args) {
 
 int cells_command(Args &args) {
   if (args.flag("help")) {
-    std::printf("usage: tessel-sched cells --model M --batch B --gpu TYPE --gpus N [--cluster F|crius] [--profile F|DIR]\n"
-                "                          [--strategy minimal|uniform|greedy|all]\n"
-                "  Lists the Cells (node layout x pipeline stages) of the job on N GPUs of TYPE and, per Cell, the\n"
-                "  pruned parallel plans with their estimated iteration time and memory.\n");
+    std::printf(
+        "usage: tessel-sched cells --model M --batch B --gpu TYPE --gpus N [--cluster F|crius] [--profile F|DIR]\n"
+        "                          [--strategy minimal|uniform|greedy|all]\n"
+        "  Lists the Cells (node layout x pipeline stages) of the job on N GPUs of TYPE and, per Cell, the\n"
+        "  pruned parallel plans with their estimated iteration time and memory.\n");
     return 0;
   }
   std::string const model_name = args.require("model");

@@ -134,8 +134,8 @@ std::string fmt(double v, int prec = 0) {
   return s;
 }
 
-void write_json(std::string const &path, Cluster const &cluster, std::string const &trace_path, std::string const &source,
-                SimOptions const &opt, std::vector<SimResult> const &results, double pad,
+void write_json(std::string const &path, Cluster const &cluster, std::string const &trace_path,
+                std::string const &source, SimOptions const &opt, std::vector<SimResult> const &results, double pad,
                 std::vector<std::pair<std::string, JctReduction>> const &reductions) {
   std::ofstream out(path);
   TESSEL_REQUIRE(out.good(), "cannot write '", path, "'");
@@ -291,9 +291,8 @@ int simulate_command(Args &args) {
             return;
           std::lock_guard<std::mutex> lock(print_mutex);
           std::fprintf(stderr, "%s  %-12s round %6d%s  running %4d  pending %4d  done %5d%s", tty ? "\r" : "",
-                       name.c_str(), round,
-                       opt.max_rounds > 0 ? ("/" + std::to_string(opt.max_rounds)).c_str() : "", running, pending,
-                       done, tty ? "   " : "\n");
+                       name.c_str(), round, opt.max_rounds > 0 ? ("/" + std::to_string(opt.max_rounds)).c_str() : "",
+                       running, pending, done, tty ? "   " : "\n");
           std::fflush(stderr);
         };
       }
@@ -301,8 +300,7 @@ int simulate_command(Args &args) {
       if (!quiet) {
         std::lock_guard<std::mutex> lock(print_mutex);
         std::fprintf(stderr, "%s  %-12s done: %d rounds in %.2f s (scheduler %.2f ms/round)%30s\n", tty ? "\r" : "",
-                     name.c_str(),
-                     results[i].metrics.rounds, results[i].metrics.wall_seconds,
+                     name.c_str(), results[i].metrics.rounds, results[i].metrics.wall_seconds,
                      results[i].metrics.sched_ms_per_round, "");
       }
     }
@@ -339,9 +337,8 @@ int simulate_command(Args &args) {
   row("peak throughput (samp/s)", [](SimResult const &r) { return fmt(r.metrics.peak_throughput, 1); });
   for (int t = 0; t < cluster.num_types(); ++t) {
     std::string const label = "GPU util " + cluster.type(t).name + " (%)";
-    row(label.c_str(), [t](SimResult const &r) {
-      return fmt(100.0 * r.metrics.utilization[static_cast<std::size_t>(t)], 1);
-    });
+    row(label.c_str(),
+        [t](SimResult const &r) { return fmt(100.0 * r.metrics.utilization[static_cast<std::size_t>(t)], 1); });
   }
   row("reschedules", [](SimResult const &r) { return fmt(static_cast<double>(r.metrics.reschedules)); });
   if (opt.node_mtbf_hours > 0 || opt.job_mtbf_hours > 0)
@@ -358,7 +355,8 @@ int simulate_command(Args &args) {
       if (j.state == JobState::completed)
         pad = std::max(pad, j.jct);
   std::vector<std::pair<std::string, JctReduction>> reductions;
-  auto const crius = std::find_if(results.begin(), results.end(), [](SimResult const &r) { return r.policy == "crius"; });
+  auto const crius =
+      std::find_if(results.begin(), results.end(), [](SimResult const &r) { return r.policy == "crius"; });
   if (crius != results.end() && results.size() > 1) {
     std::printf("\nCrius's avg JCT reduction (raw: finished jobs only; padded: baseline padded to Crius's finished\n"
                 "count with the largest JCT over all policies, %s s):\n",
@@ -369,8 +367,7 @@ int simulate_command(Args &args) {
       auto const red = jct_reduction(*crius, r, pad);
       reductions.emplace_back(r.policy, red);
       std::printf("  vs %-12s raw %6.1f %%   padded %s\n", r.policy.c_str(), 100 * red.raw,
-                  red.padded_defined ? (fmt(100 * red.padded, 1) + " %").c_str()
-                                     : "n/a (baseline finished more jobs)");
+                  red.padded_defined ? (fmt(100 * red.padded, 1) + " %").c_str() : "n/a (baseline finished more jobs)");
     }
   }
   std::printf("\ntotal wall time %.2f s for %zu polic%s (%d thread%s)\n", wall, results.size(),

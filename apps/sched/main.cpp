@@ -18,12 +18,11 @@
 namespace {
 
 void usage(std::FILE *out) {
-  std::fprintf(out,
-               "usage: tessel-sched <command> [options]\n"
-               "commands:\n"
-               "  simulate   run policies on a trace and compare them (tessel-sched simulate --help)\n"
-               "  estimate   error of the analytic estimator against profile tables\n"
-               "  cells      Cells and parallel plans of one job on one allocation\n");
+  std::fprintf(out, "usage: tessel-sched <command> [options]\n"
+                    "commands:\n"
+                    "  simulate   run policies on a trace and compare them (tessel-sched simulate --help)\n"
+                    "  estimate   error of the analytic estimator against profile tables\n"
+                    "  cells      Cells and parallel plans of one job on one allocation\n");
 }
 
 } // namespace

@@ -68,8 +68,9 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: tessel-sched-bench [--trace F --profile DIR|F] [--cluster F|crius] [--rounds N] [--repeat R]\n"
-                  "                          [--arena-compat] [--policy LIST] [--jobs N] [--json F]\n");
+      std::printf(
+          "usage: tessel-sched-bench [--trace F --profile DIR|F] [--cluster F|crius] [--rounds N] [--repeat R]\n"
+          "                          [--arena-compat] [--policy LIST] [--jobs N] [--json F]\n");
       return 0;
     }
     if (a.rfind("--", 0) != 0) {
@@ -146,9 +147,10 @@ int main(int argc, char **argv) {
       std::printf("%-12s %12.3f %14.3f %14zu %14zu %12.3f %16.2f\n", p.c_str(), w, median(sched), last.lookups,
                   last.computed, off.wall, off.wall / w);
       if (json.is_open())
-        json << (k ? "," : "") << "\"" << p << "\":{\"median_wall_s\":" << w << ",\"sched_ms_per_round\":"
-             << median(sched) << ",\"lookups\":" << last.lookups << ",\"computed\":" << last.computed
-             << ",\"memo_off_wall_s\":" << off.wall << ",\"completed\":" << last.completed << "}";
+        json << (k ? "," : "") << "\"" << p << "\":{\"median_wall_s\":" << w
+             << ",\"sched_ms_per_round\":" << median(sched) << ",\"lookups\":" << last.lookups
+             << ",\"computed\":" << last.computed << ",\"memo_off_wall_s\":" << off.wall
+             << ",\"completed\":" << last.completed << "}";
     }
     std::printf("\nsum of median wall times: %.3f s\n", total);
     if (json.is_open())

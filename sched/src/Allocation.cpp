@@ -6,7 +6,8 @@ namespace tessel::sched {
 
 Allocation::Allocation(Cluster const &cluster)
     : _cluster(&cluster), _owner(static_cast<std::size_t>(cluster.num_gpus()), kFree),
-      _free_node(static_cast<std::size_t>(cluster.num_nodes())), _free_type(static_cast<std::size_t>(cluster.num_types()), 0) {
+      _free_node(static_cast<std::size_t>(cluster.num_nodes())),
+      _free_type(static_cast<std::size_t>(cluster.num_types()), 0) {
   for (int n = 0; n < cluster.num_nodes(); ++n) {
     _free_node[static_cast<std::size_t>(n)] = cluster.node_capacity(n);
     _free_type[static_cast<std::size_t>(cluster.node_type(n))] += cluster.node_capacity(n);

@@ -49,8 +49,7 @@ Cluster::Cluster(std::vector<GpuSpec> types, std::vector<NodeGroup> groups)
                    "): gpus_per_node must be a power of two, got ", grp.gpus_per_node);
     auto &cap = _type_cap[static_cast<std::size_t>(grp.gpu_type)];
     TESSEL_REQUIRE(cap == 0 || cap == grp.gpus_per_node, "node group ", gi, ": all nodes of type '",
-                   _types[grp.gpu_type].name, "' must have the same GPU count (", cap, " vs ", grp.gpus_per_node,
-                   ")");
+                   _types[grp.gpu_type].name, "' must have the same GPU count (", cap, " vs ", grp.gpus_per_node, ")");
     cap = grp.gpus_per_node;
     for (int n = 0; n < grp.num_nodes; ++n) {
       int const node = static_cast<int>(_node_type.size());
@@ -80,9 +79,9 @@ GpuSpec Cluster::known_gpu(std::string_view name) {
     double mem, tflops, hbm, intra, inter;
   };
   static Row const rows[] = {
-      {"a100", 40, 312, 1555, 150, 12.5},  {"a100-80g", 80, 312, 2039, 300, 25}, {"v100", 32, 125, 900, 150, 12.5},
-      {"a40", 48, 149.7, 696, 25, 12.5},   {"a10", 24, 125, 600, 25, 12.5},      {"h100", 80, 989, 3350, 450, 50},
-      {"h200", 141, 989, 4800, 450, 50},   {"l20", 48, 119.5, 864, 25, 25},      {"t4", 16, 65, 320, 12.5, 12.5},
+      {"a100", 40, 312, 1555, 150, 12.5}, {"a100-80g", 80, 312, 2039, 300, 25}, {"v100", 32, 125, 900, 150, 12.5},
+      {"a40", 48, 149.7, 696, 25, 12.5},  {"a10", 24, 125, 600, 25, 12.5},      {"h100", 80, 989, 3350, 450, 50},
+      {"h200", 141, 989, 4800, 450, 50},  {"l20", 48, 119.5, 864, 25, 25},      {"t4", 16, 65, 320, 12.5, 12.5},
       {"p100", 12, 18.7, 549, 40, 12.5},
   };
   for (auto const &r : rows)
@@ -116,8 +115,8 @@ Cluster load_cluster_csv(std::string const &path) {
     std::string const name = t.cell(r, c_type);
     TESSEL_REQUIRE(!name.empty(), t.where(r, c_type), ": empty GPU type");
     GpuSpec spec;
-    bool const any_spec = spec_idx[0] >= 0 || spec_idx[1] >= 0 || spec_idx[2] >= 0 || spec_idx[3] >= 0 ||
-                          spec_idx[4] >= 0;
+    bool const any_spec =
+        spec_idx[0] >= 0 || spec_idx[1] >= 0 || spec_idx[2] >= 0 || spec_idx[3] >= 0 || spec_idx[4] >= 0;
     bool all_given = true;
     for (int i = 0; i < 5; ++i)
       all_given = all_given && spec_idx[i] >= 0 && !t.cell(r, spec_idx[i]).empty();
@@ -216,8 +215,8 @@ Cluster load_crius_cluster_spec(std::string const &spec_json, std::string const 
     char const *name;
     int cap;
   };
-  static Cap const caps[] = {{"a100", 4}, {"v100", 16}, {"a40", 2},   {"a10", 2}, {"p100", 8},
-                             {"1080ti", 8}, {"3090", 8}, {"h100", 8}, {"l20", 16}};
+  static Cap const caps[] = {{"a100", 4},   {"v100", 16}, {"a40", 2},  {"a10", 2}, {"p100", 8},
+                             {"1080ti", 8}, {"3090", 8},  {"h100", 8}, {"l20", 16}};
   Impl::JsonValue infos;
   if (!device_infos_json.empty())
     infos = Impl::read_json(device_infos_json);

@@ -59,11 +59,11 @@ double grad_bytes(ModelFamily f) { return f == ModelFamily::wide_resnet ? 4.0 : 
 
 // Collective latency per hop (seconds).
 constexpr double kLatency = 10e-6;
-constexpr double kOverheadGb = 1.0;      // framework and workspace memory per GPU
-constexpr double kMemoryFraction = 0.8;  // XLA pre-allocates 80 % of the GPU (Arena's pre_alloc_memory_fraction)
-constexpr double kMemoryMargin = 1.2;    // Arena's OOM rule: 1.2 x need <= 0.8 x memory
-constexpr double kDefaultCompute = 0.4;  // uncalibrated fraction of peak
-constexpr double kDefaultComm = 0.7;     // uncalibrated fraction of link bandwidth
+constexpr double kOverheadGb = 1.0;     // framework and workspace memory per GPU
+constexpr double kMemoryFraction = 0.8; // XLA pre-allocates 80 % of the GPU (Arena's pre_alloc_memory_fraction)
+constexpr double kMemoryMargin = 1.2;   // Arena's OOM rule: 1.2 x need <= 0.8 x memory
+constexpr double kDefaultCompute = 0.4; // uncalibrated fraction of peak
+constexpr double kDefaultComm = 0.7;    // uncalibrated fraction of link bandwidth
 constexpr int kMaxMicroBatches = 16;
 
 double median(std::vector<double> v) {
@@ -201,7 +201,8 @@ PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, Eff
   out.fits = kMemoryMargin * mem_peak <= kMemoryFraction * g.memory_gb;
   if (!out.fits) {
     std::ostringstream os;
-    os << "needs " << mem_peak << " GB per GPU; " << g.name << " allows " << kMemoryFraction * g.memory_gb / kMemoryMargin;
+    os << "needs " << mem_peak << " GB per GPU; " << g.name << " allows "
+       << kMemoryFraction * g.memory_gb / kMemoryMargin;
     out.why = os.str();
   }
   return out;
@@ -340,7 +341,10 @@ void fill_family_table(std::vector<std::array<std::vector<double>, 4>> const &sa
     for (std::size_t f = 0; f < 4; ++f) {
       double v = median(samples[t][f]);
       if (!std::isfinite(v))
-        v = fam_n[f] > 0 ? fam_sum[f] / fam_n[f] : type_n > 0 ? type_sum / type_n : all_n > 0 ? all_sum / all_n : fallback;
+        v = fam_n[f] > 0 ? fam_sum[f] / fam_n[f]
+            : type_n > 0 ? type_sum / type_n
+            : all_n > 0  ? all_sum / all_n
+                         : fallback;
       out[t][f] = v;
     }
   }
@@ -390,8 +394,8 @@ Calibration const &Estimator::calibrate(ProfileTable const &table) {
     if (!e.valid)
       continue;
     ++_cal.plans_used;
-    samples.push_back({static_cast<std::size_t>(t), static_cast<std::size_t>(family_index(cat[rec.model].family)), e,
-                       &rec});
+    samples.push_back(
+        {static_cast<std::size_t>(t), static_cast<std::size_t>(family_index(cat[rec.model].family)), e, &rec});
   }
   for (auto const &s : samples) {
     if (s.rec->comp > 0)

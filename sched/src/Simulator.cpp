@@ -416,8 +416,8 @@ void Simulator::check_invariants() const {
     TESSEL_REQUIRE(p.num_gpus > 0 && p.uniform() && is_power_of_two(p.num_gpus) && is_power_of_two(p.per_host()),
                    "round ", _round, ": running job ", j.spec->id, " has a non-uniform or non-power-of-two layout (",
                    p.num_gpus, " GPUs on ", p.nodes.size(), " nodes)");
-    TESSEL_REQUIRE(p.num_gpus == j.quota_gpus && p.gpu_type == j.quota_type && p.hosts() == j.quota_hosts,
-                   "round ", _round, ": job ", j.spec->id, " quota differs from its GPUs");
+    TESSEL_REQUIRE(p.num_gpus == j.quota_gpus && p.gpu_type == j.quota_type && p.hosts() == j.quota_hosts, "round ",
+                   _round, ": job ", j.spec->id, " quota differs from its GPUs");
   }
 }
 
@@ -433,7 +433,8 @@ SimResult Simulator::run() {
     _ended.clear();
     _evicted.clear();
     for (int n = 0; n < _cluster.num_nodes(); ++n)
-      if (_node_down_until[static_cast<std::size_t>(n)] >= 0 && _node_down_until[static_cast<std::size_t>(n)] <= _round) {
+      if (_node_down_until[static_cast<std::size_t>(n)] >= 0 &&
+          _node_down_until[static_cast<std::size_t>(n)] <= _round) {
         _alloc.set_node_down(n, false);
         _node_down_until[static_cast<std::size_t>(n)] = -1;
       }
@@ -477,9 +478,9 @@ SimResult Simulator::run() {
             j.state = JobState::pending;
           }
           if (j.state == JobState::pending)
-            reject_job(j.id, idle_stall >= 3 ? "never placed: " + _policy.name() +
-                                                   " found no allocation for it on an idle cluster"
-                                             : "safety round limit reached");
+            reject_job(j.id, idle_stall >= 3
+                                 ? "never placed: " + _policy.name() + " found no allocation for it on an idle cluster"
+                                 : "safety round limit reached");
         }
         break;
       }

@@ -86,8 +86,8 @@ public:
       static std::vector<int> const bs_odds{50, 60, 65};
       int const bs_idx = pick_cumulative(rng, bs_odds);
       int const batches_wr[] = {256, 512, 1024}, batches_bert[] = {128, 256, 512};
-      int const batch = family == ModelFamily::bert || family == ModelFamily::gpt ? batches_bert[bs_idx]
-                                                                                  : batches_wr[bs_idx];
+      int const batch =
+          family == ModelFamily::bert || family == ModelFamily::gpt ? batches_bert[bs_idx] : batches_wr[bs_idx];
       static std::vector<int> const size_odds{10, 25, 50, 70, 85, 95};
       int const size_idx = pick_cumulative(rng, size_odds);
       std::vector<int> sizes;
@@ -162,8 +162,7 @@ Trace generate_trace(Cluster const &cluster, ThroughputOracle const &oracle, Syn
       u = rng.uniform();
     t += -std::log(u) * 3600.0 / o.jobs_per_hour;
     Draw const d = drawer.draw(rng, 0);
-    double const hours =
-        std::clamp(o.median_hours * std::exp(o.sigma * rng.normal()), 1.0 / 60.0, o.max_hours);
+    double const hours = std::clamp(o.median_hours * std::exp(o.sigma * rng.normal()), 1.0 / 60.0, o.max_hours);
     JobSpec j;
     j.id = "job" + std::to_string(i);
     j.submit_time = std::floor(t);
@@ -238,9 +237,8 @@ Trace convert_elasticflow_trace(std::string const &path, Cluster const &cluster,
   std::vector<std::size_t> order(trace.jobs.size());
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return trace.jobs[a].submit_time < trace.jobs[b].submit_time;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return trace.jobs[a].submit_time < trace.jobs[b].submit_time; });
   std::vector<JobSpec> jobs;
   std::vector<int> batches;
   for (std::size_t i : order) {

@@ -41,10 +41,10 @@ double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 ThroughputOracle::ThroughputOracle(Cluster const &cluster, ProfileTable const *table, Estimator const *estimator,
                                    ThroughputSource source, double interval_s)
     : _cluster(&cluster), _table(table), _estimator(estimator), _source(source), _interval(interval_s) {
-  TESSEL_REQUIRE(source == ThroughputSource::estimator || table != nullptr, "throughput source '",
-                 source_name(source), "' needs a profile table");
-  TESSEL_REQUIRE(source == ThroughputSource::table || estimator != nullptr, "throughput source '",
-                 source_name(source), "' needs an estimator");
+  TESSEL_REQUIRE(source == ThroughputSource::estimator || table != nullptr, "throughput source '", source_name(source),
+                 "' needs a profile table");
+  TESSEL_REQUIRE(source == ThroughputSource::table || estimator != nullptr, "throughput source '", source_name(source),
+                 "' needs an estimator");
   TESSEL_REQUIRE(interval_s > 0, "scheduling interval must be positive, got ", interval_s);
   _cache.reserve(1 << 14);
 }

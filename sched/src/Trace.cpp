@@ -84,8 +84,8 @@ Trace load_trace_csv(std::string const &path, Cluster const &cluster) {
 #ifdef TESSEL_ENABLE_HDF5
 Trace load_trace_h5(std::string const &path, Cluster const &cluster) {
   h5::File f(path, h5::Mode::read);
-  TESSEL_REQUIRE(f.has_attribute("/", "schema") && f.read_string_attribute("/", "schema") == "tessel.sched.trace",
-                 path, ": not a trace file (root attribute schema must be 'tessel.sched.trace')");
+  TESSEL_REQUIRE(f.has_attribute("/", "schema") && f.read_string_attribute("/", "schema") == "tessel.sched.trace", path,
+                 ": not a trace file (root attribute schema must be 'tessel.sched.trace')");
   auto const ids = f.read_strings("jobs/id");
   std::size_t const n = ids.size();
   auto const sub = f.read<double>("jobs/submit_time", {n});
@@ -171,8 +171,8 @@ void save_trace_csv(Trace const &trace, std::string const &path) {
   out << std::setprecision(15);
   auto const &cat = ModelCatalog::builtin();
   for (auto const &j : trace.jobs)
-    out << j.id << ',' << j.submit_time << ',' << j.iterations << ',' << cat[j.model].name() << ',' << j.deadline
-        << ',' << j.batch_size << ',' << j.num_gpus << ',' << trace.type_names.at(static_cast<std::size_t>(j.gpu_type))
+    out << j.id << ',' << j.submit_time << ',' << j.iterations << ',' << cat[j.model].name() << ',' << j.deadline << ','
+        << j.batch_size << ',' << j.num_gpus << ',' << trace.type_names.at(static_cast<std::size_t>(j.gpu_type))
         << '\n';
 }
 

@@ -30,8 +30,8 @@ public:
     _loads.assign(static_cast<std::size_t>(_K), 0);
     for (std::size_t i = 0; i < n; ++i) {
       int const a = p.current[i];
-      TESSEL_REQUIRE(a >= 0 && a < _K && static_cast<int>(p.value[i].size()) == _K,
-                     "type assignment: job ", i, " has an invalid type or value row");
+      TESSEL_REQUIRE(a >= 0 && a < _K && static_cast<int>(p.value[i].size()) == _K, "type assignment: job ", i,
+                     " has an invalid type or value row");
       _loads[static_cast<std::size_t>(a)] += p.gpus[i];
       _base += p.value[i][static_cast<std::size_t>(a)];
       for (int b = 0; b < _K; ++b) {
@@ -168,7 +168,8 @@ private:
     for (std::size_t c = from; c < _classes.size(); ++c) {
       auto const &cls = _classes[c];
       // Upper bound: the classes are sorted by their best gain, so no later choice beats this one's best.
-      double const bound = _base + _p.new_value[static_cast<std::size_t>(_t)] + partial + left * cls.entries.front().delta;
+      double const bound =
+          _base + _p.new_value[static_cast<std::size_t>(_t)] + partial + left * cls.entries.front().delta;
       if (_best.feasible && bound <= _best.objective)
         return;
       std::size_t rank = 0;

@@ -29,9 +29,8 @@ class TempDir {
 public:
   TempDir() {
     auto const *info = ::testing::UnitTest::GetInstance()->current_test_info();
-    _dir = fs::temp_directory_path() /
-           ("tessel_sched_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-            std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+    _dir = fs::temp_directory_path() / ("tessel_sched_" + std::string(info->test_suite_name()) + "_" + info->name() +
+                                        "_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
     fs::create_directories(_dir);
   }
   ~TempDir() { fs::remove_all(_dir); }

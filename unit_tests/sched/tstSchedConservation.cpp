@@ -17,9 +17,9 @@ using namespace sched_test;
 
 // 32 GPUs of four types.
 Cluster small_cluster() {
-  return Cluster({Cluster::known_gpu("a100"), Cluster::known_gpu("v100"), Cluster::known_gpu("a40"),
-                  Cluster::known_gpu("a10")},
-                 {{0, 2, 4}, {1, 1, 8}, {2, 4, 2}, {3, 4, 2}});
+  return Cluster(
+      {Cluster::known_gpu("a100"), Cluster::known_gpu("v100"), Cluster::known_gpu("a40"), Cluster::known_gpu("a10")},
+      {{0, 2, 4}, {1, 1, 8}, {2, 4, 2}, {3, 4, 2}});
 }
 
 Trace random_trace(Cluster const &c, ThroughputOracle const &oracle, std::uint64_t seed, int jobs) {

@@ -20,7 +20,7 @@ std::string crius_dir() {
 }
 
 #define REQUIRE_DATA()                                                                                                 \
-  if (crius_dir().empty() || !fs::exists(crius_dir() + "/prof_database.csv"))                                        \
+  if (crius_dir().empty() || !fs::exists(crius_dir() + "/prof_database.csv"))                                          \
   GTEST_SKIP() << "TESSEL_DATA_DIR with traces/crius not available"
 
 double median_abs(std::vector<double> v) {
@@ -86,7 +86,9 @@ TEST(SchedData, estimator_agrees_with_profile_tables) {
       ++infeasible;
       continue;
     }
-    double const v = !a.feasible ? b.estimate.e2e : !b.feasible ? a.estimate.e2e : std::min(a.estimate.e2e, b.estimate.e2e);
+    double const v = !a.feasible   ? b.estimate.e2e
+                     : !b.feasible ? a.estimate.e2e
+                                   : std::min(a.estimate.e2e, b.estimate.e2e);
     opt.push_back((v - e.iter_time) / e.iter_time);
   }
   ASSERT_GT(opt.size(), 250u);
@@ -113,8 +115,8 @@ TEST(SchedData, philly_trace_as_arena_runs_it) {
   opt.iteration_divisor = 5;
   opt.max_rounds = 2000;
   std::vector<SimResult> results;
-  ArenaNumbers const arena[] = {{"crius", 828, 41648}, {"fcfs", 590, 83192}, {"elasticflow", 565, 60220},
-                                {"gavel", 579, 55501}};
+  ArenaNumbers const arena[] = {
+      {"crius", 828, 41648}, {"fcfs", 590, 83192}, {"elasticflow", 565, 60220}, {"gavel", 579, 55501}};
   for (auto const &a : arena) {
     results.push_back(simulate(c, trace, &table, nullptr, ThroughputSource::table, a.policy, opt));
     auto const &m = results.back().metrics;

@@ -88,8 +88,8 @@ TEST(SchedCells, invalid_plans_are_reported_with_a_reason) {
   EXPECT_NE(wrong_cover.why.find("does not cover"), std::string::npos);
   auto const bad_tp = est.estimate(Cell{model("bert__15B"), 256, a100, 1, 4, 1}, ParallelPlan{{{1, 4}}, 1});
   EXPECT_TRUE(bad_tp.valid); // 40 heads / 4
-  auto const heads = est.estimate(Cell{model("bert__15B"), 256, c.find_type("v100"), 1, 16, 1},
-                                  ParallelPlan{{{1, 16}}, 1});
+  auto const heads =
+      est.estimate(Cell{model("bert__15B"), 256, c.find_type("v100"), 1, 16, 1}, ParallelPlan{{{1, 16}}, 1});
   EXPECT_FALSE(heads.valid);
   EXPECT_NE(heads.why.find("heads"), std::string::npos);
   auto const big = est.estimate(Cell{model("bert__39B"), 512, c.find_type("a10"), 1, 1, 1}, ParallelPlan{{{1, 1}}, 1});

@@ -115,14 +115,20 @@ TEST(SchedTrace, csv_loads_sorted_and_round_trips_through_hdf5) {
 TEST(SchedTrace, malformed_rows_are_errors_naming_file_row_and_field) {
   TempDir dir;
   Cluster const c = Cluster::crius_simulated();
-  expect_error([&] { load_trace(dir.write("a.csv", "job_id,submission_time,num_iteration,model_name,batch_size,"
-                                                    "num_gpu\nj,1,2,moe__2.4B,256,4\n"),
-                                c); },
-               {"a.csv", "missing column 'gpu_type'"});
-  expect_error([&] { load_trace(dir.write("b.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,a40\n"
-                                                             "j2,-5,10,moe__2.4B,-1,256,4,a40\n"),
-                                c); },
-               {"b.csv:3", "job j2", "submission_time", ">= 0"});
+  expect_error(
+      [&] {
+        load_trace(dir.write("a.csv", "job_id,submission_time,num_iteration,model_name,batch_size,"
+                                      "num_gpu\nj,1,2,moe__2.4B,256,4\n"),
+                   c);
+      },
+      {"a.csv", "missing column 'gpu_type'"});
+  expect_error(
+      [&] {
+        load_trace(dir.write("b.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,a40\n"
+                                                "j2,-5,10,moe__2.4B,-1,256,4,a40\n"),
+                   c);
+      },
+      {"b.csv:3", "job j2", "submission_time", ">= 0"});
   expect_error([&] { load_trace(dir.write("c.csv", kHeader + "j1,5,10,llama__7B,-1,256,4,a40\n"), c); },
                {"c.csv:2", "unknown model 'llama__7B'"});
   expect_error([&] { load_trace(dir.write("d.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,h100\n"), c); },
@@ -131,10 +137,13 @@ TEST(SchedTrace, malformed_rows_are_errors_naming_file_row_and_field) {
                {"e.csv:2", "num_iteration", "not an integer"});
   expect_error([&] { load_trace(dir.write("f.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,0,a40\n"), c); },
                {"f.csv:2", "num_gpu must be > 0"});
-  expect_error([&] { load_trace(dir.write("g.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,a40\n"
-                                                             "j1,6,10,moe__2.4B,-1,256,4,a40\n"),
-                                c); },
-               {"g.csv:3", "duplicate job_id 'j1'"});
+  expect_error(
+      [&] {
+        load_trace(dir.write("g.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,a40\n"
+                                                "j1,6,10,moe__2.4B,-1,256,4,a40\n"),
+                   c);
+      },
+      {"g.csv:3", "duplicate job_id 'j1'"});
   expect_error([&] { load_trace(dir.write("h.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4\n"), c); },
                {"h.csv:2", "expected 8"});
   expect_error([&] { load_trace(dir.write("i.csv", kHeader), c); }, {"i.csv", "no jobs"});

@@ -90,8 +90,9 @@ TEST(SchedPolicies, crius_changes_gpu_type_then_upgrades) {
   SimOptions opt;
   opt.arena_compat = true;
   Recorder rec;
-  auto const r = run("crius", {job("A", 0, 1200, "moe__690M", 256, 4, kA100), job("B", 301, 600, "moe__690M", 256, 4, kA100)},
-                     opt, &rec);
+  auto const r =
+      run("crius", {job("A", 0, 1200, "moe__690M", 256, 4, kA100), job("B", 301, 600, "moe__690M", 256, 4, kA100)}, opt,
+          &rec);
   EXPECT_EQ(rec.gpus(0, 0), gpus({0, 1, 2, 3}));
   EXPECT_EQ(rec.gpus(1, 0), gpus({0, 1, 2, 3}));
   EXPECT_EQ(rec.gpus(1, 1), gpus({4, 5, 6, 7}));
@@ -118,8 +119,9 @@ TEST(SchedPolicies, gavel_assigns_types_by_throughput_and_migrates_at_admission)
   SimOptions opt;
   opt.arena_compat = true;
   Recorder rec;
-  auto const r = run("gavel", {job("G1", 0, 600, "moe__690M", 256, 2, kV100), job("G2", 0, 600, "moe__690M", 256, 4, kA100)},
-                     opt, &rec);
+  auto const r =
+      run("gavel", {job("G1", 0, 600, "moe__690M", 256, 2, kV100), job("G2", 0, 600, "moe__690M", 256, 4, kA100)}, opt,
+          &rec);
   EXPECT_EQ(rec.gpus(0, 0), gpus({4, 5}));
   EXPECT_EQ(rec.gpus(0, 1), gpus({0, 1, 2, 3}));
   EXPECT_DOUBLE_EQ(result_of(r, "G2").jct, 600);
@@ -142,7 +144,8 @@ TEST(SchedPolicies, elasticflow_minimum_share_then_progressive_filling) {
   // new GPU, so no re-tuning). E1: 600 s re-tuning debt (round 1 stalled), then 300 it in round 2 at 1 s/it...
   Cluster const single({Cluster::known_gpu("a100")}, {{0, 1, 4}});
   ProfileTable const table = simple_profile();
-  Trace const trace = make_trace(single, {job("E1", 0, 1200, "moe__690M", 256, 1, 0), job("E2", 301, 300, "moe__690M", 256, 1, 0)});
+  Trace const trace =
+      make_trace(single, {job("E1", 0, 1200, "moe__690M", 256, 1, 0), job("E2", 301, 300, "moe__690M", 256, 1, 0)});
   SimOptions opt;
   opt.arena_compat = true;
   opt.check_invariants = true;
@@ -168,8 +171,9 @@ TEST(SchedPolicies, sia_water_fills_by_normalized_goodput) {
   run("sia", {job("S1", 0, 600, "moe__690M", 256, 1, kV100)}, SimOptions{}, &one);
   EXPECT_EQ(one.gpus(0, 0), gpus({0, 1, 2, 3}));
   Recorder two;
-  auto const r = run("sia", {job("S1", 0, 600, "moe__690M", 256, 1, kV100), job("S2", 0, 600, "moe__690M", 256, 1, kV100)},
-                     SimOptions{}, &two);
+  auto const r =
+      run("sia", {job("S1", 0, 600, "moe__690M", 256, 1, kV100), job("S2", 0, 600, "moe__690M", 256, 1, kV100)},
+          SimOptions{}, &two);
   EXPECT_EQ(two.gpus(0, 0), gpus({0, 2}));
   EXPECT_EQ(two.gpus(0, 1), gpus({1, 3}));
   EXPECT_EQ(r.metrics.completed, 2);

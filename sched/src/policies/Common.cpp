@@ -23,9 +23,8 @@ bool place_scatter(Allocation &alloc, int job, int type, Layout layout) {
   for (int h = 0; h < layout.hosts; ++h) {
     int const n = nodes[static_cast<std::size_t>(h)];
     int placed = 0;
-    for (int g = cluster.node_first_gpu(n); g < cluster.node_first_gpu(n) + cluster.node_capacity(n) &&
-                                            placed < layout.per_host;
-         ++g)
+    for (int g = cluster.node_first_gpu(n);
+         g < cluster.node_first_gpu(n) + cluster.node_capacity(n) && placed < layout.per_host; ++g)
       if (alloc.owner(g) == kFree) {
         alloc.assign(g, job);
         ++placed;

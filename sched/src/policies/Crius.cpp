@@ -65,7 +65,7 @@ enum class Mod { shrink, htc };
 struct ModInfo {
   Mod kind;
   int job;
-  int type;          // shrink: GPU type; htc: new type
+  int type;            // shrink: GPU type; htc: new type
   int hosts, per_host; // new locality
 };
 
@@ -347,7 +347,8 @@ private:
           job_nodes.push_back({o, {node}});
         } else {
           ++it->second;
-          auto &jn = std::find_if(job_nodes.begin(), job_nodes.end(), [o](auto const &p) { return p.first == o; })->second;
+          auto &jn =
+              std::find_if(job_nodes.begin(), job_nodes.end(), [o](auto const &p) { return p.first == o; })->second;
           if (std::find(jn.begin(), jn.end(), node) == jn.end())
             jn.push_back(node);
         }
@@ -380,8 +381,9 @@ private:
     // One node ends up full: re-place the jobs of both nodes, largest first.
     record_and_clear(c, {n1, n2}, counts, job_nodes);
     std::stable_sort(counts.begin(), counts.end(), [](auto const &a, auto const &b) { return a.second > b.second; });
-    auto const &largest_nodes =
-        std::find_if(job_nodes.begin(), job_nodes.end(), [&](auto const &p) { return p.first == counts[0].first; })->second;
+    auto const &largest_nodes = std::find_if(job_nodes.begin(), job_nodes.end(), [&](auto const &p) {
+                                  return p.first == counts[0].first;
+                                })->second;
     int first_node = largest_nodes.size() > 1 ? (b1 <= b2 ? n1 : n2) : largest_nodes[0];
     int const second_node = first_node != n1 ? n1 : n2;
     for (std::size_t idx = 0; idx < counts.size(); ++idx) {
@@ -664,7 +666,9 @@ private:
     StatIndex const idx = index_stats(c);
     Stat const tstat = stat_from(idx, target, tq);
     int const target_type = tstat.type;
-    auto stat_of = [&](int jid) { return jid == target ? stat_from(idx, target, tq) : stat_from(idx, jid, registered(jid)); };
+    auto stat_of = [&](int jid) {
+      return jid == target ? stat_from(idx, target, tq) : stat_from(idx, jid, registered(jid));
+    };
     int max_alloc = -1;
     for (int jid : cand) {
       Stat const s = stat_of(jid);

@@ -25,8 +25,8 @@ public:
       auto const &j = jobs[static_cast<std::size_t>(id)];
       Layout const layout = best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type));
       // Arena drops a job whose requested allocation has no plan at all (it cannot be scaled).
-      if (!(ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, j.quota_type, layout.hosts,
-                                       layout.per_host, /*check_memory=*/false) > 0)) {
+      if (!(ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, j.quota_type, layout.hosts, layout.per_host,
+                                       /*check_memory=*/false) > 0)) {
         ctx.reject(id, "no feasible plan for " + describe(ctx.cluster(), j.quota_type, j.quota_gpus) +
                            " (FCFS neither scales nor changes the GPU type)");
         continue;

@@ -81,7 +81,8 @@ private:
         for (int k = 0; k < 5; ++k) {
           double const v = thr[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)];
           if (v > 0)
-            p.value[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)] = std::pow(n_min * v / min_thr, kFairness);
+            p.value[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)] =
+                std::pow(n_min * v / min_thr, kFairness);
         }
     return _profiles.emplace(id, std::move(p)).first->second;
   }

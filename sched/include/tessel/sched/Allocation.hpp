@@ -54,8 +54,8 @@ private:
 struct Placement {
   int gpu_type = -1;
   int num_gpus = 0;
-  std::vector<int> nodes;   ///< nodes holding the job's GPUs, in node order
-  std::vector<int> counts;  ///< GPUs on each of those nodes
+  std::vector<int> nodes;  ///< nodes holding the job's GPUs, in node order
+  std::vector<int> counts; ///< GPUs on each of those nodes
   /// Hosts and GPUs per host when the layout is uniform (every node the same count), else hosts = -1.
   int hosts() const;
   int per_host() const;

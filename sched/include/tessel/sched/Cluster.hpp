@@ -12,12 +12,12 @@ namespace tessel::sched {
 
 /// \brief Hardware of one GPU type.
 struct GpuSpec {
-  std::string name;           ///< lower-case type name used in traces and profiles ("a100", "h100")
-  double memory_gb = 0;       ///< device memory (GB) available to a job
-  double peak_tflops = 0;     ///< dense 16-bit tensor-core peak (TFLOP/s)
+  std::string name;              ///< lower-case type name used in traces and profiles ("a100", "h100")
+  double memory_gb = 0;          ///< device memory (GB) available to a job
+  double peak_tflops = 0;        ///< dense 16-bit tensor-core peak (TFLOP/s)
   double mem_bandwidth_gbps = 0; ///< device memory bandwidth (GB/s)
-  double intra_node_gbps = 0; ///< GPU-to-GPU bandwidth inside a node, per direction (GB/s)
-  double inter_node_gbps = 0; ///< per-GPU network bandwidth between nodes (GB/s)
+  double intra_node_gbps = 0;    ///< GPU-to-GPU bandwidth inside a node, per direction (GB/s)
+  double inter_node_gbps = 0;    ///< per-GPU network bandwidth between nodes (GB/s)
 };
 
 /// \brief `num_nodes` identical nodes with `gpus_per_node` GPUs of type `gpu_type` (index into the type list).

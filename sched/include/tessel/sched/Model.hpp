@@ -20,18 +20,18 @@ std::string_view family_name(ModelFamily family);
 /// \brief Architecture of one model size (Alpa benchmark configurations, as in Arena's `configs.py`).
 struct ModelSpec {
   ModelFamily family;
-  std::string size;      ///< size label, e.g. "2.4B"
-  double params = 0;     ///< parameter count (from the architecture, not the label)
-  double active_params = 0; ///< parameters touched per sample/token (MoE: top-2 experts)
-  int layers = 0;        ///< transformer layers, or ResNet depth (50 / 101)
-  int hidden = 0;        ///< hidden size; for Wide-ResNet the base channel count
-  int heads = 0;         ///< attention heads (transformers), 0 for Wide-ResNet
-  int seq_len = 0;       ///< tokens per sample (transformers), 0 for Wide-ResNet
-  int vocab = 0;         ///< vocabulary size (transformers)
-  int experts = 0;       ///< experts per MoE layer (MoE only)
-  int width_factor = 0;  ///< Wide-ResNet width factor
-  double fwd_flops = 0;  ///< forward FLOPs per sample
-  double act_bytes = 0;  ///< activation bytes per sample kept for the backward pass (whole model, 2-byte types)
+  std::string size;          ///< size label, e.g. "2.4B"
+  double params = 0;         ///< parameter count (from the architecture, not the label)
+  double active_params = 0;  ///< parameters touched per sample/token (MoE: top-2 experts)
+  int layers = 0;            ///< transformer layers, or ResNet depth (50 / 101)
+  int hidden = 0;            ///< hidden size; for Wide-ResNet the base channel count
+  int heads = 0;             ///< attention heads (transformers), 0 for Wide-ResNet
+  int seq_len = 0;           ///< tokens per sample (transformers), 0 for Wide-ResNet
+  int vocab = 0;             ///< vocabulary size (transformers)
+  int experts = 0;           ///< experts per MoE layer (MoE only)
+  int width_factor = 0;      ///< Wide-ResNet width factor
+  double fwd_flops = 0;      ///< forward FLOPs per sample
+  double act_bytes = 0;      ///< activation bytes per sample kept for the backward pass (whole model, 2-byte types)
   double boundary_bytes = 0; ///< bytes per sample crossing a pipeline stage boundary
 
   /// Canonical name "<family>__<size>", the form used in traces ("moe__2.4B").

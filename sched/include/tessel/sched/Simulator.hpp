@@ -98,7 +98,7 @@ public:
 
 /// \brief Options of policies (Arena quirks and Crius's search bounds).
 struct PolicyOptions {
-  bool arena_compat = false; ///< reproduce Arena's behaviour where it differs from ours (see README)
+  bool arena_compat = false;  ///< reproduce Arena's behaviour where it differs from ours (see README)
   int crius_search_depth = 0; ///< 0: Arena's rule (3, or 2 with more than 150 running jobs)
   int crius_upgrade_steps = 10;
   int crius_restart_trials = 100;
@@ -110,8 +110,8 @@ std::unique_ptr<Policy> make_policy(std::string const &name, PolicyOptions const
 
 /// \brief Simulation options.
 struct SimOptions {
-  double interval = 300;  ///< seconds per scheduling round (Arena: 300)
-  int max_rounds = 0;     ///< stop after this many rounds (0: run until every job completed or was rejected)
+  double interval = 300;      ///< seconds per scheduling round (Arena: 300)
+  int max_rounds = 0;         ///< stop after this many rounds (0: run until every job completed or was rejected)
   int safety_rounds = 200000; ///< hard cap when max_rounds is 0
   /// Arena's accounting: jobs enter at the start of the round containing their submission; progress is
   /// iter_num - floor(total exec time / current iteration time) (a GPU change re-prices past execution); Arena
@@ -119,12 +119,12 @@ struct SimOptions {
   bool arena_compat = false;
   double iteration_divisor = 1; ///< trace iterations are divided by this (Arena: 5)
   std::uint64_t seed = 1;
-  double node_mtbf_hours = 0;     ///< mean time between failures of a node (0: none)
-  int node_repair_rounds = 6;     ///< rounds a failed node stays down
-  double job_mtbf_hours = 0;      ///< mean time between failures of a running job (0: none)
+  double node_mtbf_hours = 0;        ///< mean time between failures of a node (0: none)
+  int node_repair_rounds = 6;        ///< rounds a failed node stays down
+  double job_mtbf_hours = 0;         ///< mean time between failures of a running job (0: none)
   double checkpoint_interval = 1800; ///< seconds of execution between checkpoints
-  double restart_cost = 60;       ///< seconds to restore a failed job from its checkpoint (exact accounting)
-  bool check_invariants = false;  ///< verify conservation after every round (tests)
+  double restart_cost = 60;          ///< seconds to restore a failed job from its checkpoint (exact accounting)
+  bool check_invariants = false;     ///< verify conservation after every round (tests)
   std::function<void(int round, int running, int pending, int done)> progress; ///< called every round
   /// Called after every round with the allocation and the jobs (tests and tracing).
   std::function<void(int round, Allocation const &alloc, std::vector<JobRecord> const &jobs)> observer;
@@ -143,11 +143,11 @@ struct JobResult {
 /// \brief Metrics of a run.
 struct SimMetrics {
   int submitted = 0, completed = 0, rejected = 0, unfinished = 0;
-  double avg_jct = 0, p50_jct = 0, p99_jct = 0; ///< over completed jobs (s)
-  double makespan = 0;                          ///< last completion - first submission (s)
-  double avg_queue = 0;                         ///< queueing delay over completed and unfinished jobs (s)
+  double avg_jct = 0, p50_jct = 0, p99_jct = 0;   ///< over completed jobs (s)
+  double makespan = 0;                            ///< last completion - first submission (s)
+  double avg_queue = 0;                           ///< queueing delay over completed and unfinished jobs (s)
   double avg_throughput = 0, peak_throughput = 0; ///< cluster samples/s (Arena: mean of rounds above 100)
-  std::vector<double> utilization;              ///< per GPU type: mean fraction of up GPUs held by jobs
+  std::vector<double> utilization;                ///< per GPU type: mean fraction of up GPUs held by jobs
   long long reschedules = 0;
   long long failures = 0; ///< node and job failures that hit a job
   int rounds = 0;
@@ -159,9 +159,9 @@ struct SimResult {
   std::string policy;
   std::vector<JobResult> jobs;
   std::vector<double> round_time, throughput; ///< per round
-  std::vector<int> running, pending;           ///< per round
-  std::vector<std::vector<int>> used_gpus;     ///< per round, per type
-  std::vector<double> sched_ms;                ///< per round
+  std::vector<int> running, pending;          ///< per round
+  std::vector<std::vector<int>> used_gpus;    ///< per round, per type
+  std::vector<double> sched_ms;               ///< per round
   SimMetrics metrics;
   std::size_t oracle_lookups = 0, oracle_computed = 0;
 };

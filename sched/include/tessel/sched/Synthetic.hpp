@@ -22,13 +22,13 @@ namespace tessel::sched {
 
 struct SyntheticOptions {
   int jobs = 100;
-  double jobs_per_hour = 10;  ///< Poisson arrivals
-  double start_time = 0;      ///< submission time of the first arrival process step
+  double jobs_per_hour = 10; ///< Poisson arrivals
+  double start_time = 0;     ///< submission time of the first arrival process step
   std::uint64_t seed = 1;
-  double median_hours = 1.0;  ///< median job duration on its requested allocation (log-normal)
-  double sigma = 1.0;         ///< log-normal sigma of the duration
-  double max_hours = 48;      ///< durations are clipped to [1 min, max_hours]
-  double gpt_share = 0;       ///< fraction of jobs drawn as GPT (taken from the MoE share)
+  double median_hours = 1.0; ///< median job duration on its requested allocation (log-normal)
+  double sigma = 1.0;        ///< log-normal sigma of the duration
+  double max_hours = 48;     ///< durations are clipped to [1 min, max_hours]
+  double gpt_share = 0;      ///< fraction of jobs drawn as GPT (taken from the MoE share)
   /// GPU type mix by name; empty: Arena's (a100 15, v100 15, a40 30, a10 30). Types missing in the cluster are
   /// dropped and the rest renormalized; if none remain, types are drawn uniformly.
   std::vector<std::pair<std::string, double>> type_mix;
@@ -46,8 +46,9 @@ void regenerate_jobs(Trace &trace, std::vector<int> const &old_batch, Cluster co
 
 /// \brief Reads an ElasticFlow trace CSV (`job_id,submission_time,num_iteration,model_name,deadline,batch_size,
 /// num_gpu[,duration]`, microsoft/elasticflow-traces), keeps every \p sample-th row (counted over the whole file,
-/// as Arena's script; the Crius philly trace used 3) among those submitted at or after \p from_time, and regenerates their models, batches, GPU counts (unless \p keep_gpus) and types as Arena did (regenerate_jobs).
-/// Malformed rows raise tessel::Exception naming the file and line.
+/// as Arena's script; the Crius philly trace used 3) among those submitted at or after \p from_time, and regenerates
+/// their models, batches, GPU counts (unless \p keep_gpus) and types as Arena did (regenerate_jobs). Malformed rows
+/// raise tessel::Exception naming the file and line.
 Trace convert_elasticflow_trace(std::string const &path, Cluster const &cluster, ThroughputOracle const &oracle,
                                 std::uint64_t seed, bool keep_gpus, double from_time, int sample = 1);
 

@@ -21,8 +21,8 @@ inline constexpr double kInfeasibleIterTime = 1e9;
 
 /// \brief Where throughputs come from.
 enum class ThroughputSource {
-  table,     ///< the profile table only, with Arena's fallbacks; anything else is infeasible
-  estimator, ///< the analytic estimator only (calibrated by the table when one is given)
+  table,               ///< the profile table only, with Arena's fallbacks; anything else is infeasible
+  estimator,           ///< the analytic estimator only (calibrated by the table when one is given)
   table_then_estimator ///< the table (with fallbacks) first, the estimator for what it lacks
 };
 

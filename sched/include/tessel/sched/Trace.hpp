@@ -15,14 +15,14 @@ namespace tessel::sched {
 
 /// \brief One job of a trace.
 struct JobSpec {
-  std::string id;         ///< job id from the trace (unique)
-  double submit_time = 0; ///< seconds on the trace clock (>= 0)
+  std::string id;           ///< job id from the trace (unique)
+  double submit_time = 0;   ///< seconds on the trace clock (>= 0)
   long long iterations = 0; ///< training iterations (global batches) to run
-  int model = -1;         ///< index into ModelCatalog::builtin()
-  int batch_size = 0;     ///< global batch size (samples per iteration)
-  int num_gpus = 0;       ///< requested GPU count
-  int gpu_type = -1;      ///< requested GPU type (index into the cluster's types)
-  double deadline = -1;   ///< absolute deadline on the trace clock, or < 0 for none
+  int model = -1;           ///< index into ModelCatalog::builtin()
+  int batch_size = 0;       ///< global batch size (samples per iteration)
+  int num_gpus = 0;         ///< requested GPU count
+  int gpu_type = -1;        ///< requested GPU type (index into the cluster's types)
+  double deadline = -1;     ///< absolute deadline on the trace clock, or < 0 for none
 };
 
 /// \brief Jobs sorted by submission time (ties keep file order).
