@@ -1,0 +1,163 @@
+// tessel-sched-bench: wall time of each policy's simulation (median of repeats, side by side in one run), the
+// scheduler's time per round, and what memoizing throughput lookups saves (same run with the memo off).
+//
+//   tessel-sched-bench [--trace F --profile DIR|F] [--cluster F|crius] [--rounds N] [--repeat R] [--arena-compat]
+//                      [--policy LIST] [--jobs N] [--json F]
+//
+// Without --trace a synthetic trace (estimator throughputs) is used.
+
+#include <tessel/sched/Estimator.hpp>
+#include <tessel/sched/Profile.hpp>
+#include <tessel/sched/Simulator.hpp>
+#include <tessel/sched/Synthetic.hpp>
+
+#include <tessel/core/Error.hpp>
+#include <tessel/core/ScopeGuard.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace tessel::sched;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+struct Run {
+  double wall = 0, sched_ms = 0;
+  std::size_t lookups = 0, computed = 0;
+  int completed = 0;
+};
+
+Run run_once(Cluster const &cluster, Trace const &trace, ProfileTable const *table, Estimator const &est,
+             ThroughputSource source, std::string const &policy, SimOptions const &opt, bool memoize) {
+  ThroughputOracle oracle(cluster, table, &est, source, opt.interval);
+  oracle.set_memoize(memoize);
+  PolicyOptions po;
+  po.arena_compat = opt.arena_compat;
+  auto p = make_policy(policy, po);
+  auto const t0 = std::chrono::steady_clock::now();
+  Simulator sim(cluster, trace, oracle, *p, opt);
+  SimResult const r = sim.run();
+  Run out;
+  out.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.sched_ms = r.metrics.sched_ms_per_round;
+  out.lookups = r.oracle_lookups;
+  out.computed = r.oracle_computed;
+  out.completed = r.metrics.completed;
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  tessel::ScopeGuard guard(argc, argv);
+  std::map<std::string, std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: tessel-sched-bench [--trace F --profile DIR|F] [--cluster F|crius] [--rounds N] [--repeat R]\n"
+          "                          [--arena-compat] [--policy LIST] [--jobs N] [--json F]\n");
+      return 0;
+    }
+    if (a.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "tessel-sched-bench: unexpected argument '%s'\n", a.c_str());
+      return 2;
+    }
+    a = a.substr(2);
+    if (a == "arena-compat")
+      args[a] = "1";
+    else if (i + 1 < argc)
+      args[a] = argv[++i];
+    else {
+      std::fprintf(stderr, "tessel-sched-bench: --%s needs a value\n", a.c_str());
+      return 2;
+    }
+  }
+  auto get = [&](char const *k, std::string const &d) { return args.count(k) ? args[k] : d; };
+  try {
+    std::printf("%s\n", tessel::build_summary().c_str());
+    Cluster const cluster = load_cluster(get("cluster", "crius"));
+    std::unique_ptr<ProfileTable> table;
+    Estimator est(cluster);
+    if (args.count("profile")) {
+      table = std::make_unique<ProfileTable>(load_profile(args["profile"]));
+      est.calibrate(*table);
+    }
+    ThroughputSource const source = table ? ThroughputSource::table : ThroughputSource::estimator;
+    Trace trace;
+    if (args.count("trace")) {
+      trace = load_trace(args["trace"], cluster);
+    } else {
+      ThroughputOracle const gen(cluster, table.get(), &est, source);
+      SyntheticOptions s;
+      s.jobs = std::atoi(get("jobs", "400").c_str());
+      s.jobs_per_hour = 20;
+      trace = generate_trace(cluster, gen, s);
+    }
+    SimOptions opt;
+    opt.arena_compat = args.count("arena-compat") > 0;
+    opt.iteration_divisor = opt.arena_compat ? 5 : 1;
+    opt.max_rounds = std::atoi(get("rounds", "2000").c_str());
+    int const repeat = std::max(1, std::atoi(get("repeat", "3").c_str()));
+    std::vector<std::string> policies;
+    {
+      std::stringstream ss(get("policy", "crius,fcfs,elasticflow,gavel,sia"));
+      std::string p;
+      while (std::getline(ss, p, ','))
+        policies.push_back(p);
+    }
+    std::printf("trace: %s (%zu jobs), %d rounds, %d repeats, throughput from %s\n",
+                args.count("trace") ? args["trace"].c_str() : "synthetic", trace.jobs.size(), opt.max_rounds, repeat,
+                source_name(source));
+    std::printf("\n%-12s %12s %14s %14s %14s %12s %16s\n", "policy", "wall (s)", "sched ms/round", "lookups",
+                "computed", "memo off (s)", "memo saves (x)");
+    std::ofstream json;
+    if (args.count("json")) {
+      json.open(args["json"]);
+      TESSEL_REQUIRE(json.good(), "cannot write '", args["json"], "'");
+      json << "{\"build\":\"" << tessel::build_summary() << "\",\"repeat\":" << repeat << ",\"policies\":{";
+    }
+    double total = 0;
+    for (std::size_t k = 0; k < policies.size(); ++k) {
+      auto const &p = policies[k];
+      std::vector<double> walls, sched;
+      Run last;
+      for (int r = 0; r < repeat; ++r) {
+        last = run_once(cluster, trace, table.get(), est, source, p, opt, true);
+        walls.push_back(last.wall);
+        sched.push_back(last.sched_ms);
+      }
+      Run const off = run_once(cluster, trace, table.get(), est, source, p, opt, false);
+      double const w = median(walls);
+      total += w;
+      std::printf("%-12s %12.3f %14.3f %14zu %14zu %12.3f %16.2f\n", p.c_str(), w, median(sched), last.lookups,
+                  last.computed, off.wall, off.wall / w);
+      if (json.is_open())
+        json << (k ? "," : "") << "\"" << p << "\":{\"median_wall_s\":" << w
+             << ",\"sched_ms_per_round\":" << median(sched) << ",\"lookups\":" << last.lookups
+             << ",\"computed\":" << last.computed << ",\"memo_off_wall_s\":" << off.wall
+             << ",\"completed\":" << last.completed << "}";
+    }
+    std::printf("\nsum of median wall times: %.3f s\n", total);
+    if (json.is_open())
+      json << "},\"total_median_wall_s\":" << total << "}\n";
+    return 0;
+  } catch (std::exception const &e) {
+    std::fprintf(stderr, "tessel-sched-bench: error: %s\n", e.what());
+    return 1;
+  }
+}

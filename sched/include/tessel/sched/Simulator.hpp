@@ -1,0 +1,222 @@
+#ifndef TESSEL_SCHED_SIMULATOR_HPP
+#define TESSEL_SCHED_SIMULATOR_HPP
+
+/// \file Simulator.hpp
+/// \brief Trace-driven, round-based simulation of a scheduling policy on a cluster: job progress, reschedule and
+/// re-tuning costs, node and job failures with checkpoint restarts, and the metrics Crius reports.
+
+#include <tessel/sched/Allocation.hpp>
+#include <tessel/sched/Cluster.hpp>
+#include <tessel/sched/Throughput.hpp>
+#include <tessel/sched/Trace.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessel::sched {
+
+/// \brief Life of a job in the simulation.
+enum class JobState { waiting, pending, running, completed, rejected };
+char const *state_name(JobState state);
+
+/// \brief A job during a simulation: its spec, where it stands and what it has accumulated.
+struct JobRecord {
+  JobSpec const *spec = nullptr;
+  int id = 0; ///< index in the trace
+  JobState state = JobState::waiting;
+  int submit_round = -1;
+  double submit_time = 0; ///< time the scheduler saw the job (Arena: the round's start)
+  // Resource quota: the allocation while running; the request (or last allocation) while pending.
+  int quota_type = -1, quota_gpus = 0, quota_hosts = 0, quota_per_host = 0;
+  // Progress. Exact accounting: remaining iterations; Arena accounting: iter_num and exec_time as in Arena.
+  double remaining = 0, checkpoint_remaining = 0, since_checkpoint = 0;
+  double arena_iter_num = 0, arena_exec_time = 0, arena_checkpoint_exec = 0;
+  double overhead = 0;   ///< re-tuning / restore seconds still to pay before making progress
+  double arena_debt = 0; ///< Arena's reschedule time debt (> interval skips progress)
+  // Accounting.
+  double start_time = -1, finish_time = -1, queue_time = 0;
+  int reschedules = 0, failures = 0, suspensions = 0;
+  std::string reject_reason;
+  // Flags for policies (Crius's decision queue).
+  bool blocker = false, opportunism = false;
+};
+
+class Simulator;
+
+/// \brief What a policy sees and may change in one scheduling round.
+class SchedContext {
+public:
+  Cluster const &cluster() const;
+  ThroughputOracle const &oracle() const;
+  Allocation &alloc();
+  Allocation const &alloc() const;
+  std::vector<JobRecord> &jobs();
+  JobRecord &job(int id);
+  int round() const;
+  double now() const;
+  double interval() const;
+  bool arena_compat() const;
+
+  /// Jobs submitted this round (in submission order), jobs that completed since the last round (their GPUs are
+  /// already free), and running jobs the simulator moved back to pending (failed node).
+  std::vector<int> const &arrived() const;
+  std::vector<int> const &ended() const;
+  std::vector<int> const &evicted() const;
+
+  /// Pending job -> running; the job must already hold its GPUs in alloc().
+  void start(int job);
+  /// Running job -> pending (checkpointed); frees its GPUs.
+  void suspend(int job);
+  /// Pending job -> rejected with \p reason.
+  void reject(int job, std::string reason);
+
+private:
+  friend class Simulator;
+  explicit SchedContext(Simulator &sim) : _sim(&sim) {}
+  Simulator *_sim;
+};
+
+/// \brief Re-tuning and checkpoint-restore costs a policy pays when a job (re)starts on new GPUs (Arena's
+/// RESCHED_OVERHEAD_* and CKPT_RESUME_OVERHEAD: seconds per GPU, capped).
+struct ReschedCost {
+  double tune_per_gpu = 150, tune_max = 600;
+  double restore_per_gpu = 0, restore_max = 400;
+  double of(int gpus) const;
+};
+
+/// \brief A scheduling policy, called once per round.
+class Policy {
+public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  virtual ReschedCost resched_cost() const { return {}; }
+  virtual void schedule(SchedContext &ctx) = 0;
+};
+
+/// \brief Options of policies (Arena quirks and Crius's search bounds).
+struct PolicyOptions {
+  bool arena_compat = false;  ///< reproduce Arena's behaviour where it differs from ours (see README)
+  int crius_search_depth = 0; ///< 0: Arena's rule (3, or 2 with more than 150 running jobs)
+  int crius_upgrade_steps = 10;
+  int crius_restart_trials = 100;
+};
+
+/// Names accepted by make_policy: crius, fcfs, gavel, sia, elasticflow.
+std::vector<std::string> policy_names();
+std::unique_ptr<Policy> make_policy(std::string const &name, PolicyOptions const &options = {});
+
+/// \brief Simulation options.
+struct SimOptions {
+  double interval = 300;      ///< seconds per scheduling round (Arena: 300)
+  int max_rounds = 0;         ///< stop after this many rounds (0: run until every job completed or was rejected)
+  int safety_rounds = 200000; ///< hard cap when max_rounds is 0
+  /// Arena's accounting: jobs enter at the start of the round containing their submission; progress is
+  /// iter_num - floor(total exec time / current iteration time) (a GPU change re-prices past execution); Arena
+  /// divides trace iterations by 5 (ITER_NUM_SCALE_FACTOR_SIM); tuning costs only stall jobs past one round.
+  bool arena_compat = false;
+  double iteration_divisor = 1; ///< trace iterations are divided by this (Arena: 5)
+  std::uint64_t seed = 1;
+  double node_mtbf_hours = 0;        ///< mean time between failures of a node (0: none)
+  int node_repair_rounds = 6;        ///< rounds a failed node stays down
+  double job_mtbf_hours = 0;         ///< mean time between failures of a running job (0: none)
+  double checkpoint_interval = 1800; ///< seconds of execution between checkpoints
+  double restart_cost = 60;          ///< seconds to restore a failed job from its checkpoint (exact accounting)
+  bool check_invariants = false;     ///< verify conservation after every round (tests)
+  std::function<void(int round, int running, int pending, int done)> progress; ///< called every round
+  /// Called after every round with the allocation and the jobs (tests and tracing).
+  std::function<void(int round, Allocation const &alloc, std::vector<JobRecord> const &jobs)> observer;
+};
+
+/// \brief Outcome of one job.
+struct JobResult {
+  std::string id;
+  JobState state = JobState::waiting; ///< completed, rejected, or pending/running when the run was cut
+  std::string reject_reason;
+  double submit_time = 0, start_time = -1, finish_time = -1, jct = -1, queue_time = 0;
+  int gpu_type = -1, num_gpus = 0; ///< last allocation (or request)
+  int reschedules = 0, failures = 0;
+};
+
+/// \brief Metrics of a run.
+struct SimMetrics {
+  int submitted = 0, completed = 0, rejected = 0, unfinished = 0;
+  double avg_jct = 0, p50_jct = 0, p99_jct = 0;   ///< over completed jobs (s)
+  double makespan = 0;                            ///< last completion - first submission (s)
+  double avg_queue = 0;                           ///< queueing delay over completed and unfinished jobs (s)
+  double avg_throughput = 0, peak_throughput = 0; ///< cluster samples/s (Arena: mean of rounds above 100)
+  std::vector<double> utilization;                ///< per GPU type: mean fraction of up GPUs held by jobs
+  long long reschedules = 0;
+  long long failures = 0; ///< node and job failures that hit a job
+  int rounds = 0;
+  double sched_seconds = 0, sched_ms_per_round = 0, sched_ms_max = 0, wall_seconds = 0;
+};
+
+/// \brief Result of a run.
+struct SimResult {
+  std::string policy;
+  std::vector<JobResult> jobs;
+  std::vector<double> round_time, throughput; ///< per round
+  std::vector<int> running, pending;          ///< per round
+  std::vector<std::vector<int>> used_gpus;    ///< per round, per type
+  std::vector<double> sched_ms;               ///< per round
+  SimMetrics metrics;
+  std::size_t oracle_lookups = 0, oracle_computed = 0;
+};
+
+/// \brief The simulator.
+class Simulator {
+public:
+  Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracle const &oracle, Policy &policy,
+            SimOptions options);
+  SimResult run();
+
+private:
+  friend class SchedContext;
+  void submit_arrivals(std::vector<int> &arrived);
+  void advance(std::vector<int> &ended);
+  void inject_failures();
+  void evict(int job, bool lose_progress);
+  void account_round(std::vector<int> const &before);
+  void check_invariants() const;
+  void start_job(int job);
+  void suspend_job(int job);
+  void reject_job(int job, std::string reason);
+  double iter_time_of(JobRecord const &j) const;
+  int round_of(double submit_time) const;
+  SimMetrics summarize(SimResult &result) const;
+
+  Cluster const &_cluster;
+  Trace const &_trace;
+  ThroughputOracle const &_oracle;
+  Policy &_policy;
+  SimOptions _opt;
+  Allocation _alloc;
+  std::vector<JobRecord> _jobs;
+  std::vector<int> _arrived, _ended, _evicted;
+  std::vector<int> _node_down_until;
+  std::size_t _next_arrival = 0;
+  int _round = 0;
+  double _t0 = 0, _now = 0;
+  std::uint64_t _rng_state = 0;
+  SimResult _result;
+};
+
+/// \brief Runs \p policy_name on the trace: builds the policy and a fresh memoized oracle, simulates, summarizes.
+SimResult simulate(Cluster const &cluster, Trace const &trace, ProfileTable const *table, Estimator const *estimator,
+                   ThroughputSource source, std::string const &policy_name, SimOptions const &options,
+                   PolicyOptions const &policy_options = {});
+
+/// \brief Crius's JCT reduction against a baseline: raw = over each side's finished jobs; padded = the
+/// baseline's finished-JCT list padded to Crius's finished count with \p pad_value (Arena's method).
+struct JctReduction {
+  double raw = 0, padded = 0;
+  bool padded_defined = true; ///< false when the baseline finished more jobs than Crius (Arena skips it)
+};
+JctReduction jct_reduction(SimResult const &crius, SimResult const &baseline, double pad_value);
+
+} // namespace tessel::sched
+
+#endif

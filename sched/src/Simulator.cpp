@@ -1,0 +1,598 @@
+#include <tessel/sched/Simulator.hpp>
+
+#include <tessel/core/Error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+namespace tessel::sched {
+
+char const *state_name(JobState state) {
+  switch (state) {
+  case JobState::waiting:
+    return "waiting";
+  case JobState::pending:
+    return "pending";
+  case JobState::running:
+    return "running";
+  case JobState::completed:
+    return "completed";
+  case JobState::rejected:
+    return "rejected";
+  }
+  return "?";
+}
+
+double ReschedCost::of(int gpus) const {
+  return std::min(tune_per_gpu * gpus, tune_max) + std::min(restore_per_gpu * gpus, restore_max);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// SchedContext
+// ---------------------------------------------------------------------------------------------------------------
+
+Cluster const &SchedContext::cluster() const { return _sim->_cluster; }
+ThroughputOracle const &SchedContext::oracle() const { return _sim->_oracle; }
+Allocation &SchedContext::alloc() { return _sim->_alloc; }
+Allocation const &SchedContext::alloc() const { return _sim->_alloc; }
+std::vector<JobRecord> &SchedContext::jobs() { return _sim->_jobs; }
+JobRecord &SchedContext::job(int id) { return _sim->_jobs.at(static_cast<std::size_t>(id)); }
+int SchedContext::round() const { return _sim->_round; }
+double SchedContext::now() const { return _sim->_now; }
+double SchedContext::interval() const { return _sim->_opt.interval; }
+bool SchedContext::arena_compat() const { return _sim->_opt.arena_compat; }
+std::vector<int> const &SchedContext::arrived() const { return _sim->_arrived; }
+std::vector<int> const &SchedContext::ended() const { return _sim->_ended; }
+std::vector<int> const &SchedContext::evicted() const { return _sim->_evicted; }
+void SchedContext::start(int job) { _sim->start_job(job); }
+void SchedContext::suspend(int job) { _sim->suspend_job(job); }
+void SchedContext::reject(int job, std::string reason) { _sim->reject_job(job, std::move(reason)); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Simulator
+// ---------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Python's float floor division (CPython float_floor_div), which Arena's progress update uses.
+double py_floordiv(double a, double b) {
+  double mod = std::fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0)))
+    div -= 1.0;
+  if (div == 0)
+    return std::copysign(0.0, a / b);
+  double floordiv = std::floor(div);
+  if (div - floordiv > 0.5)
+    floordiv += 1.0;
+  return floordiv;
+}
+
+// splitmix64: a small deterministic generator for failure injection.
+double next_uniform(std::uint64_t &state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  double const pos = q / 100.0 * double(v.size() - 1);
+  std::size_t const lo = static_cast<std::size_t>(std::floor(pos));
+  std::size_t const hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+double mean(std::vector<double> const &v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+} // namespace
+
+Simulator::Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracle const &oracle, Policy &policy,
+                     SimOptions options)
+    : _cluster(cluster), _trace(trace), _oracle(oracle), _policy(policy), _opt(std::move(options)), _alloc(cluster) {
+  TESSEL_REQUIRE(!trace.jobs.empty(), "the trace has no jobs");
+  TESSEL_REQUIRE(_opt.interval > 0, "scheduling interval must be positive, got ", _opt.interval);
+  TESSEL_REQUIRE(_opt.iteration_divisor >= 1, "iteration divisor must be >= 1, got ", _opt.iteration_divisor);
+  TESSEL_REQUIRE(trace.type_names.size() == static_cast<std::size_t>(cluster.num_types()),
+                 "the trace was loaded for a different cluster (", trace.type_names.size(), " GPU types vs ",
+                 cluster.num_types(), ")");
+  for (int t = 0; t < cluster.num_types(); ++t)
+    TESSEL_REQUIRE(trace.type_names[static_cast<std::size_t>(t)] == cluster.type(t).name,
+                   "the trace was loaded for a different cluster (type ", t, ")");
+  _jobs.resize(trace.jobs.size());
+  for (std::size_t i = 0; i < trace.jobs.size(); ++i) {
+    auto &j = _jobs[i];
+    j.spec = &trace.jobs[i];
+    j.id = static_cast<int>(i);
+    j.quota_type = j.spec->gpu_type;
+    j.quota_gpus = j.spec->num_gpus;
+    int const cap = cluster.type_capacity(j.quota_type);
+    j.quota_per_host = cap > 0 ? std::min(j.quota_gpus, cap) : j.quota_gpus;
+    j.quota_hosts = std::max(1, j.quota_gpus / std::max(1, j.quota_per_host));
+    // Arena: iter_num // ITER_NUM_SCALE_FACTOR_SIM (integer division).
+    double const iters = std::max(1.0, std::floor(double(j.spec->iterations) / _opt.iteration_divisor));
+    j.arena_iter_num = iters;
+    j.remaining = iters;
+    j.checkpoint_remaining = iters;
+  }
+  _t0 = trace.jobs.front().submit_time;
+  _node_down_until.assign(static_cast<std::size_t>(cluster.num_nodes()), -1);
+  _rng_state = _opt.seed * 0x2545F4914F6CDD1Dull + 0x1234567ull;
+  _result.policy = policy.name();
+}
+
+int Simulator::round_of(double submit_time) const {
+  double const rel = (submit_time - _t0) / _opt.interval;
+  // Arena submits a job in the round whose interval (t, t + 300] contains it, i.e. up to a round early.
+  int const r = static_cast<int>(std::ceil(rel - 1e-9)) - (_opt.arena_compat ? 1 : 0);
+  return std::max(0, r);
+}
+
+double Simulator::iter_time_of(JobRecord const &j) const {
+  return _oracle.iter_time(j.spec->model, j.spec->batch_size, j.quota_type, j.quota_hosts, j.quota_per_host);
+}
+
+void Simulator::submit_arrivals(std::vector<int> &arrived) {
+  while (_next_arrival < _jobs.size() && round_of(_jobs[_next_arrival].spec->submit_time) <= _round) {
+    auto &j = _jobs[_next_arrival++];
+    j.state = JobState::pending;
+    j.submit_round = _round;
+    j.submit_time = _opt.arena_compat ? _now : j.spec->submit_time;
+    int const avail = _cluster.type_gpus(j.spec->gpu_type);
+    if (j.spec->num_gpus > avail) {
+      reject_job(j.id, "requests " + std::to_string(j.spec->num_gpus) + " GPUs of type " +
+                           _cluster.type(j.spec->gpu_type).name + "; the cluster has " + std::to_string(avail));
+      continue;
+    }
+    if (!is_power_of_two(j.spec->num_gpus)) {
+      reject_job(j.id, "requests " + std::to_string(j.spec->num_gpus) +
+                           " GPUs; placement supports power-of-two GPU counts only");
+      continue;
+    }
+    arrived.push_back(j.id);
+  }
+}
+
+void Simulator::advance(std::vector<int> &ended) {
+  double const I = _opt.interval;
+  for (auto &j : _jobs) {
+    if (j.state != JobState::running)
+      continue;
+    double const it = iter_time_of(j);
+    bool done = false;
+    double finish = _now;
+    if (_opt.arena_compat) {
+      if (j.arena_debt > 0)
+        continue; // still re-tuning (Arena skips jobs in its time-debt table)
+      j.arena_exec_time += I;
+      j.remaining = j.arena_iter_num - py_floordiv(j.arena_exec_time, it);
+      if (j.arena_exec_time - j.arena_checkpoint_exec >= _opt.checkpoint_interval)
+        j.arena_checkpoint_exec = j.arena_exec_time;
+      done = j.remaining <= 0;
+    } else {
+      double avail = I;
+      double const use = std::min(j.overhead, avail);
+      j.overhead -= use;
+      avail -= use;
+      double const need = j.remaining * it;
+      if (need <= avail) {
+        done = true;
+        finish = _now - I + use + need;
+        j.remaining = 0;
+      } else {
+        j.remaining -= avail / it;
+        j.since_checkpoint += avail;
+        if (j.since_checkpoint >= _opt.checkpoint_interval) {
+          j.checkpoint_remaining = j.remaining;
+          j.since_checkpoint = 0;
+        }
+      }
+    }
+    if (done) {
+      j.state = JobState::completed;
+      j.finish_time = finish;
+      _alloc.release(j.id);
+      ended.push_back(j.id);
+    }
+  }
+}
+
+void Simulator::evict(int job, bool lose_progress) {
+  auto &j = _jobs[static_cast<std::size_t>(job)];
+  _alloc.release(job);
+  j.state = JobState::pending;
+  j.arena_debt = 0;
+  if (lose_progress) {
+    ++j.failures;
+    j.remaining = j.checkpoint_remaining;
+    j.since_checkpoint = 0;
+    j.arena_exec_time = j.arena_checkpoint_exec;
+    j.overhead = 0;
+  }
+  _evicted.push_back(job);
+}
+
+void Simulator::inject_failures() {
+  double const I = _opt.interval;
+  if (_opt.node_mtbf_hours > 0) {
+    double const p = 1.0 - std::exp(-I / (_opt.node_mtbf_hours * 3600.0));
+    for (int n = 0; n < _cluster.num_nodes(); ++n) {
+      double const u = next_uniform(_rng_state);
+      if (_alloc.node_down(n) || u >= p)
+        continue;
+      // Every job with a GPU on the node loses its GPUs (all of them) and restarts from its checkpoint.
+      int const first = _cluster.node_first_gpu(n), cap = _cluster.node_capacity(n);
+      std::vector<int> victims;
+      for (int g = first; g < first + cap; ++g) {
+        int const o = _alloc.owner(g);
+        if (o >= 0 && std::find(victims.begin(), victims.end(), o) == victims.end())
+          victims.push_back(o);
+      }
+      for (int v : victims)
+        evict(v, true);
+      _alloc.set_node_down(n, true);
+      _node_down_until[static_cast<std::size_t>(n)] = _round + std::max(1, _opt.node_repair_rounds);
+    }
+  }
+  if (_opt.job_mtbf_hours > 0) {
+    double const p = 1.0 - std::exp(-I / (_opt.job_mtbf_hours * 3600.0));
+    for (auto &j : _jobs) {
+      if (j.state != JobState::running)
+        continue;
+      if (next_uniform(_rng_state) >= p)
+        continue;
+      // A crashed job restarts in place from its last checkpoint.
+      ++j.failures;
+      j.remaining = j.checkpoint_remaining;
+      j.since_checkpoint = 0;
+      j.arena_exec_time = j.arena_checkpoint_exec;
+      if (!_opt.arena_compat)
+        j.overhead += _opt.restart_cost;
+    }
+  }
+}
+
+void Simulator::start_job(int job) {
+  auto &j = _jobs.at(static_cast<std::size_t>(job));
+  TESSEL_REQUIRE(j.state == JobState::pending, "round ", _round, ": cannot start job ", j.spec->id, " in state ",
+                 state_name(j.state));
+  Placement const p = placement_of(_alloc, job);
+  TESSEL_REQUIRE(p.num_gpus > 0, "round ", _round, ": job ", j.spec->id, " started without GPUs");
+  j.state = JobState::running;
+  if (j.start_time < 0)
+    j.start_time = _now;
+}
+
+void Simulator::suspend_job(int job) {
+  auto &j = _jobs.at(static_cast<std::size_t>(job));
+  TESSEL_REQUIRE(j.state == JobState::running, "round ", _round, ": cannot suspend job ", j.spec->id, " in state ",
+                 state_name(j.state));
+  _alloc.release(job);
+  j.state = JobState::pending;
+  ++j.suspensions;
+  j.arena_debt = 0;
+  // Suspension checkpoints the job. Arena sets iter_num to the remaining iterations but keeps the executed time.
+  j.checkpoint_remaining = j.remaining;
+  j.since_checkpoint = 0;
+  j.arena_iter_num = j.remaining;
+  j.arena_checkpoint_exec = j.arena_exec_time;
+}
+
+void Simulator::reject_job(int job, std::string reason) {
+  auto &j = _jobs.at(static_cast<std::size_t>(job));
+  TESSEL_REQUIRE(j.state == JobState::pending, "round ", _round, ": cannot reject job ", j.spec->id, " in state ",
+                 state_name(j.state));
+  TESSEL_REQUIRE(placement_of(_alloc, job).num_gpus == 0, "round ", _round, ": rejected job ", j.spec->id,
+                 " still holds GPUs");
+  j.state = JobState::rejected;
+  j.reject_reason = std::move(reason);
+}
+
+void Simulator::account_round(std::vector<int> const &before) {
+  double const I = _opt.interval;
+  auto const &owners = _alloc.owners();
+  int const T = _cluster.num_types();
+  // Quotas of running jobs from the allocation, and the jobs that gained a GPU they did not hold (Arena attributes
+  // every changed GPU to its new holder).
+  std::vector<int> count(_jobs.size(), 0), nodes(_jobs.size(), 0), last_node(_jobs.size(), -1);
+  std::vector<char> gained(_jobs.size(), 0);
+  std::vector<int> used(static_cast<std::size_t>(T), 0);
+  for (std::size_t g = 0; g < owners.size(); ++g) {
+    int const o = owners[g];
+    if (o < 0)
+      continue;
+    int const node = _cluster.gpu_node(static_cast<int>(g));
+    auto const oi = static_cast<std::size_t>(o);
+    ++count[oi];
+    if (last_node[oi] != node) {
+      last_node[oi] = node;
+      ++nodes[oi];
+    }
+    _jobs[oi].quota_type = _cluster.node_type(node);
+    ++used[static_cast<std::size_t>(_cluster.node_type(node))];
+    if (before[g] != o)
+      gained[oi] = 1;
+  }
+  ReschedCost const cost = _policy.resched_cost();
+  double thr_sum = 0;
+  int running = 0, pending = 0;
+  for (auto &j : _jobs) {
+    auto const ji = static_cast<std::size_t>(j.id);
+    if (j.state == JobState::pending) {
+      ++pending;
+      j.queue_time += I;
+      continue;
+    }
+    if (j.state != JobState::running)
+      continue;
+    ++running;
+    j.quota_gpus = count[ji];
+    j.quota_hosts = nodes[ji];
+    j.quota_per_host = nodes[ji] > 0 ? count[ji] / nodes[ji] : 0;
+    double thr = _oracle.adaptive(j.spec->model, j.spec->batch_size, j.quota_type, j.quota_hosts, j.quota_per_host);
+    if (thr < 0)
+      thr = 0;
+    double const tune = gained[ji] ? cost.of(j.quota_gpus) : 0;
+    if (gained[ji])
+      ++j.reschedules;
+    if (_opt.arena_compat) {
+      // Arena's _get_cluster_perf: tuning within the round scales this round's throughput; longer tuning becomes
+      // a time debt that zeroes throughput and stalls progress until paid.
+      if (gained[ji]) {
+        if (tune <= I) {
+          thr *= (I - tune) / I;
+          j.arena_debt = 0;
+        } else {
+          j.arena_debt = tune;
+        }
+      }
+      if (j.arena_debt > 0) {
+        if (j.arena_debt <= I) {
+          thr *= (I - j.arena_debt) / I;
+          j.arena_debt = 0;
+        } else {
+          thr = 0;
+          j.arena_debt -= I;
+        }
+      }
+    } else {
+      j.overhead += tune;
+      thr *= std::max(0.0, I - j.overhead) / I;
+    }
+    thr_sum += thr;
+  }
+  _result.round_time.push_back(_now);
+  _result.throughput.push_back(thr_sum);
+  _result.running.push_back(running);
+  _result.pending.push_back(pending);
+  _result.used_gpus.push_back(used);
+}
+
+void Simulator::check_invariants() const {
+  std::vector<int> free_node(static_cast<std::size_t>(_cluster.num_nodes()), 0);
+  std::vector<int> free_type(static_cast<std::size_t>(_cluster.num_types()), 0);
+  std::vector<int> held(_jobs.size(), 0);
+  for (int g = 0; g < _cluster.num_gpus(); ++g) {
+    int const o = _alloc.owner(g);
+    int const node = _cluster.gpu_node(g);
+    if (o == kFree) {
+      ++free_node[static_cast<std::size_t>(node)];
+      ++free_type[static_cast<std::size_t>(_cluster.node_type(node))];
+    } else if (o >= 0) {
+      TESSEL_REQUIRE(o < static_cast<int>(_jobs.size()), "round ", _round, ": GPU ", g, " held by unknown job ", o);
+      TESSEL_REQUIRE(_jobs[static_cast<std::size_t>(o)].state == JobState::running, "round ", _round, ": GPU ", g,
+                     " held by job ", _jobs[static_cast<std::size_t>(o)].spec->id, " in state ",
+                     state_name(_jobs[static_cast<std::size_t>(o)].state));
+      ++held[static_cast<std::size_t>(o)];
+    } else {
+      TESSEL_REQUIRE(o == kDown, "round ", _round, ": GPU ", g, " has invalid owner ", o);
+    }
+  }
+  for (int n = 0; n < _cluster.num_nodes(); ++n)
+    TESSEL_REQUIRE(free_node[static_cast<std::size_t>(n)] == _alloc.free_on_node(n), "round ", _round,
+                   ": free count of node ", n, " is ", _alloc.free_on_node(n), ", the GPUs say ",
+                   free_node[static_cast<std::size_t>(n)]);
+  for (int t = 0; t < _cluster.num_types(); ++t)
+    TESSEL_REQUIRE(free_type[static_cast<std::size_t>(t)] == _alloc.free_of_type(t), "round ", _round,
+                   ": free count of type ", _cluster.type(t).name, " is off");
+  for (auto const &j : _jobs) {
+    int const h = held[static_cast<std::size_t>(j.id)];
+    if (j.state != JobState::running) {
+      TESSEL_REQUIRE(h == 0, "round ", _round, ": job ", j.spec->id, " in state ", state_name(j.state), " holds ", h,
+                     " GPUs");
+      continue;
+    }
+    Placement const p = placement_of(_alloc, j.id); // throws on mixed GPU types
+    TESSEL_REQUIRE(p.num_gpus > 0 && p.uniform() && is_power_of_two(p.num_gpus) && is_power_of_two(p.per_host()),
+                   "round ", _round, ": running job ", j.spec->id, " has a non-uniform or non-power-of-two layout (",
+                   p.num_gpus, " GPUs on ", p.nodes.size(), " nodes)");
+    TESSEL_REQUIRE(p.num_gpus == j.quota_gpus && p.gpu_type == j.quota_type && p.hosts() == j.quota_hosts, "round ",
+                   _round, ": job ", j.spec->id, " quota differs from its GPUs");
+  }
+}
+
+SimResult Simulator::run() {
+  using clock = std::chrono::steady_clock;
+  auto const wall0 = clock::now();
+  SchedContext ctx(*this);
+  double const I = _opt.interval;
+  int idle_stall = 0;
+  for (_round = 0;; ++_round) {
+    _now = _t0 + _round * I;
+    _arrived.clear();
+    _ended.clear();
+    _evicted.clear();
+    for (int n = 0; n < _cluster.num_nodes(); ++n)
+      if (_node_down_until[static_cast<std::size_t>(n)] >= 0 &&
+          _node_down_until[static_cast<std::size_t>(n)] <= _round) {
+        _alloc.set_node_down(n, false);
+        _node_down_until[static_cast<std::size_t>(n)] = -1;
+      }
+    submit_arrivals(_arrived);
+    advance(_ended);
+    inject_failures();
+    std::vector<int> const before = _alloc.owners();
+    auto const t0 = clock::now();
+    _policy.schedule(ctx);
+    double const ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    _result.sched_ms.push_back(ms);
+    account_round(before);
+    if (_opt.check_invariants)
+      check_invariants();
+    if (_opt.observer)
+      _opt.observer(_round, _alloc, _jobs);
+
+    int running = 0, pending = 0, done = 0;
+    for (auto const &j : _jobs) {
+      running += j.state == JobState::running;
+      pending += j.state == JobState::pending;
+      done += j.state == JobState::completed || j.state == JobState::rejected;
+    }
+    if (_opt.progress)
+      _opt.progress(_round, running, pending, done);
+    bool const all_submitted = _next_arrival == _jobs.size();
+    if (_opt.max_rounds > 0 && _round + 1 >= _opt.max_rounds)
+      break;
+    if (_opt.max_rounds <= 0) {
+      if (all_submitted && running == 0 && pending == 0)
+        break;
+      // Nothing can ever run again: every remaining job is pending on an idle cluster with no node down.
+      bool any_down = false;
+      for (int n = 0; n < _cluster.num_nodes() && !any_down; ++n)
+        any_down = _alloc.node_down(n);
+      idle_stall = all_submitted && running == 0 && pending > 0 && !any_down ? idle_stall + 1 : 0;
+      if (idle_stall >= 3 || _round + 1 >= _opt.safety_rounds) {
+        for (auto &j : _jobs) {
+          if (j.state == JobState::running) {
+            _alloc.release(j.id);
+            j.state = JobState::pending;
+          }
+          if (j.state == JobState::pending)
+            reject_job(j.id, idle_stall >= 3
+                                 ? "never placed: " + _policy.name() + " found no allocation for it on an idle cluster"
+                                 : "safety round limit reached");
+        }
+        break;
+      }
+    }
+  }
+  _result.metrics = summarize(_result);
+  _result.metrics.wall_seconds = std::chrono::duration<double>(clock::now() - wall0).count();
+  _result.oracle_lookups = _oracle.lookups();
+  _result.oracle_computed = _oracle.computed();
+  return std::move(_result);
+}
+
+SimMetrics Simulator::summarize(SimResult &result) const {
+  SimMetrics m;
+  m.rounds = _round + 1;
+  std::vector<double> jcts, queues;
+  double first_submit = std::numeric_limits<double>::infinity(), last_finish = 0;
+  for (auto const &j : _jobs) {
+    JobResult r;
+    r.id = j.spec->id;
+    r.state = j.state;
+    r.reject_reason = j.reject_reason;
+    r.submit_time = j.submit_round >= 0 ? j.submit_time : j.spec->submit_time;
+    r.start_time = j.start_time;
+    r.finish_time = j.finish_time;
+    r.queue_time = j.queue_time;
+    r.gpu_type = j.quota_type;
+    r.num_gpus = j.quota_gpus;
+    r.reschedules = std::max(0, j.reschedules - (j.start_time >= 0 ? 1 : 0));
+    r.failures = j.failures;
+    if (j.state != JobState::waiting)
+      ++m.submitted;
+    if (j.state == JobState::completed) {
+      r.jct = j.finish_time - r.submit_time;
+      jcts.push_back(r.jct);
+      queues.push_back(j.queue_time);
+      ++m.completed;
+      first_submit = std::min(first_submit, r.submit_time);
+      last_finish = std::max(last_finish, j.finish_time);
+    } else if (j.state == JobState::rejected) {
+      ++m.rejected;
+    } else if (j.state != JobState::waiting) {
+      ++m.unfinished;
+      queues.push_back(j.queue_time);
+    }
+    m.reschedules += r.reschedules;
+    m.failures += r.failures;
+    result.jobs.push_back(std::move(r));
+  }
+  m.avg_jct = mean(jcts);
+  m.p50_jct = percentile(jcts, 50);
+  m.p99_jct = percentile(jcts, 99);
+  m.makespan = m.completed ? last_finish - first_submit : 0;
+  m.avg_queue = mean(queues);
+  // Arena averages the rounds whose throughput exceeds 100 samples/s; we average the rounds with a running job.
+  std::vector<double> thr;
+  for (std::size_t r = 0; r < result.throughput.size(); ++r) {
+    bool const counted = _opt.arena_compat ? result.throughput[r] > 100 : result.running[r] > 0;
+    if (counted)
+      thr.push_back(result.throughput[r]);
+    m.peak_throughput = std::max(m.peak_throughput, result.throughput[r]);
+  }
+  m.avg_throughput = mean(thr);
+  int const T = _cluster.num_types();
+  m.utilization.assign(static_cast<std::size_t>(T), 0);
+  std::size_t active = 0;
+  for (std::size_t r = 0; r < result.used_gpus.size(); ++r) {
+    if (result.running[r] == 0 && result.pending[r] == 0)
+      continue;
+    ++active;
+    for (int t = 0; t < T; ++t)
+      m.utilization[static_cast<std::size_t>(t)] +=
+          double(result.used_gpus[r][static_cast<std::size_t>(t)]) / _cluster.type_gpus(t);
+  }
+  for (auto &u : m.utilization)
+    u = active ? u / double(active) : 0;
+  m.sched_seconds = std::accumulate(result.sched_ms.begin(), result.sched_ms.end(), 0.0) / 1000.0;
+  m.sched_ms_per_round = result.sched_ms.empty() ? 0 : m.sched_seconds * 1000.0 / double(result.sched_ms.size());
+  m.sched_ms_max = result.sched_ms.empty() ? 0 : *std::max_element(result.sched_ms.begin(), result.sched_ms.end());
+  return m;
+}
+
+SimResult simulate(Cluster const &cluster, Trace const &trace, ProfileTable const *table, Estimator const *estimator,
+                   ThroughputSource source, std::string const &policy_name, SimOptions const &options,
+                   PolicyOptions const &policy_options) {
+  ThroughputOracle oracle(cluster, table, estimator, source, options.interval);
+  PolicyOptions po = policy_options;
+  po.arena_compat = options.arena_compat;
+  auto policy = make_policy(policy_name, po);
+  Simulator sim(cluster, trace, oracle, *policy, options);
+  return sim.run();
+}
+
+JctReduction jct_reduction(SimResult const &crius, SimResult const &baseline, double pad_value) {
+  std::vector<double> c, b;
+  for (auto const &j : crius.jobs)
+    if (j.state == JobState::completed)
+      c.push_back(j.jct);
+  for (auto const &j : baseline.jobs)
+    if (j.state == JobState::completed)
+      b.push_back(j.jct);
+  JctReduction r;
+  double const mc = mean(c), mb = mean(b);
+  r.raw = mb > 0 ? (mb - mc) / mb : 0;
+  if (b.size() > c.size()) {
+    r.padded_defined = false;
+    return r;
+  }
+  b.resize(c.size(), pad_value);
+  double const mp = mean(b);
+  r.padded = mp > 0 ? (mp - mc) / mp : 0;
+  return r;
+}
+
+} // namespace tessel::sched

@@ -1,0 +1,47 @@
+#ifndef TESSEL_SCHED_POLICIES_COMMON_HPP
+#define TESSEL_SCHED_POLICIES_COMMON_HPP
+
+// Helpers shared by the policies: layouts, scatter placement, and queue ordering.
+
+#include <tessel/sched/Simulator.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace tessel::sched::Impl {
+
+/// A node layout: hosts x per_host GPUs.
+struct Layout {
+  int hosts = 1;
+  int per_host = 1;
+  int gpus() const { return hosts * per_host; }
+  friend bool operator==(Layout a, Layout b) { return a.hosts == b.hosts && a.per_host == b.per_host; }
+};
+
+/// Arena's best locality: one node when the GPUs fit on one, else full nodes.
+inline Layout best_layout(int gpus, int node_capacity) {
+  if (node_capacity <= 0 || gpus <= node_capacity)
+    return {1, gpus};
+  return {gpus / node_capacity, node_capacity};
+}
+
+/// Places \p job on `layout` GPUs of \p type in \p alloc the way Arena's baselines do: candidate nodes (in node
+/// order) with at least per_host free GPUs, sorted by free GPUs, most first (stable), the first `hosts` of them,
+/// and on each node its first per_host free GPUs. Returns false (alloc unchanged) when too few nodes qualify.
+bool place_scatter(Allocation &alloc, int job, int type, Layout layout);
+
+/// Nodes of \p type with at least \p need free GPUs, most free first (stable in node order).
+std::vector<int> nodes_with_free(Allocation const &alloc, int type, int need);
+
+/// Inserts \p job into \p queue after every job submitted no later (FIFO by submission round, then id).
+void insert_by_priority(std::vector<int> &queue, std::vector<JobRecord> const &jobs, int job);
+
+/// Layout of a running job from its quota.
+inline Layout quota_layout(JobRecord const &j) { return {j.quota_hosts, j.quota_per_host}; }
+
+std::string describe(Cluster const &cluster, int type, int gpus);
+
+} // namespace tessel::sched::Impl
+
+#endif

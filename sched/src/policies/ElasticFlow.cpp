@@ -1,0 +1,204 @@
+// ElasticFlow-style elastic data parallelism, as Arena runs it ("ElasticFlow-LS", baselines/elasticflow_sched.py
+// with deadlines loosened to 1e9 s): jobs keep their requested GPU type; admission gives every job of that type its
+// minimum satisfactory share (the fewest GPUs, doubling from 1, on which its data-parallel plan fits in memory);
+// the remaining GPUs of the type go, one doubling at a time, to the job whose DP throughput gains most; then every
+// job of the type is re-placed buddy-style (multi-node jobs on whole nodes first, the rest packed node by node).
+// Simplified: ElasticFlow's deadline-driven admission (and its drops) is not modelled; only elastic DP remains.
+
+#include "Common.hpp"
+#include "Policies.hpp"
+
+#include <tessel/core/Error.hpp>
+
+namespace tessel::sched::Impl {
+
+namespace {
+
+constexpr int kMaxGpus = 16; // Arena's MAX_SUPPORTED_GPU_NUM
+
+class ElasticFlow final : public Policy {
+public:
+  explicit ElasticFlow(PolicyOptions const &o) : _opt(o) {}
+  std::string name() const override { return "elasticflow"; }
+  ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
+
+  void schedule(SchedContext &ctx) override {
+    for (int j : ctx.evicted())
+      insert_by_priority(_pending, ctx.jobs(), j);
+    if (!ctx.ended().empty() || !ctx.evicted().empty())
+      restart_pending(ctx);
+    for (int id : ctx.arrived()) {
+      if (!_opt.arena_compat && min_share(ctx, id) == 0) {
+        auto const &j = ctx.job(id);
+        ctx.reject(id, "data parallelism does not fit in " + ctx.cluster().type(j.quota_type).name +
+                           " memory on up to 16 GPUs");
+        continue;
+      }
+      if (fit(ctx, id))
+        ctx.start(id);
+      else
+        _pending.push_back(id);
+    }
+  }
+
+private:
+  // Fewest GPUs (1, 2, 4, ... 16) on which the job's DP plan is feasible; 0 if none.
+  int min_share(SchedContext &ctx, int id) const {
+    auto const &j = ctx.job(id);
+    int const cap = ctx.cluster().type_capacity(j.quota_type);
+    for (int n = 1; n <= kMaxGpus; n *= 2) {
+      Layout const l = best_layout(n, cap);
+      if (ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, j.quota_type, l.hosts, l.per_host, true) > 0)
+        return n;
+    }
+    return 0;
+  }
+
+  double dp_thr(SchedContext &ctx, int id, int n) const {
+    auto const &j = ctx.job(id);
+    Layout const l = best_layout(n, ctx.cluster().type_capacity(j.quota_type));
+    return ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, j.quota_type, l.hosts, l.per_host, true);
+  }
+
+  // Arena's _get_delta_thr with data-parallel throughputs.
+  double gain(SchedContext &ctx, int id, int from, int to) const {
+    double const next = dp_thr(ctx, id, to);
+    if (next <= kInfeasible)
+      return kInfeasible;
+    double const prev = dp_thr(ctx, id, from);
+    return prev <= kInfeasible ? next - kInfeasible : next - prev;
+  }
+
+  bool fit(SchedContext &ctx, int target) {
+    auto &alloc = ctx.alloc();
+    auto const &cluster = ctx.cluster();
+    int const type = ctx.job(target).quota_type;
+    // Jobs of the type: the target first, then running jobs in start order (Arena's job_list).
+    std::vector<int> jobs{target};
+    for (int id : _running)
+      if (ctx.job(id).state == JobState::running && ctx.job(id).quota_type == type)
+        jobs.push_back(id);
+    int total = 0;
+    for (int n : cluster.type_nodes(type))
+      if (!alloc.node_down(n))
+        total += cluster.node_capacity(n);
+    // Admission: every job's minimum satisfactory share must fit (deadlines are loose, so in admission order).
+    std::vector<int> share(jobs.size());
+    {
+      int left = total;
+      // Arena sorts by deadline; loosened deadlines equal submission + 1e9, i.e. submission order.
+      std::vector<std::size_t> order(jobs.size());
+      for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return ctx.job(jobs[a]).submit_time < ctx.job(jobs[b]).submit_time;
+      });
+      for (std::size_t k : order) {
+        int const m = min_share(ctx, jobs[k]);
+        if (m == 0 || m > left)
+          return false;
+        left -= m;
+        share[k] = m;
+      }
+      total = left;
+    }
+    // Progressive filling: double the job with the largest throughput gain while GPUs remain.
+    while (total > 0) {
+      double best = kInfeasible;
+      int pick = -1;
+      for (std::size_t k = 0; k < jobs.size(); ++k) {
+        if (share[k] > total || share[k] >= kMaxGpus)
+          continue;
+        double const g = gain(ctx, jobs[k], share[k], 2 * share[k]);
+        if (g > best) {
+          best = g;
+          pick = static_cast<int>(k);
+        }
+      }
+      if (pick < 0)
+        break;
+      total -= share[static_cast<std::size_t>(pick)];
+      share[static_cast<std::size_t>(pick)] *= 2;
+    }
+    // Re-place every job of the type: largest first; multi-node jobs take whole nodes in node order, the rest are
+    // packed into the remaining nodes in order.
+    std::vector<std::size_t> order(jobs.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return share[a] > share[b]; });
+    for (std::size_t k = 1; k < jobs.size(); ++k)
+      alloc.release(jobs[k]);
+    std::vector<int> nodes;
+    for (int n : cluster.type_nodes(type))
+      if (!alloc.node_down(n))
+        nodes.push_back(n);
+    int const cap = cluster.type_capacity(type);
+    std::vector<char> placed(jobs.size(), 0);
+    std::size_t next_node = 0;
+    auto take = [&](int node, int job, int count) {
+      int got = 0;
+      for (int g = cluster.node_first_gpu(node); g < cluster.node_first_gpu(node) + cap && got < count; ++g)
+        if (alloc.owner(g) == kFree) {
+          alloc.assign(g, job);
+          ++got;
+        }
+    };
+    for (std::size_t k : order) {
+      if (share[k] <= cap)
+        break;
+      for (int h = 0; h < share[k] / cap; ++h)
+        take(nodes[next_node++], jobs[k], cap);
+      placed[k] = 1;
+    }
+    for (std::size_t ni = next_node; ni < nodes.size(); ++ni) {
+      int const node = nodes[ni];
+      for (std::size_t k : order) {
+        if (alloc.free_on_node(node) == 0)
+          break;
+        if (placed[k])
+          continue;
+        if (share[k] <= alloc.free_on_node(node)) {
+          take(node, jobs[k], share[k]);
+          placed[k] = 1;
+        }
+      }
+    }
+    for (std::size_t k = 0; k < jobs.size(); ++k)
+      TESSEL_REQUIRE(placed[k], "elasticflow: buddy placement left job ", ctx.job(jobs[k]).spec->id, " unplaced");
+    _running.erase(std::remove_if(_running.begin(), _running.end(),
+                                  [&](int id) { return ctx.job(id).state != JobState::running || id == target; }),
+                   _running.end());
+    _running.push_back(target);
+    return true;
+  }
+
+  void restart_pending(SchedContext &ctx) {
+    std::vector<int> blocked, still;
+    for (int id : _pending) {
+      int const type = ctx.job(id).quota_type;
+      if (std::find(blocked.begin(), blocked.end(), type) != blocked.end()) {
+        still.push_back(id);
+        continue;
+      }
+      if (fit(ctx, id)) {
+        ctx.start(id);
+      } else {
+        blocked.push_back(type);
+        still.push_back(id);
+      }
+    }
+    _pending.swap(still);
+  }
+
+  PolicyOptions _opt;
+  std::vector<int> _pending;
+  std::vector<int> _running; // running jobs in start order (Arena's running queue)
+};
+
+} // namespace
+
+std::unique_ptr<Policy> make_elasticflow(PolicyOptions const &options) {
+  return std::make_unique<ElasticFlow>(options);
+}
+
+} // namespace tessel::sched::Impl

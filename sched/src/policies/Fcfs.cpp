@@ -1,0 +1,72 @@
+// FCFS as in Arena's baselines/fcfs_sched.py: each job runs on exactly the GPUs it requested, on its best locality
+// (one node, or full nodes), scattered over the nodes with the most free GPUs; strict first-come-first-served per
+// GPU type (a job waits while an earlier job of its type waits); pending jobs are retried only when a job ends.
+
+#include "Common.hpp"
+#include "Policies.hpp"
+
+namespace tessel::sched::Impl {
+
+namespace {
+
+class Fcfs final : public Policy {
+public:
+  explicit Fcfs(PolicyOptions const &) {}
+  std::string name() const override { return "fcfs"; }
+  ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
+
+  void schedule(SchedContext &ctx) override {
+    auto &jobs = ctx.jobs();
+    for (int j : ctx.evicted())
+      insert_by_priority(_pending, jobs, j);
+    if (!ctx.ended().empty() || !ctx.evicted().empty())
+      restart_pending(ctx);
+    for (int id : ctx.arrived()) {
+      auto const &j = jobs[static_cast<std::size_t>(id)];
+      Layout const layout = best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type));
+      // Arena drops a job whose requested allocation has no plan at all (it cannot be scaled).
+      if (!(ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, j.quota_type, layout.hosts, layout.per_host,
+                                       /*check_memory=*/false) > 0)) {
+        ctx.reject(id, "no feasible plan for " + describe(ctx.cluster(), j.quota_type, j.quota_gpus) +
+                           " (FCFS neither scales nor changes the GPU type)");
+        continue;
+      }
+      bool const blocked = std::any_of(_pending.begin(), _pending.end(), [&](int p) {
+        return jobs[static_cast<std::size_t>(p)].quota_type == j.quota_type;
+      });
+      if (!blocked && place_scatter(ctx.alloc(), id, j.quota_type, layout))
+        ctx.start(id);
+      else
+        _pending.push_back(id);
+    }
+  }
+
+private:
+  void restart_pending(SchedContext &ctx) {
+    auto &jobs = ctx.jobs();
+    std::vector<int> blocked_types, still;
+    for (int id : _pending) {
+      auto const &j = jobs[static_cast<std::size_t>(id)];
+      if (std::find(blocked_types.begin(), blocked_types.end(), j.quota_type) != blocked_types.end()) {
+        still.push_back(id);
+        continue;
+      }
+      Layout const layout = best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type));
+      if (place_scatter(ctx.alloc(), id, j.quota_type, layout)) {
+        ctx.start(id);
+      } else {
+        blocked_types.push_back(j.quota_type);
+        still.push_back(id);
+      }
+    }
+    _pending.swap(still);
+  }
+
+  std::vector<int> _pending;
+};
+
+} // namespace
+
+std::unique_ptr<Policy> make_fcfs(PolicyOptions const &options) { return std::make_unique<Fcfs>(options); }
+
+} // namespace tessel::sched::Impl
