@@ -179,10 +179,11 @@ int cmd_info(Args const &a) {
 }
 
 int cmd_train(Args const &a) {
-  check_known(a, {"--data", "--model", "--kernel", "--epochs", "--hidden", "--layers", "--lr", "--weight-decay",
-                  "--dropout", "--patience", "--seed", "--random-features", "--no-normalize", "--timing",
-                  "--partition", "--part-size", "--checkpoint", "--checkpoint-every", "--resume", "--json",
-                  "--quiet"});
+  check_known(a,
+              {"--data",         "--model",        "--kernel",    "--epochs",    "--hidden",     "--layers",
+               "--lr",           "--weight-decay", "--dropout",   "--patience",  "--seed",       "--random-features",
+               "--no-normalize", "--timing",       "--partition", "--part-size", "--checkpoint", "--checkpoint-every",
+               "--resume",       "--json",         "--quiet"});
   TESSEL_REQUIRE(a.has("--data"), "train needs --data FILE");
   auto const data = load_dataset(a.get("--data"));
   TrainOptions o;
@@ -236,16 +237,17 @@ int cmd_train(Args const &a) {
   if (a.has("--json")) {
     std::ofstream out(a.get("--json"));
     TESSEL_REQUIRE(out.good(), "cannot write '", a.get("--json"), "'");
-    out << "{\n  \"command\": \"train\", \"data\": " << json_str(a.get("--data")) << ", \"dataset\": "
-        << json_str(data.name) << ", \"model\": " << json_str(name_of(o.model)) << ", \"kernel\": "
-        << json_str(name_of(o.spmm.algorithm)) << ", \"features_random\": " << (random ? "true" : "false")
-        << ",\n  \"epochs_run\": " << result.epochs_run << ", \"early_stopped\": "
-        << (result.early_stopped ? "true" : "false") << ", \"train_accuracy\": " << num(result.train_acc)
-        << ", \"val_accuracy\": " << num(result.val_acc) << ", \"test_accuracy\": " << num(result.test_acc)
-        << ",\n  \"ms_per_epoch\": " << num(ms) << ", \"aggregation_ms_per_epoch\": " << num(agg)
-        << ", \"rest_ms_per_epoch\": " << num(ms - agg) << ", \"setup_seconds\": " << num(result.setup_seconds)
-        << ", \"selection_seconds\": " << num(result.selection_seconds) << ", \"train_seconds\": "
-        << num(result.train_seconds) << ",\n  \"plans\": [";
+    out << "{\n  \"command\": \"train\", \"data\": " << json_str(a.get("--data"))
+        << ", \"dataset\": " << json_str(data.name) << ", \"model\": " << json_str(name_of(o.model))
+        << ", \"kernel\": " << json_str(name_of(o.spmm.algorithm))
+        << ", \"features_random\": " << (random ? "true" : "false") << ",\n  \"epochs_run\": " << result.epochs_run
+        << ", \"early_stopped\": " << (result.early_stopped ? "true" : "false")
+        << ", \"train_accuracy\": " << num(result.train_acc) << ", \"val_accuracy\": " << num(result.val_acc)
+        << ", \"test_accuracy\": " << num(result.test_acc) << ",\n  \"ms_per_epoch\": " << num(ms)
+        << ", \"aggregation_ms_per_epoch\": " << num(agg) << ", \"rest_ms_per_epoch\": " << num(ms - agg)
+        << ", \"setup_seconds\": " << num(result.setup_seconds)
+        << ", \"selection_seconds\": " << num(result.selection_seconds)
+        << ", \"train_seconds\": " << num(result.train_seconds) << ",\n  \"plans\": [";
     for (std::size_t i = 0; i < result.plans.size(); ++i)
       out << (i ? ",\n    " : "\n    ") << result.plans[i].to_json();
     out << "],\n  \"backward_plans\": [";
@@ -306,11 +308,11 @@ int cmd_bench(Args const &a) {
               data.name.c_str(), n, static_cast<long long>(op.nnz()), op_name.c_str(),
               env_or("OPENBLAS_NUM_THREADS", "unset").c_str(), reps);
   std::ostringstream js;
-  js << "{\n  \"command\": \"bench\", \"data\": " << json_str(a.get("--data")) << ", \"dataset\": "
-     << json_str(data.name) << ", \"nodes\": " << n << ", \"nnz\": " << op.nnz() << ", \"operator\": "
-     << json_str(op_name) << ", \"reps\": " << reps << ", \"openblas_num_threads\": "
-     << json_str(env_or("OPENBLAS_NUM_THREADS", "unset")) << ", \"build\": " << json_str(tessel::build_summary())
-     << ",\n  \"results\": [";
+  js << "{\n  \"command\": \"bench\", \"data\": " << json_str(a.get("--data"))
+     << ", \"dataset\": " << json_str(data.name) << ", \"nodes\": " << n << ", \"nnz\": " << op.nnz()
+     << ", \"operator\": " << json_str(op_name) << ", \"reps\": " << reps
+     << ", \"openblas_num_threads\": " << json_str(env_or("OPENBLAS_NUM_THREADS", "unset"))
+     << ", \"build\": " << json_str(tessel::build_summary()) << ",\n  \"results\": [";
   for (std::size_t wi = 0; wi < widths.size(); ++wi) {
     int const f = widths[wi];
     Matrix<Mem> x("Tessel::gnn::bench::x", n, static_cast<std::size_t>(f));
@@ -331,8 +333,7 @@ int cmd_bench(Args const &a) {
     std::string plan_json = "null";
     std::printf("\nF = %d\n  %-22s %10s %9s %10s %12s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
                 "max rel err", "note");
-    auto run = [&](std::string const &label, SpmmHandle<std::int32_t, Exec> &h, Permutation const *perm,
-                   double setup) {
+    auto run = [&](std::string const &label, SpmmHandle<std::int32_t, Exec> &h, Permutation const *perm, double setup) {
       Matrix<Mem> xin = x, y("Tessel::gnn::bench::y", n, static_cast<std::size_t>(f));
       if (perm) {
         xin = Matrix<Mem>("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f));
@@ -399,8 +400,8 @@ int cmd_bench(Args const &a) {
       SpmmHandle<std::int32_t, Exec> h(space, permuted, fixed(SpmmAlgorithm::csr));
       run("csr(reordered)", h, &adaptive_perm, 0.0);
       // Moving X into the handle's order and Y back, once per apply (not needed in training).
-      Matrix<Mem> xp("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f)), yo("Tessel::gnn::bench::yo", n,
-                                                                                  static_cast<std::size_t>(f));
+      Matrix<Mem> xp("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f)),
+          yo("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
       std::vector<double> t;
       for (int r = 0; r < reps; ++r) {
         tessel::Timer<Exec> timer(space);

@@ -166,8 +166,8 @@ int cmd_csv(std::map<std::string, std::string> const &v, std::vector<std::string
     d.labels.assign(static_cast<std::size_t>(n), -1);
     for (std::size_t i = 0; i < target_of.size(); ++i)
       if (!target_of[i].empty())
-        d.labels[i] = static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), target_of[i]) -
-                                                classes.begin());
+        d.labels[i] =
+            static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), target_of[i]) - classes.begin());
     std::stringstream ss(get(v, "--split", "20,500,1000"));
     std::string a, b, c;
     std::getline(ss, a, ',');

@@ -8,8 +8,9 @@ namespace tessel::gnn::Impl {
 
 template <class ExecSpace>
 void gemm(ExecSpace const &space, char const *trans_a, char const *trans_b, float alpha,
-          ConstMatrix<typename ExecSpace::memory_space> const &a, ConstMatrix<typename ExecSpace::memory_space> const &b,
-          float beta, Matrix<typename ExecSpace::memory_space> const &c) {
+          ConstMatrix<typename ExecSpace::memory_space> const &a,
+          ConstMatrix<typename ExecSpace::memory_space> const &b, float beta,
+          Matrix<typename ExecSpace::memory_space> const &c) {
   bool const ta = trans_a[0] == 'T', tb = trans_b[0] == 'T';
   auto const m = ta ? a.extent(1) : a.extent(0), k = ta ? a.extent(0) : a.extent(1);
   auto const kb = tb ? b.extent(1) : b.extent(0), n = tb ? b.extent(0) : b.extent(1);

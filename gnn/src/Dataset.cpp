@@ -48,8 +48,8 @@ void validate(Dataset const &d) {
                    " entries but the graph has ", n, " nodes");
     TESSEL_REQUIRE(d.num_classes >= 1, "dataset '", name, "': num_classes = ", d.num_classes, " with labels present");
     for (std::size_t i = 0; i < n; ++i)
-      TESSEL_REQUIRE(d.labels[i] >= -1 && d.labels[i] < d.num_classes, "dataset '", name, "': labels[", i, "] = ",
-                     d.labels[i], " is out of range [-1, ", d.num_classes, ") (-1 = unlabelled)");
+      TESSEL_REQUIRE(d.labels[i] >= -1 && d.labels[i] < d.num_classes, "dataset '", name, "': labels[", i,
+                     "] = ", d.labels[i], " is out of range [-1, ", d.num_classes, ") (-1 = unlabelled)");
   }
   char const *mask_names[] = {"train", "val", "test"};
   std::vector<std::uint8_t> const *masks[] = {&d.train_mask, &d.val_mask, &d.test_mask};
@@ -63,8 +63,8 @@ void validate(Dataset const &d) {
     for (std::size_t i = 0; i < n; ++i) {
       TESSEL_REQUIRE(mask[i] <= 1, "dataset '", name, "': masks/", mask_names[m], "[", i, "] = ", int(mask[i]),
                      ", expected 0 or 1");
-      TESSEL_REQUIRE(mask[i] == 0 || d.labels[i] >= 0, "dataset '", name, "': node ", i, " is in masks/",
-                     mask_names[m], " but has no label (-1)");
+      TESSEL_REQUIRE(mask[i] == 0 || d.labels[i] >= 0, "dataset '", name, "': node ", i, " is in masks/", mask_names[m],
+                     " but has no label (-1)");
     }
   }
 }
@@ -100,8 +100,8 @@ Dataset load_dataset(std::string const &path) {
     std::vector<std::int32_t> cols(indices.size());
     for (std::size_t k = 0; k < indices.size(); ++k) {
       if (indices[k] < 0 || indices[k] >= n) {
-        auto const row = std::upper_bound(indptr.begin(), indptr.end(), static_cast<std::int64_t>(k)) -
-                         indptr.begin() - 1;
+        auto const row =
+            std::upper_bound(indptr.begin(), indptr.end(), static_cast<std::int64_t>(k)) - indptr.begin() - 1;
         TESSEL_THROW("dataset '", d.name, "': graph/indices[", k, "] = ", indices[k], " (row ", row,
                      ") is out of range [0, ", n, ")");
       }
@@ -164,8 +164,9 @@ Dataset load_dataset(std::string const &path) {
                      " entries but the graph has ", n, " nodes");
       d.labels.resize(un);
       for (std::size_t i = 0; i < un; ++i) {
-        TESSEL_REQUIRE(labels[i] >= -1 && labels[i] < d.num_classes, "dataset '", d.name, "': labels[", i, "] = ",
-                       labels[i], " is out of range [-1, ", d.num_classes, ") (num_classes = ", d.num_classes, ")");
+        TESSEL_REQUIRE(labels[i] >= -1 && labels[i] < d.num_classes, "dataset '", d.name, "': labels[", i,
+                       "] = ", labels[i], " is out of range [-1, ", d.num_classes, ") (num_classes = ", d.num_classes,
+                       ")");
         d.labels[i] = static_cast<std::int32_t>(labels[i]);
       }
     }

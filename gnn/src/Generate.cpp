@@ -9,8 +9,7 @@
 namespace tessel::gnn {
 
 Dataset generate_sbm(SbmOptions const &o) {
-  TESSEL_REQUIRE(o.nodes >= 1 && o.nodes < (std::int64_t{1} << 31), "sbm: nodes = ", o.nodes,
-                 " must be in [1, 2^31)");
+  TESSEL_REQUIRE(o.nodes >= 1 && o.nodes < (std::int64_t{1} << 31), "sbm: nodes = ", o.nodes, " must be in [1, 2^31)");
   TESSEL_REQUIRE(o.community_size >= 1, "sbm: community_size must be positive, got ", o.community_size);
   TESSEL_REQUIRE(o.p_in >= 0 && o.p_in <= 1, "sbm: p_in = ", o.p_in, " is not a probability");
   TESSEL_REQUIRE(o.inter_degree >= 0, "sbm: inter_degree must be >= 0, got ", o.inter_degree);
@@ -94,7 +93,8 @@ Dataset generate_sbm(SbmOptions const &o) {
   d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", static_cast<std::size_t>(o.nodes),
                                          static_cast<std::size_t>(o.features));
   if (o.features > 0) {
-    // Class centroids plus unit Gaussian noise: informative, but the graph still helps.
+    // Class centroids plus unit Gaussian noise, clipped at 0 so that the features are nonnegative like the
+    // bag-of-words of citation graphs (row normalization assumes it): informative, but the graph still helps.
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     std::vector<float> centroid(static_cast<std::size_t>(o.classes * o.features));
     for (auto &c : centroid)
@@ -102,7 +102,7 @@ Dataset generate_sbm(SbmOptions const &o) {
     for (std::size_t v = 0; v < static_cast<std::size_t>(o.nodes); ++v)
       for (int j = 0; j < o.features; ++j)
         d.features(v, static_cast<std::size_t>(j)) =
-            centroid[static_cast<std::size_t>(d.labels[v] * o.features + j)] + gauss(rng);
+            std::max(0.0f, centroid[static_cast<std::size_t>(d.labels[v] * o.features + j)] + gauss(rng));
   }
   make_split(d, 20, 500, 1000, o.seed + 1);
   validate(d);
@@ -153,8 +153,9 @@ Dataset generate_rmat(RmatOptions const &o) {
   std::uniform_int_distribution<int> label(0, o.classes - 1);
   for (auto &l : d.labels)
     l = label(rng);
-  d.features = o.features > 0 ? random_features(n, o.features, o.seed)
-                              : Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", static_cast<std::size_t>(n), 0);
+  d.features = o.features > 0
+                   ? random_features(n, o.features, o.seed)
+                   : Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", static_cast<std::size_t>(n), 0);
   d.features_random = true;
   make_split(d, 20, 500, 1000, o.seed + 1);
   validate(d);

@@ -113,13 +113,13 @@ Graph<Index> make_graph(std::string const &name, Index num_rows, Index num_cols,
 
 template <class Index>
 Graph<Index> graph_from_edges(std::string const &name, Index num_nodes,
-                              std::vector<std::pair<Index, Index>> const &edges, bool symmetrize,
-                              bool merge_duplicates, bool drop_self_loops) {
+                              std::vector<std::pair<Index, Index>> const &edges, bool symmetrize, bool merge_duplicates,
+                              bool drop_self_loops) {
   TESSEL_REQUIRE(num_nodes >= 0, "graph '", name, "': negative node count ", num_nodes);
   for (std::size_t e = 0; e < edges.size(); ++e) {
     auto const [s, d] = edges[e];
-    TESSEL_REQUIRE(s >= 0 && s < num_nodes && d >= 0 && d < num_nodes, "graph '", name, "': edge ", e, " (", s,
-                   " -> ", d, ") is out of range [0, ", num_nodes, ")");
+    TESSEL_REQUIRE(s >= 0 && s < num_nodes && d >= 0 && d < num_nodes, "graph '", name, "': edge ", e, " (", s, " -> ",
+                   d, ") is out of range [0, ", num_nodes, ")");
   }
   std::size_t const n = static_cast<std::size_t>(num_nodes);
   Impl::HostCsr<Index> csr;
@@ -159,8 +159,8 @@ template <class Index> void validate(Graph<Index> const &g) {
                  row_map.extent(0), " entries, expected num_nodes + 1 = ", static_cast<std::size_t>(g.num_rows()) + 1);
   TESSEL_REQUIRE(row_map(0) == 0, "graph '", name, "': indptr[0] = ", row_map(0), ", expected 0");
   for (std::size_t i = 0; i + 1 < row_map.extent(0); ++i)
-    TESSEL_REQUIRE(row_map(i + 1) >= row_map(i), "graph '", name, "': indptr is not monotone at row ", i,
-                   ": indptr[", i, "] = ", row_map(i), " > indptr[", i + 1, "] = ", row_map(i + 1));
+    TESSEL_REQUIRE(row_map(i + 1) >= row_map(i), "graph '", name, "': indptr is not monotone at row ", i, ": indptr[",
+                   i, "] = ", row_map(i), " > indptr[", i + 1, "] = ", row_map(i + 1));
   offset_type const nnz = row_map(row_map.extent(0) - 1);
   TESSEL_REQUIRE(static_cast<std::size_t>(nnz) == g.entries().extent(0), "graph '", name, "': indptr[last] = ", nnz,
                  " but indices has ", g.entries().extent(0), " entries");
@@ -169,9 +169,9 @@ template <class Index> void validate(Graph<Index> const &g) {
   auto const &entries = g.entries();
   for (std::size_t k = 0; k < entries.extent(0); ++k) {
     if (entries(k) < 0 || entries(k) >= g.num_cols()) {
-      auto const row = std::upper_bound(row_map.data(), row_map.data() + row_map.extent(0),
-                                        static_cast<offset_type>(k)) -
-                       row_map.data() - 1;
+      auto const row =
+          std::upper_bound(row_map.data(), row_map.data() + row_map.extent(0), static_cast<offset_type>(k)) -
+          row_map.data() - 1;
       TESSEL_THROW("graph '", name, "': indices[", k, "] = ", entries(k), " (row ", row, ") is out of range [0, ",
                    g.num_cols(), ")");
     }
@@ -277,7 +277,7 @@ template <class To, class From> Graph<To> convert_index(Graph<From> const &g) {
 }
 
 #define TESSEL_GNN_INSTANTIATE_GRAPH(I)                                                                                \
-  template Graph<I> make_graph(std::string const &, I, I, std::vector<offset_type> const &, std::vector<I> const &,   \
+  template Graph<I> make_graph(std::string const &, I, I, std::vector<offset_type> const &, std::vector<I> const &,    \
                                std::vector<float> const &);                                                            \
   template Graph<I> graph_from_edges(std::string const &, I, std::vector<std::pair<I, I>> const &, bool, bool, bool);  \
   template void validate(Graph<I> const &);                                                                            \

@@ -9,7 +9,8 @@ namespace tessel::gnn::Impl {
 
 template <class Index, class ExecSpace>
 void kk_spmv(ExecSpace const &space, Graph<Index, typename ExecSpace::memory_space> const &a,
-             ConstMatrix<typename ExecSpace::memory_space> const &x, Matrix<typename ExecSpace::memory_space> const &y) {
+             ConstMatrix<typename ExecSpace::memory_space> const &x,
+             Matrix<typename ExecSpace::memory_space> const &y) {
   using Device = Kokkos::Device<ExecSpace, typename ExecSpace::memory_space>;
   using Crs = KokkosSparse::CrsMatrix<float, Index, Device, void, offset_type>;
   // Wraps the graph's views (no copy).

@@ -30,8 +30,8 @@ namespace Impl {
 /// run draws exactly the masks the uninterrupted run would have.
 KOKKOS_INLINE_FUNCTION double counter_uniform(std::uint64_t seed, std::uint64_t epoch, std::uint64_t layer,
                                               std::uint64_t index) {
-  std::uint64_t x = seed ^ (epoch * 0x9e3779b97f4a7c15ULL) ^ (layer * 0xc2b2ae3d27d4eb4fULL) ^
-                    (index * 0x165667b19e3779f9ULL);
+  std::uint64_t x =
+      seed ^ (epoch * 0x9e3779b97f4a7c15ULL) ^ (layer * 0xc2b2ae3d27d4eb4fULL) ^ (index * 0x165667b19e3779f9ULL);
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -89,8 +89,9 @@ template <class ExecSpace> struct ModelState {
         "Tessel::gnn::dropout", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(in.extent(0))),
         KOKKOS_LAMBDA(std::int64_t i) {
           for (std::int64_t j = 0; j < cols; ++j) {
-            bool const keep = counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(layer),
-                                              static_cast<std::uint64_t>(i * cols + j)) >= p;
+            bool const keep =
+                counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(layer),
+                                static_cast<std::uint64_t>(i * cols + j)) >= p;
             out(i, j) = keep ? in(i, j) * scale : 0.0f;
           }
         });
@@ -250,7 +251,8 @@ template <class ExecSpace> struct ModelState {
         auto dwl = dw[ul], wl = w[ul];
         float const wd = static_cast<float>(options.weight_decay);
         Kokkos::parallel_for(
-            "Tessel::gnn::weight_decay", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(wl.extent(0))),
+            "Tessel::gnn::weight_decay",
+            Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(wl.extent(0))),
             KOKKOS_LAMBDA(std::int64_t i) {
               for (std::size_t j = 0; j < wl.extent(1); ++j)
                 dwl(i, j) += wd * wl(i, j);
@@ -269,9 +271,9 @@ template <class ExecSpace> struct ModelState {
             Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(g.extent(0))),
             KOKKOS_LAMBDA(std::int64_t i) {
               for (std::int64_t j = 0; j < cols; ++j) {
-                bool const keep = counter_uniform(seed, static_cast<std::uint64_t>(epoch),
-                                                  static_cast<std::uint64_t>(l),
-                                                  static_cast<std::uint64_t>(i * cols + j)) >= p;
+                bool const keep =
+                    counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(l),
+                                    static_cast<std::uint64_t>(i * cols + j)) >= p;
                 g(i, j) = keep ? g(i, j) * scale : 0.0f;
               }
             });
@@ -319,8 +321,8 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   s.options = options;
   s.data_name = data.name;
   validate(data);
-  TESSEL_REQUIRE(options.layers >= 1 && options.hidden >= 1 && options.epochs >= 0, "train: layers = ",
-                 options.layers, ", hidden = ", options.hidden, ", epochs = ", options.epochs);
+  TESSEL_REQUIRE(options.layers >= 1 && options.hidden >= 1 && options.epochs >= 0, "train: layers = ", options.layers,
+                 ", hidden = ", options.hidden, ", epochs = ", options.epochs);
   TESSEL_REQUIRE(options.dropout >= 0 && options.dropout < 1, "train: dropout = ", options.dropout,
                  " must be in [0, 1)");
   TESSEL_REQUIRE(!data.labels.empty() && data.num_classes >= 1, "train: dataset '", data.name, "' has no labels");
@@ -330,8 +332,9 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   s.classes = data.num_classes;
 
   // Aggregation operator: GCN's D^-1/2 (A + I) D^-1/2 or GIN's A + (1 + eps) I.
-  auto const op = options.model == ModelKind::gcn ? gcn_normalize(data.graph)
-                                                  : add_self_loops(data.graph, static_cast<float>(1.0 + options.gin_eps));
+  auto const op = options.model == ModelKind::gcn
+                      ? gcn_normalize(data.graph)
+                      : add_self_loops(data.graph, static_cast<float>(1.0 + options.gin_eps));
   bool const symmetric = is_symmetric(op);
   std::string const plan_path = options.checkpoint + ".plan.h5";
   std::string const plan_t_path = options.checkpoint + ".plan_t.h5";
@@ -348,7 +351,7 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
         s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm, plan_t_path);
       else
         s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm,
-                                                                              s.fwd->partition());
+                                                                               s.fwd->partition());
     } else {
       s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm);
     }
@@ -440,16 +443,14 @@ template <class ExecSpace> typename GnnModel<ExecSpace>::Metrics GnnModel<ExecSp
 }
 
 template <class ExecSpace> int GnnModel<ExecSpace>::num_layers() const { return _state->layers(); }
-template <class ExecSpace>
-Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::weight(int l) const {
+template <class ExecSpace> Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::weight(int l) const {
   return _state->w.at(static_cast<std::size_t>(l));
 }
 template <class ExecSpace>
 Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::weight_gradient(int l) const {
   return _state->dw.at(static_cast<std::size_t>(l));
 }
-template <class ExecSpace>
-Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::bias(int l) const {
+template <class ExecSpace> Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::bias(int l) const {
   return _state->b.at(static_cast<std::size_t>(l));
 }
 template <class ExecSpace>
@@ -499,8 +500,7 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
   }
 }
 
-template <class ExecSpace>
-std::vector<EpochRecord> GnnModel<ExecSpace>::load_checkpoint(std::string const &path) {
+template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_checkpoint(std::string const &path) {
   auto &s = *_state;
   h5::File file(path, h5::Mode::read);
   TESSEL_REQUIRE(file.has_attribute("/", "schema") &&

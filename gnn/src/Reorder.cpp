@@ -335,8 +335,8 @@ Partition partition(Graph<Index> const &g, std::int64_t part_size, PartitionMeth
 
 template <class Index> Graph<Index> permute(Graph<Index> const &g, Permutation const &perm) {
   TESSEL_REQUIRE(g.num_rows() == g.num_cols() && perm.size() == static_cast<std::int64_t>(g.num_rows()),
-                 "permute: graph '", g.name(), "' is ", g.num_rows(), " x ", g.num_cols(),
-                 ", permutation has size ", perm.size());
+                 "permute: graph '", g.name(), "' is ", g.num_rows(), " x ", g.num_cols(), ", permutation has size ",
+                 perm.size());
   auto const n = static_cast<std::size_t>(g.num_rows());
   Impl::HostCsr<Index> csr;
   csr.row_map.assign(n + 1, 0);
@@ -365,12 +365,11 @@ namespace {
 template <class ExecSpace, class MemorySpace>
 void gather_rows(ExecSpace const &space, std::vector<std::int64_t> const &index, bool scatter,
                  ConstMatrix<MemorySpace> const &x, Matrix<MemorySpace> const &out, char const *label) {
-  TESSEL_REQUIRE(x.extent(0) == index.size() && out.extent(0) == index.size() && x.extent(1) == out.extent(1),
-                 label, ": input ", x.extent(0), " x ", x.extent(1), ", output ", out.extent(0), " x ",
-                 out.extent(1), ", permutation of ", index.size());
-  Kokkos::View<std::int64_t *, MemorySpace> idx(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
-                                                                   "Tessel::gnn::permutation"),
-                                                index.size());
+  TESSEL_REQUIRE(x.extent(0) == index.size() && out.extent(0) == index.size() && x.extent(1) == out.extent(1), label,
+                 ": input ", x.extent(0), " x ", x.extent(1), ", output ", out.extent(0), " x ", out.extent(1),
+                 ", permutation of ", index.size());
+  Kokkos::View<std::int64_t *, MemorySpace> idx(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "Tessel::gnn::permutation"), index.size());
   auto host = Kokkos::create_mirror_view(idx);
   std::copy(index.begin(), index.end(), host.data());
   Kokkos::deep_copy(space, idx, host);

@@ -59,7 +59,9 @@ char const *name_of(BlockKernel kernel) {
 }
 
 double CostModel::seconds(BlockKernel kernel, double elements, int features) const {
-  double const rate = kernel == BlockKernel::csr ? csr_gflops : kernel == BlockKernel::tiles ? tiles_gflops : dense_gflops;
+  double const rate = kernel == BlockKernel::csr     ? csr_gflops
+                      : kernel == BlockKernel::tiles ? tiles_gflops
+                                                     : dense_gflops;
   return 2.0 * elements * features / (rate * 1e9);
 }
 
@@ -77,12 +79,11 @@ std::string SpmmPlan::to_json() const {
      << ", \"final_measured\": " << Impl::json_pairs(final_measured) << ", \"classes\": [";
   for (std::size_t c = 0; c < classes.size(); ++c) {
     auto const &k = classes[c];
-    os << (c ? ", " : "") << "{\"intra\": " << (k.intra ? "true" : "false")
-       << ", \"density\": [" << json_number(k.density_min) << ", " << json_number(k.density_max)
-       << "], \"blocks\": " << k.blocks << ", \"nnz\": " << k.nnz << ", \"tiles\": " << k.tiles
-       << ", \"dense_elements\": " << k.dense_elements << ", \"kernel\": " << json_string(k.kernel)
-       << ", \"predicted\": " << Impl::json_pairs(k.predicted) << ", \"measured\": " << Impl::json_pairs(k.measured)
-       << ", \"reason\": " << json_string(k.reason) << "}";
+    os << (c ? ", " : "") << "{\"intra\": " << (k.intra ? "true" : "false") << ", \"density\": ["
+       << json_number(k.density_min) << ", " << json_number(k.density_max) << "], \"blocks\": " << k.blocks
+       << ", \"nnz\": " << k.nnz << ", \"tiles\": " << k.tiles << ", \"dense_elements\": " << k.dense_elements
+       << ", \"kernel\": " << json_string(k.kernel) << ", \"predicted\": " << Impl::json_pairs(k.predicted)
+       << ", \"measured\": " << Impl::json_pairs(k.measured) << ", \"reason\": " << json_string(k.reason) << "}";
   }
   os << "]}";
   return os.str();
@@ -155,8 +156,8 @@ template <class Index, class ExecSpace> struct SpmmState {
   std::vector<std::vector<BlockKernel>> candidates;
   double preprocess_seconds = 0;
   bool structures_ready = false;
-  std::vector<bool> multi;            // class has more than one candidate
-  CsrPiece<Index, M> tuning_rest;     // entries of single-candidate classes, all rows
+  std::vector<bool> multi;        // class has more than one candidate
+  CsrPiece<Index, M> tuning_rest; // entries of single-candidate classes, all rows
   std::vector<CsrPiece<Index, M>> class_csr;
   std::vector<TileSet<Index, M>> class_tiles;
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
@@ -355,9 +356,9 @@ template <class Index, class ExecSpace> struct SpmmState {
       break;
     case SpmmAlgorithm::dense: {
       double const bytes = 4.0 * static_cast<double>(rows) * static_cast<double>(cols);
-      TESSEL_REQUIRE(bytes <= static_cast<double>(options.dense_max_bytes), "dense: graph '", name, "' needs ",
-                     bytes / (1 << 20), " MiB as a dense matrix, more than dense_max_bytes = ",
-                     options.dense_max_bytes / (1 << 20), " MiB");
+      TESSEL_REQUIRE(
+          bytes <= static_cast<double>(options.dense_max_bytes), "dense: graph '", name, "' needs ", bytes / (1 << 20),
+          " MiB as a dense matrix, more than dense_max_bytes = ", options.dense_max_bytes / (1 << 20), " MiB");
       dense = Matrix<M>("Tessel::gnn::Spmm::dense", rows, cols);
       auto h = Kokkos::create_mirror_view(dense);
       Kokkos::deep_copy(h, 0.0f);
@@ -487,8 +488,7 @@ template <class Index, class ExecSpace> struct SpmmState {
         } else if (bk != BlockKernel::csr && t > cm.prune_factor * best) {
           ok = false;
           why << name_of(bk) << " pruned (predicted " << t / best << "x the best); ";
-        } else if (bk == BlockKernel::dense &&
-                   4.0 * elements[kernel] > static_cast<double>(options.dense_max_bytes)) {
+        } else if (bk == BlockKernel::dense && 4.0 * elements[kernel] > static_cast<double>(options.dense_max_bytes)) {
           ok = false;
           why << "dense pruned (" << 4.0 * elements[kernel] / (1 << 20) << " MiB > dense_max_bytes); ";
         }
@@ -545,11 +545,9 @@ template <class Index, class ExecSpace> struct SpmmState {
   void run_csr(ExecSpace const &space, CsrPiece<Index, M> const &piece, ConstMatrix<M> const &x, Matrix<M> const &y,
                bool accumulate, bool feature_tiled) const {
     if (feature_tiled)
-      spmm_csr_feature_tiled<ExecSpace, Index, M>(space, piece.row_map, piece.entries, piece.values, x, y,
-                                                  accumulate);
+      spmm_csr_feature_tiled<ExecSpace, Index, M>(space, piece.row_map, piece.entries, piece.values, x, y, accumulate);
     else
-      spmm_csr<ExecSpace, Index, M>(space, piece.row_map, piece.entries, piece.values, piece.row_ids, x, y,
-                                    accumulate);
+      spmm_csr<ExecSpace, Index, M>(space, piece.row_map, piece.entries, piece.values, piece.row_ids, x, y, accumulate);
   }
 
   void run_dense(ExecSpace const &space, std::vector<DenseBlock<Index, M>> const &list, ConstMatrix<M> const &x,
@@ -561,8 +559,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
   }
 
-  void run_class(ExecSpace const &space, int c, BlockKernel kernel, ConstMatrix<M> const &x,
-                 Matrix<M> const &y) const {
+  void run_class(ExecSpace const &space, int c, BlockKernel kernel, ConstMatrix<M> const &x, Matrix<M> const &y) const {
     auto const cc = static_cast<std::size_t>(c);
     if (kernel == BlockKernel::csr)
       run_csr(space, class_csr[cc], x, y, /*accumulate=*/true, false);
@@ -754,13 +751,14 @@ template <class Index, class ExecSpace> struct SpmmState {
     int const f = static_cast<int>(x.extent(1));
     if (f == 0 || rows == 0)
       return;
+    if (options.algorithm != SpmmAlgorithm::adaptive && widths.find(f) == widths.end())
+      width(f); // records the (fixed) plan of this width for plans()
     switch (options.algorithm) {
     case SpmmAlgorithm::csr:
       spmm_csr<ExecSpace, Index, M>(space, graph.row_map(), graph.entries(), graph.values(), {}, x, y, false);
       return;
     case SpmmAlgorithm::csr_feature_tiled:
-      spmm_csr_feature_tiled<ExecSpace, Index, M>(space, graph.row_map(), graph.entries(), graph.values(), x, y,
-                                                  false);
+      spmm_csr_feature_tiled<ExecSpace, Index, M>(space, graph.row_map(), graph.entries(), graph.values(), x, y, false);
       return;
     case SpmmAlgorithm::coo:
       if (coo.carry.extent(1) != x.extent(1))
@@ -804,8 +802,7 @@ template <class Index, class ExecSpace> struct SpmmState {
         bool const separate = multi[cc] || (cand.size() == 1 && cand[0] != BlockKernel::csr);
         if (!separate)
           continue;
-        BlockKernel const use =
-            std::find(cand.begin(), cand.end(), kernel) != cand.end() ? kernel : cand.front();
+        BlockKernel const use = std::find(cand.begin(), cand.end(), kernel) != cand.end() ? kernel : cand.front();
         double const start = timer.seconds();
         run_class(space, c, use, x, y);
         double const t = timer.seconds() - start;
@@ -838,14 +835,12 @@ template <class Index, class ExecSpace> struct SpmmState {
 } // namespace Impl
 
 template <class Index, class ExecSpace>
-SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph,
-                                         SpmmOptions const &options)
+SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options)
     : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>()) {
   (void)space;
   auto &s = *_state;
   s.options = options;
-  TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ",
-                 options.tuning_repeats);
+  TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ", options.tuning_repeats);
   TESSEL_REQUIRE(std::is_sorted(options.class_bounds.begin(), options.class_bounds.end()),
                  "SpmmHandle: class_bounds must be increasing");
   validate(graph);
@@ -863,8 +858,8 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
 }
 
 template <class Index, class ExecSpace>
-SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph,
-                                         SpmmOptions const &options, Partition const &partition)
+SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
+                                         Partition const &partition)
     : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>()) {
   (void)space;
   auto &s = *_state;
@@ -880,8 +875,8 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
 }
 
 template <class Index, class ExecSpace>
-SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph,
-                                         SpmmOptions const &options, std::string const &plan_path)
+SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
+                                         std::string const &plan_path)
     : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>()) {
   (void)space;
   auto &s = *_state;
@@ -893,7 +888,8 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
   s.cols = graph.num_cols();
   s.nnz = graph.nnz();
   h5::File file(plan_path, h5::Mode::read);
-  TESSEL_REQUIRE(file.has_attribute("/", "schema") && file.read_string_attribute("/", "schema") == "tessel.gnn.spmm_plan",
+  TESSEL_REQUIRE(file.has_attribute("/", "schema") &&
+                     file.read_string_attribute("/", "schema") == "tessel.gnn.spmm_plan",
                  "plan file '", plan_path, "': root attribute schema is not 'tessel.gnn.spmm_plan'");
   auto const rows = file.read_attribute<std::int64_t>("/", "rows");
   auto const nnz = file.read_attribute<std::int64_t>("/", "nnz");
@@ -983,8 +979,7 @@ template <class Index, class ExecSpace> double SpmmHandle<Index, ExecSpace>::ove
   return _state->preprocess_seconds + _state->tuning_seconds;
 }
 
-template <class Index, class ExecSpace>
-void SpmmHandle<Index, ExecSpace>::save_plans(std::string const &path) const {
+template <class Index, class ExecSpace> void SpmmHandle<Index, ExecSpace>::save_plans(std::string const &path) const {
   auto const &s = *_state;
   TESSEL_REQUIRE(s.options.algorithm == SpmmAlgorithm::adaptive, "save_plans: only adaptive handles have plans, this ",
                  "one runs ", name_of(s.options.algorithm));

@@ -11,8 +11,9 @@ namespace tessel::gnn::Impl {
 /// \p trans_a / \p trans_b are "N" or "T". Empty products only scale C.
 template <class ExecSpace>
 void gemm(ExecSpace const &space, char const *trans_a, char const *trans_b, float alpha,
-          ConstMatrix<typename ExecSpace::memory_space> const &a, ConstMatrix<typename ExecSpace::memory_space> const &b,
-          float beta, Matrix<typename ExecSpace::memory_space> const &c);
+          ConstMatrix<typename ExecSpace::memory_space> const &a,
+          ConstMatrix<typename ExecSpace::memory_space> const &b, float beta,
+          Matrix<typename ExecSpace::memory_space> const &c);
 
 /// y = A x with KokkosSparse::spmv on rank-2 views (Kokkos Kernels' native multivector SpMV).
 template <class Index, class ExecSpace>

@@ -209,7 +209,8 @@ void spmm_coo_atomic(ExecSpace const &space, Kokkos::View<Index const *, MemoryS
   if (!accumulate)
     Kokkos::deep_copy(space, y, 0.0f);
   Kokkos::parallel_for(
-      "Tessel::gnn::spmm_coo_atomic", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(rows.extent(0))),
+      "Tessel::gnn::spmm_coo_atomic",
+      Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(rows.extent(0))),
       KOKKOS_LAMBDA(std::int64_t e) {
         float const a = values(e);
         std::int64_t const r = rows(e), col = entries(e);
@@ -232,9 +233,8 @@ template <class Index, class MemorySpace> struct TileSet {
 /// One row window, feature columns c0 .. c0+W: acc (16 x W) += tile (16 x 8) * X(tile columns, c0 .. c0+W).
 template <int W, class Index>
 KOKKOS_FORCEINLINE_FUNCTION void tile_window_chunk(std::int64_t tb, std::int64_t te, Index const *tcol,
-                                                   float const *tval, float const *x, std::int64_t ldx,
-                                                   std::int64_t c0, float *y, std::int64_t ldy, int nrows,
-                                                   bool accumulate) {
+                                                   float const *tval, float const *x, std::int64_t ldx, std::int64_t c0,
+                                                   float *y, std::int64_t ldy, int nrows, bool accumulate) {
 #ifdef TESSEL_GNN_HOST_VECTORS
   if constexpr (W == vec_width) {
     // 16 vector accumulators: one per window row.

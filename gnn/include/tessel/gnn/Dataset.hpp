@@ -17,10 +17,10 @@ namespace tessel::gnn {
 struct Dataset {
   std::string name;
   std::string source;
-  Graph<std::int32_t> graph;         ///< row i aggregates from its entries (as stored)
+  Graph<std::int32_t> graph;          ///< row i aggregates from its entries (as stored)
   Matrix<Kokkos::HostSpace> features; ///< num_nodes x num_features; 0 columns when the file has none
-  bool features_random = false;      ///< features carry no signal (timing only)
-  std::vector<std::int32_t> labels;  ///< class of each node, -1 = unlabelled; empty when the file has none
+  bool features_random = false;       ///< features carry no signal (timing only)
+  std::vector<std::int32_t> labels;   ///< class of each node, -1 = unlabelled; empty when the file has none
   int num_classes = 0;
   std::vector<std::uint8_t> train_mask, val_mask, test_mask; ///< one 0/1 byte per node; empty when absent
   bool directed = false;

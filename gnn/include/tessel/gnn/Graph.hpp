@@ -94,8 +94,8 @@ Graph<Index> make_graph(std::string const &name, Index num_rows, Index num_cols,
 /// the first edge out of range.
 template <class Index>
 Graph<Index> graph_from_edges(std::string const &name, Index num_nodes,
-                              std::vector<std::pair<Index, Index>> const &edges, bool symmetrize,
-                              bool merge_duplicates, bool drop_self_loops = false);
+                              std::vector<std::pair<Index, Index>> const &edges, bool symmetrize, bool merge_duplicates,
+                              bool drop_self_loops = false);
 
 /// \brief Checks sizes, monotone row_map, column range and finite values; throws tessel::Exception naming the
 /// graph and the first bad entry.

@@ -31,13 +31,13 @@ struct EpochRecord {
 /// \brief Hyper-parameters and run control. Defaults are Kipf & Welling's GCN setup.
 struct TrainOptions {
   ModelKind model = ModelKind::gcn;
-  int hidden = 16;            ///< hidden width (GIN in GNNAdvisor: 64)
-  int layers = 2;             ///< GCN: 2; GIN in GNNAdvisor: 5
+  int hidden = 16; ///< hidden width (GIN in GNNAdvisor: 64)
+  int layers = 2;  ///< GCN: 2; GIN in GNNAdvisor: 5
   int epochs = 200;
   double learning_rate = 0.01;
-  double weight_decay = 5e-4; ///< L2 on the first layer's weights (GCN, as Kipf) or on all weights (GIN)
-  double dropout = 0.5;       ///< on the input of every layer
-  int patience = 10;          ///< stop when the validation loss exceeds the mean of the last `patience` (0: off)
+  double weight_decay = 5e-4;     ///< L2 on the first layer's weights (GCN, as Kipf) or on all weights (GIN)
+  double dropout = 0.5;           ///< on the input of every layer
+  int patience = 10;              ///< stop when the validation loss exceeds the mean of the last `patience` (0: off)
   bool normalize_features = true; ///< row-normalize input features (Kipf)
   double gin_eps = 0.0;           ///< GIN aggregation A + (1 + eps) I
   int random_features = 0;        ///< width of uniform random features when the data set has none
@@ -55,12 +55,12 @@ struct TrainResult {
   int epochs_run = 0;
   bool early_stopped = false;
   double train_acc = 0, val_acc = 0, test_acc = 0; ///< of the final parameters
-  double train_seconds = 0;       ///< sum of epoch times
-  double aggregation_seconds = 0; ///< sum of aggregation times
-  double setup_seconds = 0;       ///< model construction (normalization, partition, handles)
-  double selection_seconds = 0;   ///< AdaptGear selection: partition/decomposition plus tuning applies
-  std::vector<SpmmPlan> plans;    ///< the forward handle's plans (one per aggregated width)
-  std::vector<SpmmPlan> backward_plans; ///< the A^T handle's plans (empty when A is symmetric)
+  double train_seconds = 0;                        ///< sum of epoch times
+  double aggregation_seconds = 0;                  ///< sum of aggregation times
+  double setup_seconds = 0;                        ///< model construction (normalization, partition, handles)
+  double selection_seconds = 0;                    ///< AdaptGear selection: partition/decomposition plus tuning applies
+  std::vector<SpmmPlan> plans;                     ///< the forward handle's plans (one per aggregated width)
+  std::vector<SpmmPlan> backward_plans;            ///< the A^T handle's plans (empty when A is symmetric)
 };
 
 namespace Impl {
@@ -109,8 +109,7 @@ private:
 };
 
 /// \brief Builds a GnnModel and trains it.
-template <class ExecSpace>
-TrainResult train(ExecSpace const &space, Dataset const &data, TrainOptions const &options) {
+template <class ExecSpace> TrainResult train(ExecSpace const &space, Dataset const &data, TrainOptions const &options) {
   GnnModel<ExecSpace> model(space, data, options);
   return model.train();
 }

@@ -125,8 +125,7 @@ public:
   /// Preprocesses \p graph (host) for \p options.algorithm; adaptive partitions and decomposes here.
   SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options = {});
   /// Adaptive with a given vertex order and parts, e.g. those of the forward handle for the backward A^T.
-  SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
-             Partition const &partition);
+  SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options, Partition const &partition);
   /// Adaptive with plans loaded by load_plans (no tuning for their widths). Throws when \p path was saved for
   /// another graph.
   SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
