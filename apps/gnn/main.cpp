@@ -303,6 +303,7 @@ int cmd_bench(Args const &a) {
   int const reps = std::stoi(a.get("--reps", "15")), warmup = std::stoi(a.get("--warmup", "3"));
   TESSEL_REQUIRE(reps >= 1 && warmup >= 0, "--reps must be >= 1 and --warmup >= 0");
   Exec space;
+  bool wrong = false;
   auto const n = static_cast<std::size_t>(op.num_rows());
   std::printf("tessel-gnn bench: '%s' (%zu nodes, %lld entries, operator %s), OPENBLAS_NUM_THREADS=%s, reps %d\n",
               data.name.c_str(), n, static_cast<long long>(op.nnz()), op_name.c_str(),
@@ -366,8 +367,10 @@ int cmd_bench(Args const &a) {
       double const med = median(t);
       ms[label] = 1e3 * med;
       std::string note = tuning ? std::to_string(tuning) + " tuning applies" : "";
-      if (rel > 1e-4)
+      if (rel > 1e-4) {
         note += " WRONG RESULT";
+        wrong = true;
+      }
       notes[label] = note;
       std::printf("  %-22s %10.4f %9.2f %10.3f %12.2e  %s\n", label.c_str(), 1e3 * med, flops / med * 1e-9, setup, rel,
                   note.c_str());
@@ -460,7 +463,9 @@ int cmd_bench(Args const &a) {
     TESSEL_REQUIRE(out.good(), "cannot write '", a.get("--json"), "'");
     out << js.str();
   }
-  return 0;
+  if (wrong)
+    std::fprintf(stderr, "tessel-gnn bench: some kernel returned a wrong result (see WRONG RESULT above)\n");
+  return wrong ? 3 : 0;
 }
 
 } // namespace

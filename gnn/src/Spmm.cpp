@@ -71,7 +71,8 @@ std::string SpmmPlan::to_json() const {
   std::ostringstream os;
   os << "{\"graph\": " << json_string(graph) << ", \"rows\": " << rows << ", \"nnz\": " << nnz
      << ", \"features\": " << features << ", \"algorithm\": " << json_string(algorithm)
-     << ", \"partition\": " << json_string(partition_method) << ", \"parts\": " << parts
+     << ", \"partition\": " << json_string(partition_method) << ", \"ordering\": " << json_string(ordering)
+     << ", \"partition_seconds\": " << json_number(partition_seconds) << ", \"parts\": " << parts
      << ", \"intra_fraction\": " << json_number(intra_fraction) << ", \"timed\": " << (timed ? "true" : "false")
      << ", \"frozen\": " << (frozen ? "true" : "false") << ", \"rest_kernel\": " << json_string(rest_kernel)
      << ", \"reason\": " << json_string(reason) << ", \"preprocess_seconds\": " << json_number(preprocess_seconds)
@@ -155,6 +156,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   std::vector<SpmmClassPlan> classes; // width-independent parts of the class plans
   std::vector<std::vector<BlockKernel>> candidates;
   double preprocess_seconds = 0;
+  std::string ordering; // how the vertex order was chosen
   bool structures_ready = false;
   std::vector<bool> multi;        // class has more than one candidate
   CsrPiece<Index, M> tuning_rest; // entries of single-candidate classes, all rows
@@ -373,6 +375,39 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
   }
 
+  /// Times CSR in the original and in the partitioned order (F = 32, interleaved); keeps the original order
+  /// when reordering does not pay (graphs already local, or too small to miss in cache).
+  void probe_reordering(HostGraph const &g, std::int64_t part_size) {
+    ExecSpace space;
+    auto const original = g.to(space), reordered = permuted.to(space);
+    constexpr int f = 32;
+    Matrix<M> x(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::probe_x"), static_cast<std::size_t>(rows), f);
+    Matrix<M> y(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::probe_y"), static_cast<std::size_t>(rows), f);
+    Kokkos::deep_copy(space, x, 1.0f);
+    std::vector<double> t[2];
+    Timer<ExecSpace> timer(space, "Tessel::gnn::Spmm::probe");
+    for (int rep = 0; rep < 4; ++rep)
+      for (int which = 0; which < 2; ++which) {
+        auto const &a = which == 0 ? original : reordered;
+        timer.reset();
+        spmm_csr<ExecSpace, Index, M>(space, a.row_map(), a.entries(), a.values(), {}, x, y, false);
+        if (rep > 0) // the first round warms the caches
+          t[which].push_back(timer.seconds());
+      }
+    double const t_orig = median(t[0]), t_perm = median(t[1]);
+    std::ostringstream note;
+    note << "reordering probe (csr, F=32): original order " << 1e3 * t_orig << " ms, " << name_of(partition.method)
+         << " order " << 1e3 * t_perm << " ms -> ";
+    if (t_perm < 0.97 * t_orig) {
+      note << "reordered";
+    } else {
+      note << "original order kept";
+      partition = gnn::partition(g, part_size, PartitionMethod::none);
+      permuted = g;
+    }
+    ordering = note.str();
+  }
+
   void setup_adaptive(HostGraph const &g, Partition const *given) {
     auto const t0 = std::chrono::steady_clock::now();
     TESSEL_REQUIRE(rows == cols, "adaptive: graph '", name, "' is ", rows, " x ", cols,
@@ -381,11 +416,14 @@ template <class Index, class ExecSpace> struct SpmmState {
       TESSEL_REQUIRE(given->permutation.size() == static_cast<std::int64_t>(rows), "adaptive: the given partition has ",
                      given->permutation.size(), " vertices, graph '", name, "' has ", rows);
       partition = *given;
+      permuted = permute(g, partition.permutation);
     } else {
       std::int64_t const part_size = options.part_size > 0 ? options.part_size : default_part_size;
       partition = gnn::partition(g, part_size, options.partition, 0, options.seed);
+      permuted = permute(g, partition.permutation);
+      if (options.timing && partition.method != PartitionMethod::none)
+        probe_reordering(g, part_size);
     }
-    permuted = permute(g, partition.permutation);
     auto const &off = partition.part_offsets;
     std::size_t const nparts = off.size() - 1;
     part_of.assign(static_cast<std::size_t>(rows), 0);
@@ -443,23 +481,26 @@ template <class Index, class ExecSpace> struct SpmmState {
       k.nnz += b.nnz;
       k.dense_elements += (off[b.p + 1] - off[b.p]) * (off[b.q + 1] - off[b.q]);
     }
-    // Tile counts per class (windows aligned to row parts).
-    for (int c = 0; c < num_classes; ++c) {
-      auto &k = classes[static_cast<std::size_t>(c)];
-      if (k.nnz == 0)
-        continue;
-      std::vector<Index> cols_in_window;
+    // Tile counts per class (windows aligned to row parts), in one pass over the windows.
+    {
+      std::vector<std::pair<int, Index>> window; // (class, column)
       for (std::size_t p = 0; p < nparts; ++p)
         for (auto r = off[p]; r < off[p + 1]; r += tile_rows) {
           auto const re = std::min<std::int64_t>(r + tile_rows, off[p + 1]);
-          cols_in_window.clear();
+          window.clear();
           for (auto i = r; i < re; ++i)
             for (offset_type e = permuted.row_map()(i); e < permuted.row_map()(i + 1); ++e)
-              if (entry_class[static_cast<std::size_t>(e)] == c)
-                cols_in_window.push_back(permuted.entries()(e));
-          std::sort(cols_in_window.begin(), cols_in_window.end());
-          auto const u = std::unique(cols_in_window.begin(), cols_in_window.end()) - cols_in_window.begin();
-          k.tiles += (u + tile_cols - 1) / tile_cols;
+              window.emplace_back(entry_class[static_cast<std::size_t>(e)], permuted.entries()(e));
+          std::sort(window.begin(), window.end());
+          window.erase(std::unique(window.begin(), window.end()), window.end());
+          for (std::size_t k = 0; k < window.size();) {
+            std::size_t e = k;
+            while (e < window.size() && window[e].first == window[k].first)
+              ++e;
+            classes[static_cast<std::size_t>(window[k].first)].tiles +=
+                static_cast<std::int64_t>((e - k + tile_cols - 1) / tile_cols);
+            k = e;
+          }
         }
     }
     // Candidates: csr always; tiles and dense unless the cost model rules them out (or the dense storage is
@@ -686,6 +727,8 @@ template <class Index, class ExecSpace> struct SpmmState {
       p.intra_fraction = partition.intra_fraction;
       p.classes = classes;
       p.preprocess_seconds = preprocess_seconds;
+      p.partition_seconds = partition.seconds;
+      p.ordering = ordering.empty() ? std::string(name_of(partition.method)) + " order" : ordering;
       p.timed = options.timing;
     } else {
       p.rest_kernel = name_of(options.algorithm);

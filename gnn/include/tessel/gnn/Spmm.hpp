@@ -93,6 +93,8 @@ struct SpmmPlan {
   int features = 0;
   std::string algorithm;
   std::string partition_method = "none";
+  std::string ordering;         ///< how the vertex order was chosen (the reordering probe's timings)
+  double partition_seconds = 0; ///< of preprocess_seconds, the partitioner's share
   std::int64_t parts = 0;
   double intra_fraction = 0;
   bool timed = false;  ///< decided by timing (false: cost model or fixed algorithm)
