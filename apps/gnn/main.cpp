@@ -12,11 +12,13 @@
 #include <tessel/gnn/Spmm.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -54,7 +56,7 @@ char const *usage_text =
     "\n"
     "bench options:\n"
     "  --data FILE --features 16,64,256 --kernels csr,coo,...,adaptive (default: all but coo_atomic)\n"
-    "  --reps N (timed applies per kernel, median reported; default 15) --warmup N (default 3)\n"
+    "  --reps N (timed rounds, all kernels in turn, median reported; default 15) --warmup N (default 3)\n"
     "  --operator gcn|raw     D^-1/2 (A+I) D^-1/2 (default) or A as stored\n"
     "  --timing on|off --partition P --part-size N --json FILE\n";
 
@@ -334,29 +336,78 @@ int cmd_bench(Args const &a) {
     std::string plan_json = "null";
     std::printf("\nF = %d\n  %-22s %10s %9s %10s %12s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
                 "max rel err", "note");
-    auto run = [&](std::string const &label, SpmmHandle<std::int32_t, Exec> &h, Permutation const *perm, double setup) {
-      Matrix<Mem> xin = x, y("Tessel::gnn::bench::y", n, static_cast<std::size_t>(f));
+    // Every kernel is prepared (built, tuned, warmed up) first; then the timed rounds run all kernels in turn, so
+    // that drifting machine load affects them alike. Each timed sample is a batch of applies of >= 2 ms.
+    struct Entry {
+      std::string label;
+      std::unique_ptr<SpmmHandle<std::int32_t, Exec>> handle;
+      Permutation const *perm = nullptr;
+      Matrix<Mem> xin, y;
+      double setup = 0;
+      int tuning = 0, inner = 1;
+      std::vector<double> t;
+    };
+    std::vector<Entry> entries;
+    Permutation adaptive_perm;
+    bool have_perm = false;
+    auto add = [&](std::string const &label, std::unique_ptr<SpmmHandle<std::int32_t, Exec>> h, Permutation const *perm,
+                   double setup) {
+      Entry e;
+      e.label = label;
+      e.handle = std::move(h);
+      e.perm = perm;
+      e.setup = setup;
+      e.xin = x;
+      e.y = Matrix<Mem>("Tessel::gnn::bench::y", n, static_cast<std::size_t>(f));
       if (perm) {
-        xin = Matrix<Mem>("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f));
-        permute_rows(space, *perm, ConstMatrix<Mem>(x), xin);
+        e.xin = Matrix<Mem>("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f));
+        permute_rows(space, *perm, ConstMatrix<Mem>(x), e.xin);
       }
-      int tuning = 0;
-      while (!h.tuned(f) && tuning < 1000) {
-        h.apply(space, xin, y);
-        ++tuning;
+      while (!e.handle->tuned(f) && e.tuning < 1000) {
+        e.handle->apply(space, e.xin, e.y);
+        ++e.tuning;
       }
       for (int r = 0; r < warmup; ++r)
-        h.apply(space, xin, y);
-      std::vector<double> t;
-      for (int r = 0; r < reps; ++r) {
-        tessel::Timer<Exec> timer(space);
-        h.apply(space, xin, y);
-        t.push_back(timer.seconds());
+        e.handle->apply(space, e.xin, e.y);
+      tessel::Timer<Exec> timer(space);
+      e.handle->apply(space, e.xin, e.y);
+      e.inner = static_cast<int>(std::min(1000.0, std::max(1.0, std::ceil(2e-3 / std::max(timer.seconds(), 1e-9)))));
+      entries.push_back(std::move(e));
+    };
+    for (auto const &k : kernels) {
+      auto const algorithm = parse_spmm_algorithm(k);
+      try {
+        auto const t0 = std::chrono::steady_clock::now();
+        auto h = std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, op, spmm_options(a, algorithm));
+        double const setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        bool const permuted = algorithm == SpmmAlgorithm::adaptive;
+        if (permuted) {
+          adaptive_perm = h->permutation();
+          have_perm = true;
+        }
+        add(k, std::move(h), permuted ? &adaptive_perm : nullptr, setup);
+      } catch (tessel::Exception const &e) {
+        std::printf("  %-22s skipped: %s\n", k.c_str(), e.what());
+        notes[k] = std::string("skipped: ") + e.what();
       }
-      Matrix<Mem> yout = y;
-      if (perm) {
+    }
+    if (have_perm) // the reordering alone: plain CSR on the adaptive handle's vertex order
+      add("csr(reordered)",
+          std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, permute(op, adaptive_perm),
+                                                           fixed(SpmmAlgorithm::csr)),
+          &adaptive_perm, 0.0);
+    for (int r = 0; r < reps; ++r)
+      for (auto &e : entries) {
+        tessel::Timer<Exec> timer(space);
+        for (int k = 0; k < e.inner; ++k)
+          e.handle->apply(space, e.xin, e.y);
+        e.t.push_back(timer.seconds() / e.inner);
+      }
+    for (auto &e : entries) {
+      Matrix<Mem> yout = e.y;
+      if (e.perm) {
         yout = Matrix<Mem>("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
-        unpermute_rows(space, *perm, ConstMatrix<Mem>(y), yout);
+        unpermute_rows(space, *e.perm, ConstMatrix<Mem>(e.y), yout);
       }
       double err = 0, scale = 0;
       for (std::size_t k = 0; k < ref.size(); ++k) {
@@ -364,44 +415,22 @@ int cmd_bench(Args const &a) {
         scale = std::max(scale, static_cast<double>(std::abs(ref.data()[k])));
       }
       double const rel = err / std::max(scale, 1e-30);
-      double const med = median(t);
-      ms[label] = 1e3 * med;
-      std::string note = tuning ? std::to_string(tuning) + " tuning applies" : "";
+      double const med = median(e.t);
+      ms[e.label] = 1e3 * med;
+      std::string note = e.tuning ? std::to_string(e.tuning) + " tuning applies" : "";
       if (rel > 1e-4) {
         note += " WRONG RESULT";
         wrong = true;
       }
-      notes[label] = note;
-      std::printf("  %-22s %10.4f %9.2f %10.3f %12.2e  %s\n", label.c_str(), 1e3 * med, flops / med * 1e-9, setup, rel,
-                  note.c_str());
-      std::fflush(stdout);
-    };
-    Permutation adaptive_perm;
-    bool have_perm = false;
-    for (auto const &k : kernels) {
-      auto const algorithm = parse_spmm_algorithm(k);
-      try {
-        auto const t0 = std::chrono::steady_clock::now();
-        SpmmHandle<std::int32_t, Exec> h(space, op, spmm_options(a, algorithm));
-        double const setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        bool const permuted = algorithm == SpmmAlgorithm::adaptive;
-        run(k, h, permuted ? &h.permutation() : nullptr, setup);
-        if (permuted) {
-          adaptive_perm = h.permutation();
-          have_perm = true;
-          plan_json = h.plan(f).to_json();
-          print_plan(h.plan(f));
-        }
-      } catch (tessel::Exception const &e) {
-        std::printf("  %-22s skipped: %s\n", k.c_str(), e.what());
-        notes[k] = std::string("skipped: ") + e.what();
+      notes[e.label] = note;
+      std::printf("  %-22s %10.4f %9.2f %10.3f %12.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9, e.setup,
+                  rel, note.c_str());
+      if (e.label == "adaptive") {
+        plan_json = e.handle->plan(f).to_json();
+        print_plan(e.handle->plan(f));
       }
     }
     if (have_perm) {
-      // The reordering alone: plain CSR on the adaptive handle's vertex order.
-      auto const permuted = permute(op, adaptive_perm);
-      SpmmHandle<std::int32_t, Exec> h(space, permuted, fixed(SpmmAlgorithm::csr));
-      run("csr(reordered)", h, &adaptive_perm, 0.0);
       // Moving X into the handle's order and Y back, once per apply (not needed in training).
       Matrix<Mem> xp("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f)),
           yo("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
@@ -416,6 +445,7 @@ int cmd_bench(Args const &a) {
       std::printf("  %-22s %10.4f  (permuting X in and Y out; training keeps data in the handle's order)\n",
                   "permute in+out", 1e3 * median(t));
     }
+    std::fflush(stdout);
     // Ratios: adaptive against each baseline (> 1 means adaptive is faster).
     double best = INFINITY;
     std::string best_name;
