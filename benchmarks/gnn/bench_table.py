@@ -37,5 +37,32 @@ def main(paths):
               f"(worst graph {worst:.2f}x), over Kokkos Kernels spmv {gk:.2f}x, {len(v)} graphs")
 
 
+
+
+def calibrate(paths):
+    """Effective rates (GFLOP/s per stored element) of the class kernels timed by the adaptive tuner: the data
+    behind CostModel's defaults."""
+    rates = {"csr": [], "tiles": [], "dense": []}
+    for p in paths:
+        with open(p) as f:
+            d = json.load(f)
+        for r in d["results"]:
+            plan, fw = r.get("plan"), r["features"]
+            if not plan:
+                continue
+            for c in plan["classes"]:
+                elements = {"csr": c["nnz"], "tiles": c["tiles"] * 128, "dense": c["dense_elements"]}
+                for k, t in c["measured"].items():
+                    if t and t > 2e-5:  # classes timed below 20 us are mostly overhead
+                        rates[k].append(2.0 * elements[k] * fw / t * 1e-9)
+    for k, v in rates.items():
+        if v:
+            v.sort()
+            print(f"{k}: median {v[len(v) // 2]:.1f} GFLOP/s per stored element over {len(v)} timed classes "
+                  f"(range {v[0]:.1f} .. {v[-1]:.1f})")
+
+
 if __name__ == "__main__":
     main(sys.argv[1:])
+    print()
+    calibrate(sys.argv[1:])
