@@ -381,13 +381,13 @@ template <class Index, class ExecSpace> struct SpmmState {
   void probe_reordering(HostGraph const &g, std::int64_t part_size) {
     ExecSpace space;
     auto const original = g.to(space), reordered = permuted.to(space);
-    constexpr int f = 128; // wide enough for X to spill from L2, where the order matters
+    constexpr int f = 64; // wide enough for X to spill from L2 on large graphs, where the order matters
     Matrix<M> x(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::probe_x"), static_cast<std::size_t>(rows), f);
     Matrix<M> y(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::probe_y"), static_cast<std::size_t>(rows), f);
     Kokkos::deep_copy(space, x, 1.0f);
     std::vector<double> t[2];
     Timer<ExecSpace> timer(space, "Tessel::gnn::Spmm::probe");
-    for (int rep = 0; rep < 4; ++rep)
+    for (int rep = 0; rep < 3; ++rep)
       for (int which = 0; which < 2; ++which) {
         auto const &a = which == 0 ? original : reordered;
         timer.reset();
@@ -546,6 +546,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   void build_tuning_structures() {
     if (structures_ready)
       return;
+    auto const t0 = std::chrono::steady_clock::now();
     std::vector<char> keep(static_cast<std::size_t>(nnz));
     for (std::size_t e = 0; e < keep.size(); ++e)
       keep[e] = !multi[static_cast<std::size_t>(entry_class[e])] &&
@@ -579,6 +580,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       }
     }
     structures_ready = true;
+    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
   // ---------------------------------------------------------------------------------------------------------
