@@ -161,6 +161,8 @@ template <class Index, class ExecSpace> struct SpmmState {
   bool structures_ready = false;
   std::vector<bool> multi;        // class has more than one candidate
   CsrPiece<Index, M> tuning_rest; // entries of single-candidate classes, all rows
+  CsrPiece<Index, M> all_csr;     // the whole reordered graph (the final check's reference)
+  bool all_csr_ready = false;
   std::vector<CsrPiece<Index, M>> class_csr;
   std::vector<TileSet<Index, M>> class_tiles;
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
@@ -770,13 +772,25 @@ template <class Index, class ExecSpace> struct SpmmState {
     auto const t0 = std::chrono::steady_clock::now();
     build_final(w);
     tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    w.final_names = {"plan", "plan+feature_tiled_rest"};
+    bool mixed = false;
+    for (int c = 0; c < num_classes; ++c)
+      mixed = mixed || (w.plan.classes[static_cast<std::size_t>(c)].nnz > 0 &&
+                        w.choice[static_cast<std::size_t>(c)] != BlockKernel::csr);
+    // The mixed plan must also beat plain CSR on the reordered graph as a whole: class timings of small classes
+    // are dominated by call overheads that only the whole apply shows.
+    if (mixed && options.force_kernel < 0) {
+      build_all_csr();
+      w.final_names = {"all_csr", "all_csr+feature_tiled", "plan", "plan+feature_tiled_rest"};
+    } else {
+      w.final_names = {"plan", "plan+feature_tiled_rest"};
+    }
     w.final_samples.assign(w.final_names.size(), {});
     w.final_round = 0;
     w.stage = 1;
   }
 
   void freeze(Width &w) {
+    // The first candidate is the simplest; another must be faster by the switch margin.
     std::size_t best = 0;
     w.plan.final_measured.clear();
     for (std::size_t i = 0; i < w.final_names.size(); ++i) {
@@ -784,11 +798,33 @@ template <class Index, class ExecSpace> struct SpmmState {
       if (best_of(w.final_samples[i]) < switch_margin * best_of(w.final_samples[best]))
         best = i;
     }
-    w.rest_feature_tiled = best == 1;
+    std::string const &winner = w.final_names[best];
+    w.rest_feature_tiled = winner.find("feature_tiled") != std::string::npos;
     w.plan.rest_kernel = w.rest_feature_tiled ? "csr_feature_tiled" : "csr";
-    w.plan.reason = "timed: per class the fastest candidate, then the faster remainder kernel";
+    w.plan.reason = "timed: per class the fastest candidate, then the fastest of " +
+                    std::to_string(w.final_names.size()) + " whole-apply variants: " + winner;
+    if (winner.rfind("all_csr", 0) == 0) {
+      for (std::size_t c = 0; c < w.choice.size(); ++c)
+        if (w.choice[c] != BlockKernel::csr) {
+          w.choice[c] = BlockKernel::csr;
+          w.plan.classes[c].kernel = "csr";
+          w.plan.classes[c].reason += "; overruled: the whole apply was faster with csr everywhere";
+        }
+      w.rest = all_csr;
+      w.has_tiles = false;
+      w.dense.clear();
+    }
     w.stage = 2;
     w.plan.frozen = true;
+  }
+
+  void build_all_csr() {
+    if (all_csr_ready)
+      return;
+    auto const t0 = std::chrono::steady_clock::now();
+    all_csr = make_csr(permuted, std::vector<char>(static_cast<std::size_t>(nnz), 1), /*compressed=*/false);
+    all_csr_ready = true;
+    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
   void apply(ExecSpace const &space, ConstMatrix<M> const &x, Matrix<M> const &y) {
@@ -868,8 +904,13 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
     // Stage 1: the final structure with either remainder kernel, interleaved.
     std::size_t const which = w.final_round % w.final_names.size();
+    std::string const &variant = w.final_names[which];
+    bool const tiled = variant.find("feature_tiled") != std::string::npos;
     timer.reset();
-    run_final(space, w, x, y, which == 1);
+    if (variant.rfind("all_csr", 0) == 0)
+      run_csr(space, all_csr, x, y, /*accumulate=*/false, tiled);
+    else
+      run_final(space, w, x, y, tiled);
     double const t = timer.seconds();
     w.final_samples[which].push_back(t);
     tuning_seconds += t;
