@@ -44,9 +44,9 @@ char const *name_of(BlockKernel kernel);
 /// is off, and prune hopeless candidates when it is on. Defaults: medians measured by `tessel-gnn bench` on this
 /// project's CI-class machine (see gnn/README.md, "Cost model").
 struct CostModel {
-  double csr_gflops = 20.0;   ///< per nonzero
-  double tiles_gflops = 40.0; ///< per stored tile element (16 x 8 per tile, zeros included)
-  double dense_gflops = 90.0; ///< per dense block element
+  double csr_gflops = 33.0;   ///< per nonzero
+  double tiles_gflops = 67.0; ///< per stored tile element (16 x 8 per tile, zeros included)
+  double dense_gflops = 87.0; ///< per dense block element
   /// Candidates predicted slower than prune_factor times the best prediction are not timed.
   double prune_factor = 3.0;
   /// Predicted seconds of one apply for \p elements stored elements and \p features columns.
