@@ -391,7 +391,9 @@ int cmd_bench(Args const &a) {
       auto const algorithm = parse_spmm_algorithm(k);
       try {
         auto const t0 = std::chrono::steady_clock::now();
-        auto h = std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, op, spmm_options(a, algorithm));
+        auto options = spmm_options(a, algorithm);
+        options.probe_features = {f}; // this handle serves width f only
+        auto h = std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, op, options);
         double const setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         bool const permuted = algorithm == SpmmAlgorithm::adaptive;
         if (permuted) {

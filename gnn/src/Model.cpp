@@ -336,14 +336,28 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
                       ? gcn_normalize(data.graph)
                       : add_self_loops(data.graph, static_cast<float>(1.0 + options.gin_eps));
   bool const symmetric = is_symmetric(op);
+  // The reordering probe runs at the widths this model aggregates (the narrower side of each layer).
+  SpmmOptions spmm = options.spmm;
+  {
+    std::vector<int> widths;
+    int in = data.num_features() > 0 ? data.num_features() : options.random_features;
+    for (int l = 0; l < options.layers; ++l) {
+      int const out = l + 1 < options.layers ? options.hidden : data.num_classes;
+      widths.push_back(std::min(in, out));
+      in = out;
+    }
+    std::sort(widths.begin(), widths.end());
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    spmm.probe_features = widths;
+  }
   std::string const plan_path = options.checkpoint + ".plan.h5";
   std::string const plan_t_path = options.checkpoint + ".plan_t.h5";
   bool const reuse_plans = options.resume && !options.checkpoint.empty() &&
                            options.spmm.algorithm == SpmmAlgorithm::adaptive && std::ifstream(plan_path).good();
   if (reuse_plans)
-    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, options.spmm, plan_path);
+    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, spmm, plan_path);
   else
-    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, options.spmm);
+    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, spmm);
   if (!symmetric) {
     auto const opt = transpose(op);
     if (options.spmm.algorithm == SpmmAlgorithm::adaptive) {

@@ -66,6 +66,10 @@ struct SpmmOptions {
   /// Adaptive: upper density bounds of the density classes (the last class reaches 1).
   std::vector<double> class_bounds{0.01, 0.04, 0.15, 0.4};
   CostModel cost_model;
+  /// Adaptive with timing: feature widths at which the reordering probe compares CSR in the original and the
+  /// partitioned order (the widths the caller will apply; reordering helps wide X and can slow narrow X).
+  /// Empty: always reorder.
+  std::vector<int> probe_features{64};
   /// Largest dense storage (bytes) for the dense algorithm and for the dense blocks of one class.
   std::int64_t dense_max_bytes = std::int64_t{1} << 30;
   /// Tests: force this kernel on every class that has blocks (-1: select).
