@@ -1,0 +1,241 @@
+// tessel-gnn-data: writes tessel.gnn.graph HDF5 files (datasets/gnn/README.md).
+//
+//   tessel-gnn-data sbm  --nodes 100000 --community 128 --p-in 0.1 --inter-degree 2 --out sbm.h5
+//   tessel-gnn-data rmat --scale 16 --edge-factor 8 --out rmat.h5
+//   tessel-gnn-data csv  --edges facebook_edges.csv --targets facebook_target.csv --id-column id
+//                        --target-column page_type --name facebook --out facebook.h5
+#include <tessel/core/ScopeGuard.hpp>
+#include <tessel/gnn/Dataset.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace tessel::gnn;
+
+char const *usage_text =
+    "usage: tessel-gnn-data <sbm|rmat|csv> [options] --out FILE\n"
+    "  sbm   --nodes N --community C --p-in P --inter-degree D --classes K --features F --signal S --seed S\n"
+    "        [--no-shuffle]   stochastic block model (communities hidden by random ids unless --no-shuffle)\n"
+    "  rmat  --scale S --edge-factor E --a A --b B --c C --classes K --features F --seed S\n"
+    "  csv   --edges FILE [--directed] [--targets FILE --id-column NAME --target-column NAME]\n"
+    "        [--name NAME] [--source TEXT] [--split PER_CLASS,VAL,TEST] [--seed S]\n"
+    "        edge list with a header line (first two columns: source, target; undirected unless --directed);\n"
+    "        targets: RFC-4180 CSV, one row per node, classes = the sorted distinct values of the target column\n";
+
+std::map<std::string, std::string> parse(int argc, char **argv, std::vector<std::string> &flags) {
+  std::map<std::string, std::string> v;
+  for (int i = 2; i < argc; ++i) {
+    std::string const k = argv[i];
+    if (k == "--no-shuffle" || k == "--directed") {
+      flags.push_back(k);
+      continue;
+    }
+    TESSEL_REQUIRE(k.rfind("--", 0) == 0 && i + 1 < argc, "bad argument '", k, "'\n", usage_text);
+    v[k] = argv[++i];
+  }
+  return v;
+}
+
+std::string get(std::map<std::string, std::string> const &v, std::string const &k, std::string const &fallback) {
+  auto it = v.find(k);
+  return it == v.end() ? fallback : it->second;
+}
+
+/// Splits one CSV record (RFC 4180: quoted fields may hold commas, quotes doubled); records span one line.
+std::vector<std::string> csv_fields(std::string const &line, std::string const &file, std::size_t line_no) {
+  std::vector<std::string> out;
+  std::string field;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    char const c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(field);
+      field.clear();
+    } else if (c != '\r') {
+      field += c;
+    }
+  }
+  TESSEL_REQUIRE(!quoted, "file '", file, "' line ", line_no, ": unterminated quoted field");
+  out.push_back(field);
+  return out;
+}
+
+std::int64_t parse_id(std::string const &s, std::string const &file, std::size_t line_no) {
+  std::size_t pos = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(s, &pos);
+  } catch (std::exception const &) {
+    pos = 0;
+  }
+  TESSEL_REQUIRE(pos == s.size() && !s.empty() && v >= 0, "file '", file, "' line ", line_no, ": '", s,
+                 "' is not a non-negative node id");
+  return v;
+}
+
+int cmd_csv(std::map<std::string, std::string> const &v, std::vector<std::string> const &flags) {
+  std::string const edges_path = get(v, "--edges", "");
+  TESSEL_REQUIRE(!edges_path.empty(), "csv needs --edges FILE");
+  std::ifstream in(edges_path);
+  TESSEL_REQUIRE(in.good(), "cannot open '", edges_path, "'");
+  std::string line;
+  std::getline(in, line); // header
+  std::vector<std::pair<std::int32_t, std::int32_t>> edges;
+  std::int64_t max_id = -1;
+  std::size_t line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line == "\r")
+      continue;
+    auto const f = csv_fields(line, edges_path, line_no);
+    TESSEL_REQUIRE(f.size() >= 2, "file '", edges_path, "' line ", line_no, ": expected two columns, got ", f.size());
+    auto const a = parse_id(f[0], edges_path, line_no), b = parse_id(f[1], edges_path, line_no);
+    TESSEL_REQUIRE(a < (std::int64_t{1} << 31) - 1 && b < (std::int64_t{1} << 31) - 1, "file '", edges_path, "' line ",
+                   line_no, ": node id too large for 32-bit indices");
+    max_id = std::max({max_id, a, b});
+    edges.emplace_back(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
+  }
+  bool const directed = std::find(flags.begin(), flags.end(), "--directed") != flags.end();
+  Dataset d;
+  d.name = get(v, "--name", edges_path);
+  d.source = get(v, "--source", "edge list " + edges_path);
+  d.directed = directed;
+  std::int64_t n = max_id + 1;
+
+  std::string const targets = get(v, "--targets", "");
+  std::vector<std::string> target_of;
+  if (!targets.empty()) {
+    std::ifstream tin(targets);
+    TESSEL_REQUIRE(tin.good(), "cannot open '", targets, "'");
+    std::getline(tin, line);
+    auto const header = csv_fields(line, targets, 1);
+    auto column = [&](std::string const &name) {
+      auto it = std::find(header.begin(), header.end(), name);
+      TESSEL_REQUIRE(it != header.end(), "file '", targets, "': no column '", name, "' in the header");
+      return static_cast<std::size_t>(it - header.begin());
+    };
+    std::size_t const id_col = column(get(v, "--id-column", "id"));
+    std::size_t const target_col = column(get(v, "--target-column", "target"));
+    std::vector<std::pair<std::int64_t, std::string>> rows;
+    line_no = 1;
+    while (std::getline(tin, line)) {
+      ++line_no;
+      if (line.empty())
+        continue;
+      auto const f = csv_fields(line, targets, line_no);
+      TESSEL_REQUIRE(f.size() == header.size(), "file '", targets, "' line ", line_no, ": ", f.size(),
+                     " fields, the header has ", header.size());
+      rows.emplace_back(parse_id(f[id_col], targets, line_no), f[target_col]);
+      n = std::max(n, rows.back().first + 1);
+    }
+    target_of.assign(static_cast<std::size_t>(n), "");
+    for (auto const &[id, t] : rows)
+      target_of[static_cast<std::size_t>(id)] = t;
+  }
+  d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(n), edges, !directed,
+                                           /*merge_duplicates=*/true, /*drop_self_loops=*/false);
+  d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::features", static_cast<std::size_t>(n), 0);
+  if (!targets.empty()) {
+    std::vector<std::string> classes;
+    for (auto const &t : target_of)
+      if (!t.empty())
+        classes.push_back(t);
+    std::sort(classes.begin(), classes.end());
+    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+    TESSEL_REQUIRE(classes.size() <= 1000, "file '", targets, "': column has ", classes.size(),
+                   " distinct values; a class column is expected (at most 1000 classes)");
+    d.num_classes = static_cast<int>(classes.size());
+    d.labels.assign(static_cast<std::size_t>(n), -1);
+    for (std::size_t i = 0; i < target_of.size(); ++i)
+      if (!target_of[i].empty())
+        d.labels[i] =
+            static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), target_of[i]) - classes.begin());
+    std::stringstream ss(get(v, "--split", "20,500,1000"));
+    std::string a, b, c;
+    std::getline(ss, a, ',');
+    std::getline(ss, b, ',');
+    std::getline(ss, c, ',');
+    make_split(d, std::stoi(a), std::stoll(b), std::stoll(c), std::stoull(get(v, "--seed", "1")));
+    std::printf("classes:");
+    for (std::size_t k = 0; k < classes.size(); ++k)
+      std::printf(" %zu=%s", k, classes[k].c_str());
+    std::printf("\n");
+  }
+  save_dataset(get(v, "--out", ""), d);
+  std::printf("wrote %s: %lld nodes, %lld entries\n", get(v, "--out", "").c_str(), static_cast<long long>(n),
+              static_cast<long long>(d.graph.nnz()));
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  tessel::ScopeGuard guard(argc, argv);
+  try {
+    if (argc < 2 || std::string(argv[1]) == "--help") {
+      std::printf("%s", usage_text);
+      return argc < 2 ? 1 : 0;
+    }
+    std::string const command = argv[1];
+    std::vector<std::string> flags;
+    auto const v = parse(argc, argv, flags);
+    std::string const out = get(v, "--out", "");
+    TESSEL_REQUIRE(!out.empty(), "--out FILE is required\n", usage_text);
+    if (command == "csv")
+      return cmd_csv(v, flags);
+    Dataset d;
+    if (command == "sbm") {
+      SbmOptions o;
+      o.nodes = std::stoll(get(v, "--nodes", "10000"));
+      o.community_size = std::stoll(get(v, "--community", "128"));
+      o.p_in = std::stod(get(v, "--p-in", "0.1"));
+      o.inter_degree = std::stod(get(v, "--inter-degree", "2"));
+      o.classes = std::stoi(get(v, "--classes", "8"));
+      o.features = std::stoi(get(v, "--features", "32"));
+      o.feature_signal = std::stod(get(v, "--signal", "1"));
+      o.seed = std::stoull(get(v, "--seed", "1"));
+      o.shuffle = std::find(flags.begin(), flags.end(), "--no-shuffle") == flags.end();
+      d = generate_sbm(o);
+    } else if (command == "rmat") {
+      RmatOptions o;
+      o.scale = std::stoi(get(v, "--scale", "14"));
+      o.edge_factor = std::stod(get(v, "--edge-factor", "8"));
+      o.a = std::stod(get(v, "--a", "0.57"));
+      o.b = std::stod(get(v, "--b", "0.19"));
+      o.c = std::stod(get(v, "--c", "0.19"));
+      o.classes = std::stoi(get(v, "--classes", "4"));
+      o.features = std::stoi(get(v, "--features", "0"));
+      o.seed = std::stoull(get(v, "--seed", "1"));
+      d = generate_rmat(o);
+    } else {
+      std::fprintf(stderr, "tessel-gnn-data: unknown command '%s'\n%s", command.c_str(), usage_text);
+      return 2;
+    }
+    save_dataset(out, d);
+    auto const st = degree_stats(d.graph);
+    std::printf("wrote %s: %s, %lld nodes, %lld entries, mean degree %.2f\n", out.c_str(), d.name.c_str(),
+                static_cast<long long>(st.num_rows), static_cast<long long>(st.nnz), st.mean_degree);
+    return 0;
+  } catch (std::exception const &e) {
+    std::fprintf(stderr, "tessel-gnn-data: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,78 @@
+#ifndef TESSEL_GNN_DATASET_HPP
+#define TESSEL_GNN_DATASET_HPP
+
+/// \file Dataset.hpp
+/// \brief Node-classification data sets (graph, features, labels, split masks) in Tessel's HDF5 schema
+/// `tessel.gnn.graph` (datasets/gnn/README.md), validated on load, and generators of community graphs.
+
+#include <tessel/gnn/Graph.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::gnn {
+
+/// \brief A graph with node features, labels and a train/validation/test split, all in host memory.
+struct Dataset {
+  std::string name;
+  std::string source;
+  Graph<std::int32_t> graph;          ///< row i aggregates from its entries (as stored)
+  Matrix<Kokkos::HostSpace> features; ///< num_nodes x num_features; 0 columns when the file has none
+  bool features_random = false;       ///< features carry no signal (timing only)
+  std::vector<std::int32_t> labels;   ///< class of each node, -1 = unlabelled; empty when the file has none
+  int num_classes = 0;
+  std::vector<std::uint8_t> train_mask, val_mask, test_mask; ///< one 0/1 byte per node; empty when absent
+  bool directed = false;
+
+  std::int64_t num_nodes() const { return graph.num_rows(); }
+  int num_features() const { return static_cast<int>(features.extent(1)); }
+};
+
+/// \brief Reads a `tessel.gnn.graph` file and validates it; errors name the file, the data set, the dataset
+/// path in the file and the first bad entry.
+Dataset load_dataset(std::string const &path);
+/// \brief Writes \p data in the `tessel.gnn.graph` schema (dense features), replacing \p path.
+void save_dataset(std::string const &path, Dataset const &data);
+/// \brief Checks graph, feature shape and finiteness, label range and masks; throws naming \p data.name and the
+/// first bad entry.
+void validate(Dataset const &data);
+
+/// \brief Row-normalizes features in place (each row sums to 1; zero rows stay zero), as Kipf & Welling.
+void normalize_rows(Matrix<Kokkos::HostSpace> const &features);
+/// \brief A num_nodes x width matrix of uniform [0, 1) values (seeded).
+Matrix<Kokkos::HostSpace> random_features(std::int64_t num_nodes, int width, std::uint64_t seed);
+
+/// \brief Planetoid-style split: \p per_class training nodes per class, then \p val and \p test nodes, drawn
+/// without overlap from the labelled nodes in a seeded random order.
+void make_split(Dataset &data, int per_class, std::int64_t val, std::int64_t test, std::uint64_t seed);
+
+/// \brief Stochastic block model with planted communities.
+struct SbmOptions {
+  std::int64_t nodes = 10000;
+  std::int64_t community_size = 128; ///< mean size; sizes are uniform in [size/2, 3 size/2]
+  double p_in = 0.1;                 ///< probability of each intra-community pair
+  double inter_degree = 2.0;         ///< expected inter-community neighbours per node
+  int classes = 8;                   ///< label = community mod classes
+  int features = 32;                 ///< 0: no features stored
+  double feature_signal = 1.0;       ///< class centroid scale against unit Gaussian noise
+  bool shuffle = true;               ///< random vertex ids, so communities are not contiguous
+  std::uint64_t seed = 1;
+};
+Dataset generate_sbm(SbmOptions const &options);
+
+/// \brief R-MAT (Chakrabarti et al.) with 2^scale vertices, symmetrized, duplicates and self-loops removed;
+/// random labels and features (timing only).
+struct RmatOptions {
+  int scale = 14;
+  double edge_factor = 8;
+  double a = 0.57, b = 0.19, c = 0.19;
+  int classes = 4;
+  int features = 0;
+  std::uint64_t seed = 1;
+};
+Dataset generate_rmat(RmatOptions const &options);
+
+} // namespace tessel::gnn
+
+#endif

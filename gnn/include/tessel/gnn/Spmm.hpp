@@ -1,0 +1,169 @@
+#ifndef TESSEL_GNN_SPMM_HPP
+#define TESSEL_GNN_SPMM_HPP
+
+/// \file Spmm.hpp
+/// \brief Y = A X (graph aggregation) through a reusable handle, in the manner of Kokkos Kernels' SPMVHandle: the
+/// handle owns the preprocessed forms of A for the chosen algorithm; SpmmAlgorithm::adaptive is AdaptGear's
+/// subgraph-level choice (reorder, split A into density classes of blocks, pick a kernel per class by timing the
+/// candidates during the first applies, or by a cost model).
+
+#include <tessel/gnn/Graph.hpp>
+#include <tessel/gnn/Reorder.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessel::gnn {
+
+/// \brief Algorithms of SpmmHandle. All but adaptive run one kernel on the whole graph in its given order.
+enum class SpmmAlgorithm {
+  csr,               ///< row-parallel CSR, register-blocked feature chunks (deterministic)
+  csr_feature_tiled, ///< CSR with the feature loop outside the row loop (32-wide column slices)
+  coo,               ///< edge-parallel COO, equal edge chunks, carries added in order (deterministic)
+  coo_atomic,        ///< edge-parallel COO with atomic adds (non-deterministic on parallel backends)
+  tiles,             ///< TC-GNN condensed row windows: 16-row windows, 16 x 8 dense tiles
+  dense,             ///< the whole adjacency as one dense matrix, GEMM through KokkosBlas (system BLAS)
+  kk,                ///< KokkosSparse::spmv with rank-2 views (the portability baseline)
+  adaptive           ///< AdaptGear: per density class of blocks the fastest of csr / tiles / dense
+};
+char const *name_of(SpmmAlgorithm algorithm);
+/// Parses the names printed by name_of.
+SpmmAlgorithm parse_spmm_algorithm(std::string const &text);
+
+/// \brief Kernels a class of blocks can get in an adaptive plan.
+enum class BlockKernel : int { csr = 0, tiles = 1, dense = 2 };
+char const *name_of(BlockKernel kernel);
+
+/// \brief Effective rates (GFLOP/s counting 2 flops per stored element) that predict kernel times when timing
+/// is off, and prune hopeless candidates when it is on. Defaults: medians measured by `tessel-gnn bench` on this
+/// project's CI-class machine (see gnn/README.md, "Cost model").
+struct CostModel {
+  double csr_gflops = 33.0;   ///< per nonzero
+  double tiles_gflops = 67.0; ///< per stored tile element (16 x 8 per tile, zeros included)
+  double dense_gflops = 87.0; ///< per dense block element
+  /// Candidates predicted slower than prune_factor times the best prediction are not timed.
+  double prune_factor = 3.0;
+  /// Predicted seconds of one apply for \p elements stored elements and \p features columns.
+  double seconds(BlockKernel kernel, double elements, int features) const;
+};
+
+/// \brief Options of SpmmHandle.
+struct SpmmOptions {
+  SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive;
+  /// Adaptive: time candidates during the first applies (true) or decide by the cost model alone (false).
+  bool timing = true;
+  /// Adaptive: timed applies per candidate (the median counts).
+  int tuning_repeats = 3;
+  /// Adaptive: reordering and part size (0: 64, see gnn/README.md).
+  PartitionMethod partition = PartitionMethod::automatic;
+  std::int64_t part_size = 0;
+  /// Adaptive: upper density bounds of the density classes (the last class reaches 1).
+  std::vector<double> class_bounds{0.01, 0.04, 0.15, 0.4};
+  CostModel cost_model;
+  /// Adaptive with timing: feature widths at which the reordering probe compares CSR in the original and the
+  /// partitioned order (the widths the caller will apply; reordering helps wide X and can slow narrow X).
+  /// Empty: always reorder.
+  std::vector<int> probe_features{64};
+  /// Largest dense storage (bytes) for the dense algorithm and for the dense blocks of one class.
+  std::int64_t dense_max_bytes = std::int64_t{1} << 30;
+  /// Tests: force this kernel on every class that has blocks (-1: select).
+  int force_kernel = -1;
+  /// Equal-size edge chunks of the coo algorithm.
+  std::int64_t coo_chunk = 4096;
+  std::uint64_t seed = 1;
+};
+
+/// \brief What an adaptive handle decided for one density class of blocks, and why.
+struct SpmmClassPlan {
+  bool intra = true; ///< diagonal blocks (both ends in one part) or off-diagonal ones
+  double density_min = 0, density_max = 1;
+  std::int64_t blocks = 0, nnz = 0, tiles = 0, dense_elements = 0;
+  std::vector<std::pair<std::string, double>> predicted; ///< cost model seconds per kernel
+  std::vector<std::pair<std::string, double>> measured;  ///< median timed seconds per candidate kernel
+  std::string kernel = "csr";
+  std::string reason;
+};
+
+/// \brief The plan of a handle for one feature width: inspectable, printable as JSON, saved with save_plans.
+struct SpmmPlan {
+  std::string graph;
+  std::int64_t rows = 0, nnz = 0;
+  int features = 0;
+  std::string algorithm;
+  std::string partition_method = "none";
+  std::string ordering;         ///< how the vertex order was chosen (the reordering probe's timings)
+  double partition_seconds = 0; ///< of preprocess_seconds, the partitioner's share
+  std::int64_t parts = 0;
+  double intra_fraction = 0;
+  bool timed = false;  ///< decided by timing (false: cost model or fixed algorithm)
+  bool frozen = false; ///< decided (false while candidates are still being timed)
+  std::vector<SpmmClassPlan> classes;
+  std::string rest_kernel = "csr"; ///< kernel of the CSR remainder (inter-class entries and csr classes)
+  std::vector<std::pair<std::string, double>> final_measured; ///< median seconds of the final candidates
+  std::string reason;
+  double preprocess_seconds = 0; ///< partition + decomposition (shared by all widths)
+  double tuning_seconds = 0;     ///< time spent inside tuning applies plus building their structures
+  int tuning_applies = 0;
+  /// JSON object (no trailing newline).
+  std::string to_json() const;
+};
+
+namespace Impl {
+template <class Index, class ExecSpace> struct SpmmState;
+}
+
+/// \brief Y = A X for a fixed A and any feature width, with an algorithm chosen at construction.
+///
+/// X and Y are in the handle's vertex order: permutation().old_of_new[k] is the original vertex at row k (the
+/// identity for every algorithm but adaptive with reordering). Move data into that order once with permute_rows
+/// (e.g. before training) rather than per apply. Not thread-safe.
+template <class Index = std::int32_t, class ExecSpace = Kokkos::DefaultExecutionSpace> class SpmmHandle {
+public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+
+  /// Preprocesses \p graph (host) for \p options.algorithm; adaptive partitions and decomposes here.
+  SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options = {});
+  /// Adaptive with a given vertex order and parts, e.g. those of the forward handle for the backward A^T.
+  SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options, Partition const &partition);
+  /// Adaptive with plans loaded by load_plans (no tuning for their widths). Throws when \p path was saved for
+  /// another graph.
+  SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
+             std::string const &plan_path);
+  ~SpmmHandle();
+  SpmmHandle(SpmmHandle &&) noexcept;
+  SpmmHandle &operator=(SpmmHandle &&) noexcept;
+  SpmmHandle(SpmmHandle const &) = delete;
+  SpmmHandle &operator=(SpmmHandle const &) = delete;
+
+  /// Y = A X on \p space (X: rows = num_cols, Y: rows = num_rows, same width). While the plan of this width is
+  /// being tuned, each call runs one candidate (the result is always exact) and times it.
+  void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
+
+  SpmmAlgorithm algorithm() const;
+  Permutation const &permutation() const;
+  Partition const &partition() const;
+  /// True when the plan for \p features is decided (always for non-adaptive algorithms).
+  bool tuned(int features) const;
+  /// The plan for \p features (a prediction until tuned(features)).
+  SpmmPlan plan(int features) const;
+  /// Plans of every width applied so far.
+  std::vector<SpmmPlan> plans() const;
+  /// Saves the partition and the decided plans (HDF5) so that a later handle can reuse them without tuning.
+  void save_plans(std::string const &path) const;
+  /// Seconds spent so far in tuning applies and preprocessing (selection overhead).
+  double overhead_seconds() const;
+
+private:
+  std::unique_ptr<Impl::SpmmState<Index, ExecSpace>> _state;
+};
+
+} // namespace tessel::gnn
+
+#endif

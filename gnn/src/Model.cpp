@@ -1,0 +1,629 @@
+#include <tessel/core/Execution.hpp>
+#include <tessel/core/H5File.hpp>
+#include <tessel/gnn/Model.hpp>
+
+#include "impl/Blas.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+
+namespace tessel::gnn {
+
+char const *name_of(ModelKind kind) { return kind == ModelKind::gcn ? "gcn" : "gin"; }
+
+ModelKind parse_model_kind(std::string const &text) {
+  if (text == "gcn")
+    return ModelKind::gcn;
+  if (text == "gin")
+    return ModelKind::gin;
+  TESSEL_THROW("unknown model '", text, "' (expected gcn or gin)");
+}
+
+namespace Impl {
+
+/// Counter-based uniform [0, 1) draws: dropout masks depend only on (seed, epoch, layer, element), so a resumed
+/// run draws exactly the masks the uninterrupted run would have.
+KOKKOS_INLINE_FUNCTION double counter_uniform(std::uint64_t seed, std::uint64_t epoch, std::uint64_t layer,
+                                              std::uint64_t index) {
+  std::uint64_t x =
+      seed ^ (epoch * 0x9e3779b97f4a7c15ULL) ^ (layer * 0xc2b2ae3d27d4eb4fULL) ^ (index * 0x165667b19e3779f9ULL);
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+template <class ExecSpace> struct ModelState {
+  using M = typename ExecSpace::memory_space;
+  using Handle = SpmmHandle<std::int32_t, ExecSpace>;
+
+  ExecSpace space;
+  TrainOptions options;
+  std::string data_name;
+  std::int64_t n = 0;
+  int classes = 0;
+  std::vector<int> dims; // dims[l] -> dims[l+1]
+  std::unique_ptr<Handle> fwd, bwd;
+  Matrix<M> x;                        // input features, handle order
+  std::vector<std::int32_t> labels;   // handle order
+  std::vector<std::uint8_t> masks[3]; // train, val, test in handle order
+  std::int64_t train_count = 0;
+
+  std::vector<Matrix<M>> w, b, dw, db, mw, vw, mb, vb;
+  std::vector<Matrix<M>> h;    // h[l]: input of layer l (h[0] = x), h[L]: logits
+  std::vector<Matrix<M>> hd;   // dropped input of layer l (aliases h[l] without dropout)
+  std::vector<Matrix<M>> s;    // aggregated input (aggregate-first layers) or transformed input
+  std::vector<Matrix<M>> grad; // scratch
+  std::vector<bool> aggregate_first;
+  int last_epoch = 0;
+  bool last_training = false;
+  long adam_t = 0;
+  double aggregation_seconds = 0;
+  double setup_seconds = 0;
+
+  int layers() const { return static_cast<int>(dims.size()) - 1; }
+
+  void aggregate(Handle &handle, ConstMatrix<M> const &in, Matrix<M> const &out) {
+    Timer<ExecSpace> timer(space, "Tessel::gnn::aggregate");
+    handle.apply(space, in, out);
+    aggregation_seconds += timer.seconds();
+  }
+  Handle &backward_handle() { return bwd ? *bwd : *fwd; }
+
+  static Matrix<M> matrix(char const *label, std::size_t rows, std::size_t cols) {
+    return Matrix<M>(label, rows, cols);
+  }
+
+  void dropout(int layer, int epoch, ConstMatrix<M> const &in, Matrix<M> const &out) const {
+    double const p = options.dropout;
+    float const scale = static_cast<float>(1.0 / (1.0 - p));
+    std::uint64_t const seed = options.seed;
+    auto const cols = static_cast<std::int64_t>(in.extent(1));
+    Kokkos::parallel_for(
+        "Tessel::gnn::dropout", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(in.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          for (std::int64_t j = 0; j < cols; ++j) {
+            bool const keep =
+                counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(layer),
+                                static_cast<std::uint64_t>(i * cols + j)) >= p;
+            out(i, j) = keep ? in(i, j) * scale : 0.0f;
+          }
+        });
+  }
+
+  void relu(Matrix<M> const &z) const {
+    Kokkos::parallel_for(
+        "Tessel::gnn::relu", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(z.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          for (std::size_t j = 0; j < z.extent(1); ++j)
+            z(i, j) = z(i, j) > 0.0f ? z(i, j) : 0.0f;
+        });
+  }
+
+  void add_bias(Matrix<M> const &z, Matrix<M> const &bias) const {
+    Kokkos::parallel_for(
+        "Tessel::gnn::add_bias", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(z.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          for (std::size_t j = 0; j < z.extent(1); ++j)
+            z(i, j) += bias(0, j);
+        });
+  }
+
+  bool use_dropout(bool training) const { return training && options.dropout > 0; }
+
+  void forward(bool training, int epoch) {
+    last_epoch = epoch;
+    last_training = training;
+    for (int l = 0; l < layers(); ++l) {
+      auto const ul = static_cast<std::size_t>(l);
+      ConstMatrix<M> input = h[ul];
+      if (use_dropout(training)) {
+        dropout(l, epoch, h[ul], hd[ul]);
+        input = hd[ul];
+      }
+      auto &out = h[ul + 1];
+      if (aggregate_first[ul]) {
+        aggregate(*fwd, input, s[ul]);
+        Impl::gemm(space, "N", "N", 1.0f, ConstMatrix<M>(s[ul]), ConstMatrix<M>(w[ul]), 0.0f, out);
+      } else {
+        Impl::gemm(space, "N", "N", 1.0f, input, ConstMatrix<M>(w[ul]), 0.0f, s[ul]);
+        aggregate(*fwd, s[ul], out);
+      }
+      if (b[ul].extent(0) > 0)
+        add_bias(out, b[ul]);
+      if (l + 1 < layers())
+        relu(out);
+    }
+  }
+
+  /// Softmax cross-entropy over the nodes of \p mask: (mean loss, accuracy); fills grad with dL/dlogits when
+  /// \p gradient (mean over the mask).
+  std::pair<double, double> loss(int mask, Matrix<M> const *gradient) {
+    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), h.back());
+    typename Matrix<M>::HostMirror g;
+    if (gradient) {
+      g = Kokkos::create_mirror_view(*gradient);
+      Kokkos::deep_copy(g, 0.0f);
+    }
+    double total = 0;
+    std::int64_t count = 0, correct = 0;
+    auto const &m = masks[mask];
+    std::int64_t const denom = std::max<std::int64_t>(1, std::count(m.begin(), m.end(), 1));
+    std::vector<double> p(static_cast<std::size_t>(classes));
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (!m[static_cast<std::size_t>(i)])
+        continue;
+      double mx = -std::numeric_limits<double>::infinity();
+      int arg = 0;
+      for (int c = 0; c < classes; ++c)
+        if (logits(i, c) > mx) {
+          mx = logits(i, c);
+          arg = c;
+        }
+      double sum = 0;
+      for (int c = 0; c < classes; ++c) {
+        p[static_cast<std::size_t>(c)] = std::exp(logits(i, c) - mx);
+        sum += p[static_cast<std::size_t>(c)];
+      }
+      int const y = labels[static_cast<std::size_t>(i)];
+      total += -(logits(i, y) - mx - std::log(sum));
+      correct += arg == y;
+      ++count;
+      if (gradient)
+        for (int c = 0; c < classes; ++c)
+          g(i, c) = static_cast<float>((p[static_cast<std::size_t>(c)] / sum - (c == y ? 1.0 : 0.0)) /
+                                       static_cast<double>(denom));
+    }
+    if (gradient)
+      Kokkos::deep_copy(*gradient, g);
+    return {count ? total / static_cast<double>(count) : 0.0,
+            count ? static_cast<double>(correct) / static_cast<double>(count) : 0.0};
+  }
+
+  bool decayed(int l) const { return options.model == ModelKind::gin || l == 0; }
+
+  double weight_decay_term() const {
+    double sum = 0;
+    for (int l = 0; l < layers(); ++l) {
+      if (!decayed(l))
+        continue;
+      auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w[static_cast<std::size_t>(l)]);
+      for (std::size_t k = 0; k < hw.size(); ++k)
+        sum += static_cast<double>(hw.data()[k]) * hw.data()[k];
+    }
+    return 0.5 * options.weight_decay * sum;
+  }
+
+  void backward() {
+    // grad[L] = dL/dlogits
+    loss(0, &grad.back());
+    for (int l = layers() - 1; l >= 0; --l) {
+      auto const ul = static_cast<std::size_t>(l);
+      auto &dz = grad[ul + 1];
+      if (l + 1 < layers()) {
+        // ReLU: h[l+1] = relu(z), so dz = dh * (h > 0).
+        auto hl = h[ul + 1];
+        Kokkos::parallel_for(
+            "Tessel::gnn::relu_backward",
+            Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(dz.extent(0))),
+            KOKKOS_LAMBDA(std::int64_t i) {
+              for (std::size_t j = 0; j < dz.extent(1); ++j)
+                if (!(hl(i, j) > 0.0f))
+                  dz(i, j) = 0.0f;
+            });
+      }
+      if (b[ul].extent(0) > 0) {
+        auto dbl = db[ul];
+        auto const rows = static_cast<std::int64_t>(dz.extent(0));
+        Kokkos::parallel_for(
+            "Tessel::gnn::bias_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(int) {
+              for (std::size_t j = 0; j < dbl.extent(1); ++j) {
+                float sum = 0;
+                for (std::int64_t i = 0; i < rows; ++i)
+                  sum += dz(i, j);
+                dbl(0, j) = sum;
+              }
+            });
+      }
+      ConstMatrix<M> input = use_dropout(last_training) ? hd[ul] : h[ul];
+      bool const need_input_grad = l > 0;
+      if (aggregate_first[ul]) {
+        // out = (A in) W: dW = s^T dz, ds = dz W^T, din = A^T ds.
+        Impl::gemm(space, "T", "N", 1.0f, ConstMatrix<M>(s[ul]), ConstMatrix<M>(dz), 0.0f, dw[ul]);
+        if (need_input_grad) {
+          Impl::gemm(space, "N", "T", 1.0f, ConstMatrix<M>(dz), ConstMatrix<M>(w[ul]), 0.0f, s[ul]);
+          aggregate(backward_handle(), s[ul], grad[ul]);
+        }
+      } else {
+        // out = A (in W): dt = A^T dz, dW = in^T dt, din = dt W^T.
+        aggregate(backward_handle(), dz, s[ul]);
+        Impl::gemm(space, "T", "N", 1.0f, input, ConstMatrix<M>(s[ul]), 0.0f, dw[ul]);
+        if (need_input_grad)
+          Impl::gemm(space, "N", "T", 1.0f, ConstMatrix<M>(s[ul]), ConstMatrix<M>(w[ul]), 0.0f, grad[ul]);
+      }
+      if (decayed(l) && options.weight_decay > 0) {
+        auto dwl = dw[ul], wl = w[ul];
+        float const wd = static_cast<float>(options.weight_decay);
+        Kokkos::parallel_for(
+            "Tessel::gnn::weight_decay",
+            Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(wl.extent(0))),
+            KOKKOS_LAMBDA(std::int64_t i) {
+              for (std::size_t j = 0; j < wl.extent(1); ++j)
+                dwl(i, j) += wd * wl(i, j);
+            });
+      }
+      if (need_input_grad && use_dropout(last_training)) {
+        // Through the dropout of this layer's input.
+        auto g = grad[ul];
+        double const p = options.dropout;
+        float const scale = static_cast<float>(1.0 / (1.0 - p));
+        std::uint64_t const seed = options.seed;
+        int const epoch = last_epoch;
+        auto const cols = static_cast<std::int64_t>(g.extent(1));
+        Kokkos::parallel_for(
+            "Tessel::gnn::dropout_backward",
+            Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(g.extent(0))),
+            KOKKOS_LAMBDA(std::int64_t i) {
+              for (std::int64_t j = 0; j < cols; ++j) {
+                bool const keep =
+                    counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(l),
+                                    static_cast<std::uint64_t>(i * cols + j)) >= p;
+                g(i, j) = keep ? g(i, j) * scale : 0.0f;
+              }
+            });
+      }
+    }
+  }
+
+  void adam(Matrix<M> const &p, Matrix<M> const &g, Matrix<M> const &m, Matrix<M> const &v) const {
+    float const lr = static_cast<float>(options.learning_rate);
+    float const b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    // Bias correction folded into the step size, as TensorFlow's Adam (Kipf's implementation).
+    float const lr_t = static_cast<float>(lr * std::sqrt(1.0 - std::pow(0.999, static_cast<double>(adam_t))) /
+                                          (1.0 - std::pow(0.9, static_cast<double>(adam_t))));
+    Kokkos::parallel_for(
+        "Tessel::gnn::adam", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(p.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          for (std::size_t j = 0; j < p.extent(1); ++j) {
+            m(i, j) = b1 * m(i, j) + (1 - b1) * g(i, j);
+            v(i, j) = b2 * v(i, j) + (1 - b2) * g(i, j) * g(i, j);
+            p(i, j) -= lr_t * m(i, j) / (std::sqrt(v(i, j)) + eps);
+          }
+        });
+  }
+
+  void step() {
+    ++adam_t;
+    for (int l = 0; l < layers(); ++l) {
+      auto const ul = static_cast<std::size_t>(l);
+      adam(w[ul], dw[ul], mw[ul], vw[ul]);
+      if (b[ul].extent(0) > 0)
+        adam(b[ul], db[ul], mb[ul], vb[ul]);
+    }
+  }
+};
+
+} // namespace Impl
+
+template <class ExecSpace>
+GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, TrainOptions const &options)
+    : _state(std::make_unique<Impl::ModelState<ExecSpace>>()) {
+  auto const t0 = std::chrono::steady_clock::now();
+  auto &s = *_state;
+  using M = memory_space;
+  s.space = space;
+  s.options = options;
+  s.data_name = data.name;
+  validate(data);
+  TESSEL_REQUIRE(options.layers >= 1 && options.hidden >= 1 && options.epochs >= 0, "train: layers = ", options.layers,
+                 ", hidden = ", options.hidden, ", epochs = ", options.epochs);
+  TESSEL_REQUIRE(options.dropout >= 0 && options.dropout < 1, "train: dropout = ", options.dropout,
+                 " must be in [0, 1)");
+  TESSEL_REQUIRE(!data.labels.empty() && data.num_classes >= 1, "train: dataset '", data.name, "' has no labels");
+  TESSEL_REQUIRE(!data.train_mask.empty() && !data.val_mask.empty() && !data.test_mask.empty(), "train: dataset '",
+                 data.name, "' has no train/val/test masks");
+  s.n = data.num_nodes();
+  s.classes = data.num_classes;
+
+  // Aggregation operator: GCN's D^-1/2 (A + I) D^-1/2 or GIN's A + (1 + eps) I.
+  auto const op = options.model == ModelKind::gcn
+                      ? gcn_normalize(data.graph)
+                      : add_self_loops(data.graph, static_cast<float>(1.0 + options.gin_eps));
+  bool const symmetric = is_symmetric(op);
+  // The reordering probe runs at the widths this model aggregates (the narrower side of each layer).
+  SpmmOptions spmm = options.spmm;
+  {
+    std::vector<int> widths;
+    int in = data.num_features() > 0 ? data.num_features() : options.random_features;
+    for (int l = 0; l < options.layers; ++l) {
+      int const out = l + 1 < options.layers ? options.hidden : data.num_classes;
+      widths.push_back(std::min(in, out));
+      in = out;
+    }
+    std::sort(widths.begin(), widths.end());
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    spmm.probe_features = widths;
+  }
+  std::string const plan_path = options.checkpoint + ".plan.h5";
+  std::string const plan_t_path = options.checkpoint + ".plan_t.h5";
+  bool const reuse_plans = options.resume && !options.checkpoint.empty() &&
+                           options.spmm.algorithm == SpmmAlgorithm::adaptive && std::ifstream(plan_path).good();
+  if (reuse_plans)
+    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, spmm, plan_path);
+  else
+    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, spmm);
+  if (!symmetric) {
+    auto const opt = transpose(op);
+    if (options.spmm.algorithm == SpmmAlgorithm::adaptive) {
+      if (reuse_plans && std::ifstream(plan_t_path).good())
+        s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm, plan_t_path);
+      else
+        s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm,
+                                                                               s.fwd->partition());
+    } else {
+      s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm);
+    }
+  }
+  auto const &perm = s.fwd->permutation();
+
+  // Features (normalized, random when absent), labels and masks in the handle's order.
+  Matrix<Kokkos::HostSpace> features;
+  if (data.num_features() > 0) {
+    features = Matrix<Kokkos::HostSpace>("Tessel::gnn::features", data.features.extent(0), data.features.extent(1));
+    Kokkos::deep_copy(features, data.features);
+  } else {
+    TESSEL_REQUIRE(options.random_features > 0, "train: dataset '", data.name,
+                   "' has no features; pass random_features (--random-features) to train on random ones");
+    features = random_features(s.n, options.random_features, options.seed);
+  }
+  if (options.normalize_features)
+    normalize_rows(features);
+  auto const fdev = Kokkos::create_mirror_view_and_copy(space, features);
+  s.x = Matrix<M>("Tessel::gnn::x", fdev.extent(0), fdev.extent(1));
+  permute_rows(space, perm, ConstMatrix<M>(fdev), s.x);
+  s.labels = permute_vector(perm, data.labels);
+  s.masks[0] = permute_vector(perm, data.train_mask);
+  s.masks[1] = permute_vector(perm, data.val_mask);
+  s.masks[2] = permute_vector(perm, data.test_mask);
+  s.train_count = std::count(s.masks[0].begin(), s.masks[0].end(), 1);
+
+  s.dims.push_back(static_cast<int>(s.x.extent(1)));
+  for (int l = 0; l + 1 < options.layers; ++l)
+    s.dims.push_back(options.hidden);
+  s.dims.push_back(s.classes);
+  std::mt19937_64 rng(options.seed);
+  auto const un = static_cast<std::size_t>(s.n);
+  for (int l = 0; l < s.layers(); ++l) {
+    auto const in = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l)]);
+    auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
+    // Glorot uniform, as Kipf.
+    Matrix<M> w("Tessel::gnn::weight", in, out);
+    auto hw = Kokkos::create_mirror_view(w);
+    double const limit = std::sqrt(6.0 / static_cast<double>(in + out));
+    std::uniform_real_distribution<double> u(-limit, limit);
+    for (std::size_t k = 0; k < hw.size(); ++k)
+      hw.data()[k] = static_cast<float>(u(rng));
+    Kokkos::deep_copy(w, hw);
+    s.w.push_back(w);
+    s.dw.push_back(Matrix<M>("Tessel::gnn::weight_grad", in, out));
+    s.mw.push_back(Matrix<M>("Tessel::gnn::adam_m", in, out));
+    s.vw.push_back(Matrix<M>("Tessel::gnn::adam_v", in, out));
+    std::size_t const brows = options.model == ModelKind::gin ? 1 : 0;
+    s.b.push_back(Matrix<M>("Tessel::gnn::bias", brows, out));
+    s.db.push_back(Matrix<M>("Tessel::gnn::bias_grad", brows, out));
+    s.mb.push_back(Matrix<M>("Tessel::gnn::adam_m", brows, out));
+    s.vb.push_back(Matrix<M>("Tessel::gnn::adam_v", brows, out));
+    // Aggregate on the narrower side (GNNAdvisor: GCN transforms first, GIN aggregates first).
+    s.aggregate_first.push_back(in <= out);
+    s.s.push_back(Matrix<M>("Tessel::gnn::aggregated", un, in <= out ? in : out));
+  }
+  s.h.push_back(s.x);
+  s.hd.push_back(Matrix<M>("Tessel::gnn::dropped", un, s.x.extent(1)));
+  s.grad.push_back(Matrix<M>("Tessel::gnn::grad", un, s.x.extent(1)));
+  for (int l = 0; l < s.layers(); ++l) {
+    auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
+    s.h.push_back(Matrix<M>("Tessel::gnn::activation", un, out));
+    s.hd.push_back(Matrix<M>("Tessel::gnn::dropped", un, out));
+    s.grad.push_back(Matrix<M>("Tessel::gnn::grad", un, out));
+  }
+  s.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class ExecSpace> GnnModel<ExecSpace>::~GnnModel() = default;
+
+template <class ExecSpace> double GnnModel<ExecSpace>::forward(bool training, int epoch) {
+  auto &s = *_state;
+  s.forward(training, epoch);
+  return s.loss(0, nullptr).first + s.weight_decay_term();
+}
+
+template <class ExecSpace> void GnnModel<ExecSpace>::backward() { _state->backward(); }
+template <class ExecSpace> void GnnModel<ExecSpace>::step() { _state->step(); }
+
+template <class ExecSpace> typename GnnModel<ExecSpace>::Metrics GnnModel<ExecSpace>::evaluate() {
+  auto &s = *_state;
+  s.forward(false, 0);
+  Metrics m;
+  std::tie(m.train_loss, m.train_acc) = s.loss(0, nullptr);
+  std::tie(m.val_loss, m.val_acc) = s.loss(1, nullptr);
+  std::tie(m.test_loss, m.test_acc) = s.loss(2, nullptr);
+  return m;
+}
+
+template <class ExecSpace> int GnnModel<ExecSpace>::num_layers() const { return _state->layers(); }
+template <class ExecSpace> Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::weight(int l) const {
+  return _state->w.at(static_cast<std::size_t>(l));
+}
+template <class ExecSpace>
+Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::weight_gradient(int l) const {
+  return _state->dw.at(static_cast<std::size_t>(l));
+}
+template <class ExecSpace> Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::bias(int l) const {
+  return _state->b.at(static_cast<std::size_t>(l));
+}
+template <class ExecSpace>
+Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::bias_gradient(int l) const {
+  return _state->db.at(static_cast<std::size_t>(l));
+}
+
+template <class ExecSpace>
+void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const {
+  auto const &s = *_state;
+  std::string const tmp = path + ".tmp";
+  {
+    h5::File file(tmp, h5::Mode::truncate);
+    file.write_attribute("/", "schema", "tessel.gnn.checkpoint");
+    file.write_attribute("/", "schema_version", 1);
+    file.write_attribute("/", "dataset", s.data_name);
+    file.write_attribute("/", "model", name_of(s.options.model));
+    file.write_attribute("/", "seed", static_cast<std::int64_t>(s.options.seed));
+    file.write_attribute("/", "adam_t", static_cast<std::int64_t>(s.adam_t));
+    std::vector<int> dims(s.dims.begin(), s.dims.end());
+    file.write("dims", dims);
+    for (int l = 0; l < s.layers(); ++l) {
+      auto const ul = static_cast<std::size_t>(l);
+      std::string const g = "layer" + std::to_string(l) + "/";
+      file.write(g + "weight", s.w[ul]);
+      file.write(g + "adam_m", s.mw[ul]);
+      file.write(g + "adam_v", s.vw[ul]);
+      if (s.b[ul].extent(0) > 0) {
+        file.write(g + "bias", s.b[ul]);
+        file.write(g + "bias_adam_m", s.mb[ul]);
+        file.write(g + "bias_adam_v", s.vb[ul]);
+      }
+    }
+    std::vector<double> rows;
+    for (auto const &r : history)
+      for (double v : {static_cast<double>(r.epoch), r.train_loss, r.train_acc, r.val_loss, r.val_acc, r.test_acc,
+                       r.seconds, r.aggregation_seconds})
+        rows.push_back(v);
+    file.write("history", rows.data(), {history.size(), 8});
+  }
+  // Replace atomically so that an interrupted save never leaves a truncated checkpoint behind.
+  TESSEL_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint: cannot rename '", tmp, "' to '", path, "'");
+  if (s.options.spmm.algorithm == SpmmAlgorithm::adaptive) {
+    s.fwd->save_plans(path + ".plan.h5");
+    if (s.bwd)
+      s.bwd->save_plans(path + ".plan_t.h5");
+  }
+}
+
+template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_checkpoint(std::string const &path) {
+  auto &s = *_state;
+  h5::File file(path, h5::Mode::read);
+  TESSEL_REQUIRE(file.has_attribute("/", "schema") &&
+                     file.read_string_attribute("/", "schema") == "tessel.gnn.checkpoint",
+                 "checkpoint '", path, "': root attribute schema is not 'tessel.gnn.checkpoint'");
+  auto const dataset = file.read_string_attribute("/", "dataset");
+  auto const model = file.read_string_attribute("/", "model");
+  TESSEL_REQUIRE(dataset == s.data_name && model == name_of(s.options.model), "checkpoint '", path, "' is for ", model,
+                 " on '", dataset, "', not ", name_of(s.options.model), " on '", s.data_name, "'");
+  auto const dims = file.read<int>("dims").data;
+  TESSEL_REQUIRE(dims == s.dims, "checkpoint '", path, "': layer widths differ from the model's");
+  s.adam_t = static_cast<long>(file.read_attribute<std::int64_t>("/", "adam_t"));
+  for (int l = 0; l < s.layers(); ++l) {
+    auto const ul = static_cast<std::size_t>(l);
+    std::string const g = "layer" + std::to_string(l) + "/";
+    file.read(g + "weight", s.w[ul]);
+    file.read(g + "adam_m", s.mw[ul]);
+    file.read(g + "adam_v", s.vw[ul]);
+    if (s.b[ul].extent(0) > 0) {
+      file.read(g + "bias", s.b[ul]);
+      file.read(g + "bias_adam_m", s.mb[ul]);
+      file.read(g + "bias_adam_v", s.vb[ul]);
+    }
+  }
+  auto const rows = file.read<double>("history", {h5::any, 8});
+  std::vector<EpochRecord> history;
+  for (std::size_t r = 0; r < rows.rows(); ++r) {
+    double const *v = rows.data.data() + r * 8;
+    EpochRecord e;
+    e.epoch = static_cast<int>(v[0]);
+    e.train_loss = v[1];
+    e.train_acc = v[2];
+    e.val_loss = v[3];
+    e.val_acc = v[4];
+    e.test_acc = v[5];
+    e.seconds = v[6];
+    e.aggregation_seconds = v[7];
+    history.push_back(e);
+  }
+  return history;
+}
+
+template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
+  auto &s = *_state;
+  auto const &o = s.options;
+  TrainResult result;
+  result.setup_seconds = s.setup_seconds;
+  std::vector<EpochRecord> history;
+  if (o.resume && !o.checkpoint.empty() && std::ifstream(o.checkpoint).good())
+    history = load_checkpoint(o.checkpoint);
+  int const start = history.empty() ? 1 : history.back().epoch + 1;
+  bool stopped = false;
+  // A checkpoint written by a run that had already stopped early resumes as stopped.
+  auto should_stop = [&]() {
+    if (o.patience <= 0 || static_cast<int>(history.size()) <= o.patience)
+      return false;
+    double mean = 0;
+    for (std::size_t k = history.size() - 1 - static_cast<std::size_t>(o.patience); k + 1 < history.size(); ++k)
+      mean += history[k].val_loss;
+    mean /= o.patience;
+    return history.back().val_loss > mean;
+  };
+  if (!history.empty())
+    stopped = should_stop();
+  for (int epoch = start; epoch <= o.epochs && !stopped; ++epoch) {
+    ScopedRegion region("Tessel::gnn::epoch");
+    double const agg0 = s.aggregation_seconds;
+    Timer<ExecSpace> timer(s.space, "Tessel::gnn::epoch");
+    s.forward(true, epoch);
+    auto const [train_loss, train_acc] = s.loss(0, nullptr);
+    s.backward();
+    s.step();
+    auto const m = evaluate();
+    EpochRecord r;
+    r.epoch = epoch;
+    r.train_loss = train_loss + s.weight_decay_term();
+    r.train_acc = train_acc;
+    r.val_loss = m.val_loss;
+    r.val_acc = m.val_acc;
+    r.test_acc = m.test_acc;
+    r.seconds = timer.seconds();
+    r.aggregation_seconds = s.aggregation_seconds - agg0;
+    history.push_back(r);
+    if (o.on_epoch)
+      o.on_epoch(r);
+    stopped = should_stop();
+    result.early_stopped = stopped;
+    if (!o.checkpoint.empty() && o.checkpoint_every > 0 && epoch % o.checkpoint_every == 0)
+      save_checkpoint(o.checkpoint, history);
+  }
+  if (!o.checkpoint.empty() && o.checkpoint_every == 0)
+    save_checkpoint(o.checkpoint, history);
+  auto const m = evaluate();
+  result.history = history;
+  result.epochs_run = history.empty() ? 0 : history.back().epoch;
+  result.train_acc = m.train_acc;
+  result.val_acc = m.val_acc;
+  result.test_acc = m.test_acc;
+  for (auto const &r : history) {
+    result.train_seconds += r.seconds;
+    result.aggregation_seconds += r.aggregation_seconds;
+  }
+  result.selection_seconds = s.fwd->overhead_seconds() + (s.bwd ? s.bwd->overhead_seconds() : 0.0);
+  result.plans = s.fwd->plans();
+  if (s.bwd)
+    result.backward_plans = s.bwd->plans();
+  return result;
+}
+
+template class GnnModel<Kokkos::DefaultHostExecutionSpace>;
+
+} // namespace tessel::gnn

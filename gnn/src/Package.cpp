@@ -1,5 +1,0 @@
-#include <tessel/gnn/Package.hpp>
-
-namespace tessel::gnn {
-char const *package_name() { return "gnn"; }
-} // namespace tessel::gnn
