@@ -30,6 +30,7 @@ enum class SpmmAlgorithm {
   tiles,             ///< TC-GNN condensed row windows: 16-row windows, 16 x 8 dense tiles
   dense,             ///< the whole adjacency as one dense matrix, GEMM through KokkosBlas (system BLAS)
   kk,                ///< KokkosSparse::spmv with rank-2 views (the portability baseline)
+  cusparse,          ///< cusparseSpMM, CSR_ALG2, row-major (the vendor baseline; CUDA handle only)
   adaptive           ///< AdaptGear: per density class of blocks the fastest of csr / tiles / dense
 };
 char const *name_of(SpmmAlgorithm algorithm);
