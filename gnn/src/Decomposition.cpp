@@ -92,9 +92,14 @@ SpmmPlan fixed_plan(std::string const &graph, std::int64_t rows, std::int64_t nn
 
 template <class Index>
 Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &opts, Partition const *given,
-                                    CsrProbe<Index> *probe)
+                                    CsrProbe<Index> *probe, unsigned available, std::string const &unavailable_reason)
     : options(opts), name(g.name()), rows(g.num_rows()), nnz(g.nnz()) {
   auto const t0 = std::chrono::steady_clock::now();
+  available |= 1u; // csr
+  TESSEL_REQUIRE(options.force_kernel < 0 ||
+                     (options.force_kernel < num_block_kernels && (available >> options.force_kernel & 1u) != 0),
+                 "adaptive: force_kernel = ", options.force_kernel, " names a kernel this backend cannot run",
+                 unavailable_reason.empty() ? "" : " (", unavailable_reason, unavailable_reason.empty() ? "" : ")");
   TESSEL_REQUIRE(g.num_rows() == g.num_cols(), "adaptive: graph '", name, "' is ", g.num_rows(), " x ", g.num_cols(),
                  "; the adaptive algorithm reorders vertices and needs a square matrix");
   if (given) {
@@ -211,6 +216,9 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
       bool ok = true;
       if (options.force_kernel >= 0) {
         ok = options.force_kernel == kernel;
+      } else if ((available >> kernel & 1u) == 0) {
+        ok = false;
+        why << name_of(bk) << " unavailable (" << unavailable_reason << "); ";
       } else if (bk != BlockKernel::csr && t > cm.prune_factor * best) {
         ok = false;
         why << name_of(bk) << " pruned (predicted " << t / best << "x the best); ";

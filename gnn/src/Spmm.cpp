@@ -79,6 +79,7 @@ std::string SpmmPlan::to_json() const {
      << ", \"partition_seconds\": " << json_number(partition_seconds) << ", \"parts\": " << parts
      << ", \"intra_fraction\": " << json_number(intra_fraction) << ", \"timed\": " << (timed ? "true" : "false")
      << ", \"frozen\": " << (frozen ? "true" : "false") << ", \"rest_kernel\": " << json_string(rest_kernel)
+     << ", \"backend\": " << json_string(backend) << ", \"dense_engine\": " << json_string(dense_engine)
      << ", \"reason\": " << json_string(reason) << ", \"preprocess_seconds\": " << json_number(preprocess_seconds)
      << ", \"tuning_seconds\": " << json_number(tuning_seconds) << ", \"tuning_applies\": " << tuning_applies
      << ", \"final_measured\": " << Impl::json_pairs(final_measured) << ", \"classes\": [";

@@ -91,8 +91,10 @@ struct WidthSelection {
 template <class Index> class Decomposition {
 public:
   /// Reorders (or uses \p given), cuts P A P^T into blocks and density classes and lists each class's candidate
-  /// kernels. With timing on, \p probe (may be null: always reorder) decides whether the reordering pays.
-  Decomposition(Graph<Index> const &graph, SpmmOptions const &options, Partition const *given, CsrProbe<Index> *probe);
+  /// kernels among those the backend has (\p available: bit k for BlockKernel k; csr is always available). With
+  /// timing on, \p probe (may be null: always reorder) decides whether the reordering pays.
+  Decomposition(Graph<Index> const &graph, SpmmOptions const &options, Partition const *given, CsrProbe<Index> *probe,
+                unsigned available = 0b111u, std::string const &unavailable_reason = "");
 
   struct Block {
     std::int64_t p, q, nnz;
