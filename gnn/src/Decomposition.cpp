@@ -1,9 +1,11 @@
 #include "impl/Decomposition.hpp"
+#include "impl/DenseLayout.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 namespace tessel::gnn::Impl {
 
@@ -88,6 +90,74 @@ SpmmPlan fixed_plan(std::string const &graph, std::int64_t rows, std::int64_t nn
   p.frozen = true;
   p.reason = "fixed algorithm";
   return p;
+}
+
+namespace {
+std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+} // namespace
+
+DenseLayout make_dense_layout(std::vector<HostDenseBlock> list) {
+  DenseLayout out;
+  std::sort(list.begin(), list.end(), [](HostDenseBlock const &a, HostDenseBlock const &b) {
+    return std::tie(a.row0, a.col0) < std::tie(b.row0, b.col0);
+  });
+  auto &desc = out.blocks;
+  std::int64_t offset = 0;
+  for (auto const &b : list) {
+    DenseBlockDesc d;
+    d.row0 = b.row0;
+    d.col0 = b.col0;
+    d.rows = static_cast<int>(b.rows);
+    d.cols = static_cast<int>(b.cols);
+    d.ld = static_cast<int>(round_up(b.cols, tile_cols));
+    d.offset = offset;
+    offset += round_up(b.rows, tile_rows) * d.ld;
+    desc.push_back(d);
+  }
+  out.values.assign(static_cast<std::size_t>(offset), 0.0f);
+  for (std::size_t i = 0; i < list.size(); ++i)
+    for (std::int64_t r = 0; r < list[i].rows; ++r)
+      std::copy_n(list[i].values.begin() + r * list[i].cols, list[i].cols,
+                  out.values.begin() + desc[i].offset + r * desc[i].ld);
+  // Strips: 16 rows of one row part over all of its blocks. Waves: the j-th block of each row part goes to wave j.
+  std::vector<std::vector<std::size_t>> wave_blocks;
+  for (std::size_t b = 0; b < desc.size();) {
+    std::size_t e = b;
+    while (e < desc.size() && desc[e].row0 == desc[b].row0)
+      ++e;
+    for (int lr = 0; lr < desc[b].rows; lr += tile_rows)
+      out.strips.push_back(
+          {desc[b].row0 + lr, std::min(tile_rows, desc[b].rows - lr), lr, static_cast<int>(b), static_cast<int>(e)});
+    for (std::size_t j = b; j < e; ++j) {
+      if (wave_blocks.size() <= j - b)
+        wave_blocks.emplace_back();
+      wave_blocks[j - b].push_back(j);
+    }
+    b = e;
+  }
+  // Within a wave, groups of equal shape.
+  for (auto &members : wave_blocks) {
+    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
+      return std::tie(desc[a].rows, desc[a].cols, desc[a].ld) < std::tie(desc[b].rows, desc[b].cols, desc[b].ld);
+    });
+    DenseLayout::Wave w;
+    w.first = static_cast<std::int64_t>(out.problem_row0.size());
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      auto const &d = desc[members[m]];
+      if (m == 0 || std::tie(d.rows, d.cols, d.ld) != std::tie(w.n.back(), w.k.back(), w.ld.back())) {
+        w.n.push_back(d.rows);
+        w.k.push_back(d.cols);
+        w.ld.push_back(d.ld);
+        w.size.push_back(0);
+      }
+      ++w.size.back();
+      out.problem_row0.push_back(d.row0);
+      out.problem_col0.push_back(d.col0);
+      out.problem_offset.push_back(d.offset);
+    }
+    out.waves.push_back(std::move(w));
+  }
+  return out;
 }
 
 template <class Index>

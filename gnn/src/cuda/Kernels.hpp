@@ -4,6 +4,7 @@
 // The thin interface between the CUDA handle (src/cuda/Spmm.cpp, host compiler, Kokkos) and the kernels
 // (src/cuda/*.cu, nvcc, no Kokkos): raw device pointers, row-major dense operands with leading dimensions, and a
 // stream. Every launcher only enqueues work on the stream and returns the launch status (cudaGetLastError).
+#include "../impl/DenseLayout.hpp"
 #include "../impl/TileShape.hpp"
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,8 @@
 
 namespace tessel::gnn::cuda::Impl {
 
+using gnn::Impl::DenseBlockDesc;
+using gnn::Impl::DenseStrip;
 using gnn::Impl::tile_cols;
 using gnn::Impl::tile_rows;
 
@@ -57,20 +60,6 @@ template <class Index> struct TileArgs {
 template <class Index>
 cudaError_t tiles_spmm(cudaStream_t stream, TileArgs<Index> const &a, float const *x, std::int64_t ldx, float *y,
                        std::int64_t ldy, int f, bool accumulate);
-
-/// A dense block of A stored row-major with leading dimension ld (cols rounded up to 8) and rows rounded up to
-/// 16, zero-padded, at values + offset (a multiple of 128 floats, so every WMMA fragment is 32-byte aligned).
-struct DenseBlockDesc {
-  std::int64_t row0 = 0, col0 = 0, offset = 0;
-  int rows = 0, cols = 0, ld = 0, pad = 0;
-};
-
-/// 16 consecutive rows of a row part: rows row0 .. row0 + nrows - 1 (nrows <= 16), local row local_row of the
-/// blocks [block_begin, block_end), which all share that row part.
-struct DenseStrip {
-  std::int64_t row0 = 0;
-  int nrows = 0, local_row = 0, block_begin = 0, block_end = 0;
-};
 
 struct DenseArgs {
   std::int64_t strips = 0;

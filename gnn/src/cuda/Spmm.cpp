@@ -84,8 +84,6 @@ template <class T> DeviceBuffer<T> upload(std::vector<T> const &v, std::string c
   return d;
 }
 
-std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
-
 bool aligned16(void const *p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 int to_int(std::int64_t v, char const *what) {
@@ -149,12 +147,7 @@ struct DevDense {
   DeviceBuffer<float> values;
   DeviceBuffer<DenseBlockDesc> blocks;
   DeviceBuffer<DenseStrip> strips;
-
-  struct Wave {
-    std::int64_t first = 0;          // first problem
-    std::vector<int> n, k, ld, size; // per group: block rows, block columns, block ld, problems
-  };
-  std::vector<Wave> waves;
+  std::vector<gnn::Impl::DenseLayout::Wave> waves;
   std::int64_t problems = 0;
   DeviceBuffer<std::int64_t> row0, col0;
   DeviceBuffer<float const *> block_ptr, x_ptr;
@@ -168,76 +161,17 @@ struct DevDense {
   DevDense(std::vector<HostDenseBlock> list, cudaStream_t stream) {
     if (list.empty())
       return;
-    std::sort(list.begin(), list.end(), [](HostDenseBlock const &a, HostDenseBlock const &b) {
-      return std::tie(a.row0, a.col0) < std::tie(b.row0, b.col0);
-    });
-    std::vector<DenseBlockDesc> desc;
-    std::int64_t offset = 0;
-    for (auto const &b : list) {
-      DenseBlockDesc d;
-      d.row0 = b.row0;
-      d.col0 = b.col0;
-      d.rows = static_cast<int>(b.rows);
-      d.cols = static_cast<int>(b.cols);
-      d.ld = static_cast<int>(round_up(b.cols, tile_cols));
-      d.offset = offset;
-      offset += round_up(b.rows, tile_rows) * d.ld;
-      desc.push_back(d);
-    }
-    std::vector<float> host(static_cast<std::size_t>(offset), 0.0f);
-    for (std::size_t i = 0; i < list.size(); ++i)
-      for (std::int64_t r = 0; r < list[i].rows; ++r)
-        std::copy_n(list[i].values.begin() + r * list[i].cols, list[i].cols,
-                    host.begin() + desc[i].offset + r * desc[i].ld);
-    // Strips: 16 rows of one row part over all of its blocks (the blocks of a row part are contiguous).
-    std::vector<DenseStrip> strip;
-    // Waves: the j-th block of each row part goes to wave j; within a wave, groups of equal shape.
-    std::vector<std::vector<std::size_t>> wave_blocks;
-    for (std::size_t b = 0; b < desc.size();) {
-      std::size_t e = b;
-      while (e < desc.size() && desc[e].row0 == desc[b].row0)
-        ++e;
-      for (int lr = 0; lr < desc[b].rows; lr += tile_rows)
-        strip.push_back(
-            {desc[b].row0, std::min(tile_rows, desc[b].rows - lr), lr, static_cast<int>(b), static_cast<int>(e)});
-      for (std::size_t j = b; j < e; ++j) {
-        if (wave_blocks.size() <= j - b)
-          wave_blocks.emplace_back();
-        wave_blocks[j - b].push_back(j);
-      }
-      b = e;
-    }
-    std::vector<std::int64_t> prow0, pcol0, poffset;
-    for (auto &members : wave_blocks) {
-      std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-        return std::tie(desc[a].rows, desc[a].cols, desc[a].ld) < std::tie(desc[b].rows, desc[b].cols, desc[b].ld);
-      });
-      Wave w;
-      w.first = static_cast<std::int64_t>(prow0.size());
-      for (std::size_t m = 0; m < members.size(); ++m) {
-        auto const &d = desc[members[m]];
-        if (m == 0 || std::tie(d.rows, d.cols, d.ld) != std::tie(w.n.back(), w.k.back(), w.ld.back())) {
-          w.n.push_back(d.rows);
-          w.k.push_back(d.cols);
-          w.ld.push_back(d.ld);
-          w.size.push_back(0);
-        }
-        ++w.size.back();
-        prow0.push_back(d.row0);
-        pcol0.push_back(d.col0);
-        poffset.push_back(d.offset);
-      }
-      waves.push_back(std::move(w));
-    }
-    problems = static_cast<std::int64_t>(prow0.size());
-    num_strips = static_cast<std::int64_t>(strip.size());
-    values = upload(host, "Tessel::gnn::cuda::dense_values", stream);
-    blocks = upload(desc, "Tessel::gnn::cuda::dense_blocks", stream);
-    strips = upload(strip, "Tessel::gnn::cuda::dense_strips", stream);
-    row0 = upload(prow0, "Tessel::gnn::cuda::gemm_row0", stream);
-    col0 = upload(pcol0, "Tessel::gnn::cuda::gemm_col0", stream);
+    auto layout = gnn::Impl::make_dense_layout(std::move(list));
+    num_strips = static_cast<std::int64_t>(layout.strips.size());
+    problems = static_cast<std::int64_t>(layout.problem_row0.size());
+    waves = std::move(layout.waves);
+    values = upload(layout.values, "Tessel::gnn::cuda::dense_values", stream);
+    blocks = upload(layout.blocks, "Tessel::gnn::cuda::dense_blocks", stream);
+    strips = upload(layout.strips, "Tessel::gnn::cuda::dense_strips", stream);
+    row0 = upload(layout.problem_row0, "Tessel::gnn::cuda::gemm_row0", stream);
+    col0 = upload(layout.problem_col0, "Tessel::gnn::cuda::gemm_col0", stream);
     std::vector<float const *> bptr;
-    for (auto o : poffset)
+    for (auto o : layout.problem_offset)
       bptr.push_back(values.data() + o);
     block_ptr = upload(bptr, "Tessel::gnn::cuda::gemm_block_ptr", stream);
     x_ptr = DeviceBuffer<float const *>(static_cast<std::size_t>(problems), "Tessel::gnn::cuda::gemm_x_ptr");
