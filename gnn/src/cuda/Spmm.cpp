@@ -247,6 +247,7 @@ template <class Index> struct DeviceSpmmState {
     float *yp = nullptr;
     std::int64_t ldx = -1, ldy = -1;
     int f = -1;
+    cusparseSpMMAlg_t algorithm = CUSPARSE_SPMM_CSR_ALG2;
     DeviceBuffer<char> buffer;
   } sp_dense;
   cublasHandle_t cublas = nullptr;
@@ -443,7 +444,7 @@ template <class Index> struct DeviceSpmmState {
       available |= 1u << static_cast<int>(BlockKernel::tiles);
     if (dense_available())
       available |= 1u << static_cast<int>(BlockKernel::dense);
-    TESSEL_REQUIRE(options.dense_engine != DenseEngine::wmma || tensor_cores || options.force_kernel != 2,
+    TESSEL_REQUIRE(options.dense_engine != DenseEngine::wmma || tensor_cores,
                    "tessel::gnn::cuda::SpmmHandle: dense_engine = wmma, but ", unavailable_reason());
     TESSEL_REQUIRE(options.dense_engine != DenseEngine::cublas || cublas_grouped,
                    "tessel::gnn::cuda::SpmmHandle: dense_engine = cublas needs cublasGemmGroupedBatchedEx (cuBLAS "
@@ -542,9 +543,23 @@ template <class Index> struct DeviceSpmmState {
       dd.ldy = y.ld;
       float const alpha = 1.0f, beta = 0.0f;
       std::size_t bytes = 0;
-      TESSEL_CUSPARSE_CHECK(cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, sp_matrix, dd.x, &beta,
-                                                    dd.y, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2, &bytes));
+      // CSR_ALG2 (row-major, deterministic) is the baseline; should a cuSPARSE refuse it for these operands, its
+      // default algorithm runs instead (the plan's reason says so).
+      dd.algorithm = CUSPARSE_SPMM_CSR_ALG2;
+      cusparseStatus_t const rc =
+          cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
+                                  sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, dd.algorithm, &bytes);
+      if (rc == CUSPARSE_STATUS_NOT_SUPPORTED) {
+        dd.algorithm = CUSPARSE_SPMM_ALG_DEFAULT;
+        TESSEL_CUSPARSE_CHECK(cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                                      CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, sp_matrix, dd.x, &beta,
+                                                      dd.y, CUDA_R_32F, dd.algorithm, &bytes));
+      } else {
+        TESSEL_CUSPARSE_CHECK(rc);
+      }
+      widths[f].sel.plan.reason = dd.algorithm == CUSPARSE_SPMM_CSR_ALG2
+                                      ? "cusparseSpMM, CUSPARSE_SPMM_CSR_ALG2, row-major X and Y"
+                                      : "cusparseSpMM refused CSR_ALG2 for these operands: CUSPARSE_SPMM_ALG_DEFAULT";
       if (bytes > dd.buffer.size())
         dd.buffer = DeviceBuffer<char>(bytes, "Tessel::gnn::cuda::cusparse_buffer");
     }
@@ -558,7 +573,7 @@ template <class Index> struct DeviceSpmmState {
     }
     float const alpha = 1.0f, beta = 0.0f;
     TESSEL_CUSPARSE_CHECK(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                       &alpha, sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2,
+                                       &alpha, sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, dd.algorithm,
                                        dd.buffer.data()));
   }
 
@@ -780,6 +795,10 @@ template <class Index> struct DeviceSpmmState {
 
   void run_apply(cudaStream_t stream, int f, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
     Width &w = width(f);
+    if (options.algorithm == SpmmAlgorithm::cusparse || options.algorithm == SpmmAlgorithm::dense)
+      // cuSPARSE's vector loads and cuBLAS's TF32 kernels need 16-byte aligned matrices (cudaMalloc gives 256).
+      TESSEL_REQUIRE(aligned16(x.data) && aligned16(y.data), "tessel::gnn::cuda::SpmmHandle::apply on graph '", name,
+                     "': the ", gnn::name_of(options.algorithm), " algorithm needs 16-byte aligned X and Y");
     switch (options.algorithm) {
     case SpmmAlgorithm::csr:
       run_csr(stream, graph, x, y, false);

@@ -42,7 +42,7 @@ char const *name_of(DenseEngine engine);
 
 /// \brief Effective rates that predict device kernel times when timing is off (and prune candidates when it is
 /// on). These are estimates from the H200's bandwidth and TF32 throughput, not measurements: calibrate them
-/// with `tessel-gnn bench --device cuda` (see gnn/README.md, "CUDA").
+/// with `tessel-gnn bench --backend cuda` (see gnn/README.md, "CUDA").
 CostModel device_cost_model();
 
 /// \brief Options of the device handle: the host options (algorithm, timing, partition, class bounds, ...) with
