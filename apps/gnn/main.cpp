@@ -11,6 +11,9 @@
 #include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Spmm.hpp>
 
+#include "BenchCuda.hpp"
+#include "Common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +30,7 @@
 namespace {
 
 using namespace tessel::gnn;
+using namespace tessel::gnn::app;
 using Exec = Kokkos::DefaultHostExecutionSpace;
 using Mem = Exec::memory_space;
 
@@ -58,7 +62,11 @@ char const *usage_text =
     "  --data FILE --features 16,64,256 --kernels csr,coo,...,adaptive (default: all but coo_atomic)\n"
     "  --reps N (timed rounds, all kernels in turn, median reported; default 15) --warmup N (default 3)\n"
     "  --operator gcn|raw     D^-1/2 (A+I) D^-1/2 (default) or A as stored\n"
-    "  --timing on|off --partition P --part-size N --json FILE\n";
+    "  --timing on|off --partition P --part-size N --json FILE\n"
+    "  --backend host|cuda    cuda: the device kernels (csr, csr_feature_tiled, coo_atomic, tiles, dense,\n"
+    "                         cusparse, adaptive) on the first GPU, CUDA events, default --reps 20; skipped\n"
+    "                         with a message (exit 0) where no GPU is visible\n"
+    "  --tf32 on|off --dense-engine automatic|wmma|cublas   (--backend cuda)\n";
 
 struct Args {
   std::string command;
@@ -108,33 +116,6 @@ bool parse_on_off(std::string const &v) {
   TESSEL_THROW("expected on or off, got '", v, "'");
 }
 
-std::string json_str(std::string const &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string num(double v) {
-  if (!std::isfinite(v))
-    return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
-std::string env_or(char const *name, char const *fallback) {
-  char const *v = std::getenv(name);
-  return v ? v : fallback;
-}
-
 SpmmOptions spmm_options(Args const &a, SpmmAlgorithm algorithm) {
   SpmmOptions o;
   o.algorithm = algorithm;
@@ -145,21 +126,6 @@ SpmmOptions spmm_options(Args const &a, SpmmAlgorithm algorithm) {
   if (a.has("--part-size"))
     o.part_size = std::stoll(a.get("--part-size"));
   return o;
-}
-
-void print_plan(SpmmPlan const &p) {
-  std::printf("  plan F=%d: partition %s, %lld parts, %.1f%% of entries intra-part, %s, remainder %s\n", p.features,
-              p.partition_method.c_str(), static_cast<long long>(p.parts), 100 * p.intra_fraction,
-              p.timed ? "timed" : "cost model", p.rest_kernel.c_str());
-  for (auto const &c : p.classes) {
-    if (c.nnz == 0)
-      continue;
-    std::printf("    %s density [%.3g, %.3g): %lld blocks, %lld nnz -> %s", c.intra ? "intra" : "inter", c.density_min,
-                c.density_max, static_cast<long long>(c.blocks), static_cast<long long>(c.nnz), c.kernel.c_str());
-    for (auto const &[k, t] : c.measured)
-      std::printf(" %s=%.3gms", k.c_str(), 1e3 * t);
-    std::printf("\n");
-  }
 }
 
 int cmd_info(Args const &a) {
@@ -287,15 +253,53 @@ SpmmOptions fixed(SpmmAlgorithm algorithm) {
   return o;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? NAN : v[v.size() / 2];
+int cmd_bench_cuda(Args const &a) {
+  CudaBenchConfig c;
+  c.data = a.get("--data");
+  c.op_name = a.get("--operator", "gcn");
+  c.json = a.get("--json");
+  {
+    std::stringstream ss(a.get("--features", "16,64,256"));
+    for (std::string item; std::getline(ss, item, ',');)
+      c.widths.push_back(std::stoi(item));
+  }
+  if (a.has("--kernels")) {
+    std::stringstream ss(a.get("--kernels"));
+    for (std::string item; std::getline(ss, item, ',');) {
+      parse_spmm_algorithm(item);
+      c.kernels.push_back(item);
+    }
+  }
+  c.reps = std::stoi(a.get("--reps", "20"));
+  c.warmup = std::stoi(a.get("--warmup", "3"));
+  TESSEL_REQUIRE(c.reps >= 1 && c.warmup >= 0, "--reps must be >= 1 and --warmup >= 0");
+  c.options = spmm_options(a, SpmmAlgorithm::adaptive);
+  if (a.has("--tf32"))
+    c.allow_tf32 = parse_on_off(a.get("--tf32"));
+  c.dense_engine = a.get("--dense-engine", "automatic");
+#ifdef TESSEL_ENABLE_CUDA
+  return bench_cuda(c);
+#else
+  std::printf("tessel-gnn bench --backend cuda: skipped: this tessel-gnn was built without CUDA "
+              "(Tessel_ENABLE_CUDA=OFF)\n");
+  if (!c.json.empty()) {
+    std::ofstream out(c.json);
+    out << "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"built without CUDA\"}\n";
+  }
+  return 0;
+#endif
 }
 
 int cmd_bench(Args const &a) {
   check_known(a, {"--data", "--features", "--kernels", "--reps", "--warmup", "--operator", "--timing", "--partition",
-                  "--part-size", "--json"});
+                  "--part-size", "--json", "--backend", "--tf32", "--dense-engine"});
   TESSEL_REQUIRE(a.has("--data"), "bench needs --data FILE");
+  // --backend, not --device: Kokkos 3.4 takes --device (a device id) from the command line before we see it.
+  std::string const backend = a.get("--backend", "host");
+  TESSEL_REQUIRE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
+  if (backend == "cuda")
+    return cmd_bench_cuda(a);
+  TESSEL_REQUIRE(!a.has("--tf32") && !a.has("--dense-engine"), "--tf32 and --dense-engine need --backend cuda");
   auto const data = load_dataset(a.get("--data"));
   std::string const op_name = a.get("--operator", "gcn");
   TESSEL_REQUIRE(op_name == "gcn" || op_name == "raw", "--operator must be gcn or raw, got '", op_name, "'");

@@ -6,15 +6,13 @@
 // cut into chunks of compile-time width so that the accumulators of one output row chunk stay in registers.
 #include <tessel/gnn/Graph.hpp>
 
+#include "TileShape.hpp"
+
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
 
 namespace tessel::gnn::Impl {
-
-/// Rows per TC-GNN row window and columns per condensed tile (TC-GNN's BLK_H x BLK_W for TF32).
-inline constexpr int tile_rows = 16;
-inline constexpr int tile_cols = 8;
 
 #if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
 // GCC and Clang vector extensions: 8 floats per vector (one AVX register, two SSE ones). Without them GCC

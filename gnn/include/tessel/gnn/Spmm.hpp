@@ -30,6 +30,7 @@ enum class SpmmAlgorithm {
   tiles,             ///< TC-GNN condensed row windows: 16-row windows, 16 x 8 dense tiles
   dense,             ///< the whole adjacency as one dense matrix, GEMM through KokkosBlas (system BLAS)
   kk,                ///< KokkosSparse::spmv with rank-2 views (the portability baseline)
+  cusparse,          ///< cusparseSpMM, CSR_ALG2, row-major (the vendor baseline; CUDA handle only)
   adaptive           ///< AdaptGear: per density class of blocks the fastest of csr / tiles / dense
 };
 char const *name_of(SpmmAlgorithm algorithm);
@@ -105,6 +106,8 @@ struct SpmmPlan {
   bool frozen = false; ///< decided (false while candidates are still being timed)
   std::vector<SpmmClassPlan> classes;
   std::string rest_kernel = "csr"; ///< kernel of the CSR remainder (inter-class entries and csr classes)
+  std::string backend = "host";    ///< where the plan was made and runs ("cuda: <device>" for the device handle)
+  std::string dense_engine;        ///< device handle: how dense blocks run (wmma or cublas); empty on the host
   std::vector<std::pair<std::string, double>> final_measured; ///< median seconds of the final candidates
   std::string reason;
   double preprocess_seconds = 0; ///< partition + decomposition (shared by all widths)

@@ -1,0 +1,310 @@
+// `tessel-gnn bench --backend cuda`: Y = A X on the GPU with every device kernel (the adaptive handle, cuSPARSE
+// SpMM CSR_ALG2, Tessel's CSR and the other fixed kernels) side by side, timed with CUDA events in interleaved
+// rounds, each result checked against a double-precision host reference.
+#include "BenchCuda.hpp"
+#include "Common.hpp"
+
+#include <tessel/core/Config.hpp>
+#include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/cuda/Cuda.hpp>
+#include <tessel/gnn/Dataset.hpp>
+#include <tessel/gnn/cuda/Spmm.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+
+namespace tessel::gnn::app {
+
+namespace {
+
+namespace gc = tessel::gnn::cuda;
+using tessel::cuda::DeviceBuffer;
+using tessel::cuda::Event;
+using tessel::cuda::Stream;
+using namespace std::chrono_literals;
+
+constexpr double u32 = 5.9604644775390625e-08; // 2^-24
+
+/// The error bound of unit_tests/gnn/tstCudaSpmm.cpp, relative to (|A| |X|)_ij (see there for the derivation).
+double tolerance(bool tf32, std::int64_t degree) {
+  double const d = static_cast<double>(degree);
+  return tf32 ? 1.0 / 256 + 4 * d * u32 : std::max(1e-5, 2 * d * u32);
+}
+
+struct Entry {
+  std::string label;
+  SpmmAlgorithm algorithm = SpmmAlgorithm::csr;
+  std::unique_ptr<gc::SpmmHandle<std::int32_t>> handle;
+  bool permuted = false, tf32 = false;
+  double setup = 0;
+  DeviceBuffer<float> y;
+  int tuning = 0, inner = 1;
+  std::vector<double> t;
+};
+
+gc::DenseEngine parse_engine(std::string const &s) {
+  for (auto e : {gc::DenseEngine::automatic, gc::DenseEngine::wmma, gc::DenseEngine::cublas})
+    if (s == gc::name_of(e))
+      return e;
+  TESSEL_THROW("--dense-engine must be automatic, wmma or cublas, got '", s, "'");
+}
+
+void write_json(std::string const &path, std::string const &text) {
+  std::ofstream out(path);
+  TESSEL_REQUIRE(out.good(), "cannot write '", path, "'");
+  out << text;
+}
+
+} // namespace
+
+int bench_cuda(CudaBenchConfig const &c) {
+  if (tessel::cuda::device_count() == 0) {
+    std::printf("tessel-gnn bench --backend cuda: skipped: no CUDA device visible\n");
+    if (!c.json.empty())
+      write_json(c.json, "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"no CUDA device visible\"}\n");
+    return 0;
+  }
+  auto const data = load_dataset(c.data);
+  TESSEL_REQUIRE(c.op_name == "gcn" || c.op_name == "raw", "--operator must be gcn or raw, got '", c.op_name, "'");
+  auto const op = c.op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
+  int device = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&device));
+  std::string const gpu = tessel::cuda::device_name(device);
+  auto const n = static_cast<std::size_t>(op.num_rows());
+  std::vector<std::int64_t> degree(n);
+  for (std::size_t i = 0; i < n; ++i)
+    degree[i] = op.row_map()(i + 1) - op.row_map()(i);
+  std::vector<std::string> kernels = c.kernels;
+  if (kernels.empty())
+    kernels = {"csr", "csr_feature_tiled", "coo_atomic", "tiles", "dense", "cusparse", "adaptive"};
+
+  Stream stream;
+  gc::SpmmOptions base;
+  base.timing = c.options.timing;
+  base.partition = c.options.partition;
+  base.part_size = c.options.part_size;
+  base.probe_features = c.widths; // the handles serve every benched width
+  base.allow_tf32 = c.allow_tf32;
+  base.dense_engine = parse_engine(c.dense_engine);
+
+  std::printf("tessel-gnn bench --backend cuda: '%s' (%zu nodes, %lld entries, operator %s) on %s, reps %d, TF32 %s\n",
+              data.name.c_str(), n, static_cast<long long>(op.nnz()), c.op_name.c_str(), gpu.c_str(), c.reps,
+              c.allow_tf32 ? "on" : "off");
+  // One handle per kernel, built once for every width (preprocessing and uploads are its setup time).
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> skipped;
+  Permutation adaptive_perm;
+  bool have_perm = false;
+  for (auto const &k : kernels) {
+    auto const algorithm = parse_spmm_algorithm(k);
+    try {
+      auto o = base;
+      o.algorithm = algorithm;
+      auto const t0 = std::chrono::steady_clock::now();
+      Entry e;
+      e.label = k;
+      e.algorithm = algorithm;
+      e.handle = std::make_unique<gc::SpmmHandle<std::int32_t>>(stream, op, o);
+      e.setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      e.tf32 = c.allow_tf32 && (algorithm == SpmmAlgorithm::tiles || algorithm == SpmmAlgorithm::dense ||
+                                algorithm == SpmmAlgorithm::adaptive);
+      if (algorithm == SpmmAlgorithm::adaptive) {
+        adaptive_perm = e.handle->permutation();
+        have_perm = !adaptive_perm.is_identity();
+        e.permuted = have_perm;
+      }
+      entries.push_back(std::move(e));
+    } catch (tessel::Exception const &ex) {
+      std::printf("  %-22s skipped: %s\n", k.c_str(), ex.what());
+      skipped[k] = std::string("skipped: ") + ex.what();
+    }
+  }
+  if (have_perm) { // the reordering alone: Tessel's CSR on the adaptive handle's vertex order
+    auto o = base;
+    o.algorithm = SpmmAlgorithm::csr;
+    Entry e;
+    e.label = "csr(reordered)";
+    e.handle = std::make_unique<gc::SpmmHandle<std::int32_t>>(stream, permute(op, adaptive_perm), o);
+    e.permuted = true;
+    entries.push_back(std::move(e));
+  }
+
+  bool wrong = false;
+  std::ostringstream js;
+  js << "{\n  \"command\": \"bench\", \"device\": \"cuda\", \"gpu\": " << json_str(gpu)
+     << ", \"data\": " << json_str(c.data) << ", \"dataset\": " << json_str(data.name) << ", \"nodes\": " << n
+     << ", \"nnz\": " << op.nnz() << ", \"operator\": " << json_str(c.op_name) << ", \"reps\": " << c.reps
+     << ", \"tf32\": " << (c.allow_tf32 ? "true" : "false") << ", \"build\": " << json_str(tessel::build_summary())
+     << ",\n  \"results\": [";
+  for (std::size_t wi = 0; wi < c.widths.size(); ++wi) {
+    int const f = c.widths[wi];
+    auto const fs = static_cast<std::size_t>(f);
+    std::vector<float> x(n * fs);
+    {
+      std::mt19937 rng(7);
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (auto &v : x)
+        v = u(rng);
+    }
+    std::vector<double> ref(n * fs, 0.0), scale(n * fs, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (offset_type k = op.row_map()(i); k < op.row_map()(i + 1); ++k) {
+        double const a = op.values()(k);
+        auto const col = static_cast<std::size_t>(op.entries()(k));
+        for (std::size_t j = 0; j < fs; ++j) {
+          ref[i * fs + j] += a * x[col * fs + j];
+          scale[i * fs + j] += std::abs(a * x[col * fs + j]);
+        }
+      }
+    DeviceBuffer<float> xd(n * fs, "Tessel::gnn::bench::x"), xpd(have_perm ? n * fs : 0, "Tessel::gnn::bench::xp");
+    xd.copy_from_host(x.data(), x.size(), stream.get());
+    if (have_perm) {
+      std::vector<float> xp(n * fs);
+      for (std::size_t k = 0; k < n; ++k)
+        std::memcpy(&xp[k * fs], &x[static_cast<std::size_t>(adaptive_perm.old_of_new[k]) * fs], fs * sizeof(float));
+      xpd.copy_from_host(xp.data(), xp.size(), stream.get());
+    }
+    auto const rows = static_cast<std::int64_t>(n);
+    auto const xin = [&](Entry const &e) {
+      return gc::DeviceMatrix<float const>(e.permuted ? xpd.data() : xd.data(), rows, f);
+    };
+    auto const yout = [&](Entry &e) { return gc::DeviceMatrix<float>(e.y.data(), rows, f); };
+    double const flops = 2.0 * static_cast<double>(op.nnz()) * f;
+    std::printf("\nF = %d\n  %-22s %10s %9s %9s %14s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
+                "err/(|A||X|)", "note");
+    // Prepare every kernel (tune, warm up, size its batches), then time all of them in rounds whose order rotates.
+    Event start(true), stop(true);
+    for (auto &e : entries) {
+      e.y = DeviceBuffer<float>(n * fs, "Tessel::gnn::bench::y");
+      e.tuning = 0;
+      e.t.clear();
+      while (!e.handle->tuned(f) && e.tuning < 1000) {
+        e.handle->apply(stream, xin(e), yout(e));
+        ++e.tuning;
+      }
+      for (int r = 0; r < c.warmup; ++r)
+        e.handle->apply(stream, xin(e), yout(e));
+      start.record(stream.get());
+      e.handle->apply(stream, xin(e), yout(e));
+      stop.record(stream.get());
+      stop.synchronize(60s);
+      double const one = 1e-3 * Event::elapsed_ms(start, stop);
+      // Batches of >= 1 ms: event resolution and launch jitter stay small against them.
+      e.inner = static_cast<int>(std::min(1000.0, std::max(1.0, std::ceil(1e-3 / std::max(one, 1e-7)))));
+    }
+    for (int r = 0; r < c.reps; ++r)
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        auto &e = entries[(i + static_cast<std::size_t>(r)) % entries.size()];
+        e.handle->apply(stream, xin(e), yout(e)); // untimed: the previous kernel left other data in L2
+        start.record(stream.get());
+        for (int k = 0; k < e.inner; ++k)
+          e.handle->apply(stream, xin(e), yout(e));
+        stop.record(stream.get());
+        stop.synchronize(60s);
+        e.t.push_back(1e-3 * Event::elapsed_ms(start, stop) / e.inner);
+      }
+    std::map<std::string, double> ms, err;
+    std::map<std::string, std::string> notes = skipped;
+    std::string plan_json = "null";
+    std::vector<float> y(n * fs);
+    for (auto &e : entries) {
+      e.y.copy_to_host(y.data(), y.size(), stream.get());
+      stream.synchronize(60s);
+      double worst = 0;
+      bool bad = false;
+      for (std::size_t k = 0; k < n; ++k) {
+        std::size_t const i = e.permuted ? static_cast<std::size_t>(adaptive_perm.old_of_new[k]) : k;
+        double const tol = tolerance(e.tf32, degree[i]);
+        for (std::size_t j = 0; j < fs; ++j) {
+          double const d = std::abs(static_cast<double>(y[k * fs + j]) - ref[i * fs + j]), s = scale[i * fs + j];
+          if (!(d <= tol * s + 1e-30))
+            bad = true;
+          if (s > 0)
+            worst = std::max(worst, d / s);
+        }
+      }
+      double const med = median(e.t);
+      ms[e.label] = 1e3 * med;
+      err[e.label] = worst;
+      std::string note = e.tuning ? std::to_string(e.tuning) + " tuning applies" : "";
+      if (e.tf32)
+        note += std::string(note.empty() ? "" : ", ") + "TF32";
+      if (bad) {
+        note += " WRONG RESULT";
+        wrong = true;
+      }
+      notes[e.label] = note;
+      std::printf("  %-22s %10.4f %9.1f %9.3f %14.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9, e.setup,
+                  worst, note.c_str());
+      if (e.algorithm == SpmmAlgorithm::adaptive && e.label == "adaptive") {
+        auto const plan = e.handle->plan(f);
+        plan_json = plan.to_json();
+        print_plan(plan);
+      }
+    }
+    // Ratios: adaptive against each baseline (> 1 means adaptive is faster).
+    double best = INFINITY;
+    std::string best_name;
+    for (auto const &[k, v] : ms)
+      if (k != "adaptive" && k != "csr(reordered)" && v < best) {
+        best = v;
+        best_name = k;
+      }
+    js << (wi ? "," : "") << "\n    {\"features\": " << f << ", \"flops\": " << num(flops) << ", \"median_ms\": {";
+    bool first = true;
+    for (auto const &[k, v] : ms) {
+      js << (first ? "" : ", ") << json_str(k) << ": " << num(v);
+      first = false;
+    }
+    js << "}, \"max_err_over_abs_a_abs_x\": {";
+    first = true;
+    for (auto const &[k, v] : err) {
+      js << (first ? "" : ", ") << json_str(k) << ": " << num(v);
+      first = false;
+    }
+    js << "}, \"notes\": {";
+    first = true;
+    for (auto const &[k, v] : notes) {
+      js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
+      first = false;
+    }
+    js << "}";
+    if (ms.count("adaptive")) {
+      double const ad = ms["adaptive"];
+      std::printf("  adaptive speedup:");
+      js << ", \"adaptive_speedup\": {";
+      first = true;
+      // The named baselines first: cuSPARSE, then Tessel's CSR.
+      std::vector<std::string> order{"cusparse", "csr"};
+      for (auto const &[k, v] : ms)
+        if (k != "adaptive" && k != "cusparse" && k != "csr")
+          order.push_back(k);
+      for (auto const &k : order) {
+        if (!ms.count(k))
+          continue;
+        std::printf(" vs %s %.2fx", k.c_str(), ms[k] / ad);
+        js << (first ? "" : ", ") << json_str(k) << ": " << num(ms[k] / ad);
+        first = false;
+      }
+      std::printf("\n  best single full-graph kernel: %s (%.4f ms); adaptive / best = %.2fx faster\n",
+                  best_name.c_str(), best, best / ad);
+      js << "}, \"best_single\": " << json_str(best_name) << ", \"speedup_vs_best_single\": " << num(best / ad);
+    }
+    js << ", \"plan\": " << plan_json << "}";
+    std::fflush(stdout);
+  }
+  js << "\n  ]\n}\n";
+  if (!c.json.empty())
+    write_json(c.json, js.str());
+  if (wrong)
+    std::fprintf(stderr, "tessel-gnn bench --backend cuda: some kernel returned a wrong result (see WRONG RESULT)\n");
+  return wrong ? 3 : 0;
+}
+
+} // namespace tessel::gnn::app

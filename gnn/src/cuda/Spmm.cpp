@@ -1,0 +1,968 @@
+// The CUDA SpmmHandle: host-side preprocessing through the shared decomposition (src/impl/Decomposition.hpp),
+// uploads into tessel::cuda::DeviceBuffers, and the kernels of src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin
+// interface of Kernels.hpp. Compiled by the host compiler; no Kokkos in the kernels.
+#include <tessel/gnn/cuda/Spmm.hpp>
+
+#include "../impl/Decomposition.hpp"
+#include "Kernels.hpp"
+
+#include <cublas_v2.h>
+#include <cusparse.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#define TESSEL_CUBLAS_CHECK(call)                                                                                      \
+  do {                                                                                                                 \
+    cublasStatus_t const tessel_cublas_rc_ = (call);                                                                   \
+    if (tessel_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                                    \
+      TESSEL_THROW("cuBLAS call ", #call, " failed: ", cublasGetStatusName(tessel_cublas_rc_), " (",                   \
+                   cublasGetStatusString(tessel_cublas_rc_), ")");                                                     \
+  } while (false)
+
+#define TESSEL_CUSPARSE_CHECK(call)                                                                                    \
+  do {                                                                                                                 \
+    cusparseStatus_t const tessel_cusparse_rc_ = (call);                                                               \
+    if (tessel_cusparse_rc_ != CUSPARSE_STATUS_SUCCESS)                                                                \
+      TESSEL_THROW("cuSPARSE call ", #call, " failed: ", cusparseGetErrorName(tessel_cusparse_rc_), " (",              \
+                   cusparseGetErrorString(tessel_cusparse_rc_), ")");                                                  \
+  } while (false)
+
+// cublasGemmGroupedBatchedEx (one launch for blocks of different shapes) exists from cuBLAS 12.5 on.
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
+#define TESSEL_GNN_CUBLAS_GROUPED 1
+#endif
+
+namespace tessel::gnn::cuda {
+
+char const *name_of(DenseEngine engine) {
+  switch (engine) {
+  case DenseEngine::automatic:
+    return "automatic";
+  case DenseEngine::wmma:
+    return "wmma";
+  case DenseEngine::cublas:
+    return "cublas";
+  }
+  return "?";
+}
+
+CostModel device_cost_model() {
+  // Estimates for an H200 (4.8 TB/s HBM3e, 50 MB L2, ~67 TFLOP/s fp32, ~495 TFLOP/s dense TF32), not
+  // measurements: CSR gathers 4 bytes of X per 2 flops, mostly from L2 (~1 TFLOP/s effective); the tile kernels
+  // run one m16n16k8 MMA per 8 gathered rows of 16 features (tiles) or 8 contiguous rows (dense), bounded by the
+  // gathers and by per-warp staging, a few percent of the TF32 peak. They imply: dense wins above a block density
+  // of 1000 / 15000 = 6.7%, tiles above a tile fill of 1000 / 8000 = 12.5%.
+  CostModel m;
+  m.csr_gflops = 1000.0;
+  m.tiles_gflops = 8000.0;
+  m.dense_gflops = 15000.0;
+  return m;
+}
+
+namespace Impl {
+
+using gnn::BlockKernel;
+using gnn::Impl::Decomposition;
+using gnn::Impl::HostCsrPiece;
+using gnn::Impl::HostDenseBlock;
+using gnn::Impl::HostTileSet;
+using gnn::Impl::WidthSelection;
+using tessel::cuda::DeviceBuffer;
+using tessel::cuda::Event;
+
+namespace {
+
+template <class T> DeviceBuffer<T> upload(std::vector<T> const &v, std::string const &label, cudaStream_t stream) {
+  DeviceBuffer<T> d(v.size(), label);
+  d.copy_from_host(v.data(), v.size(), stream);
+  return d;
+}
+
+bool aligned16(void const *p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+int to_int(std::int64_t v, char const *what) {
+  TESSEL_REQUIRE(v >= 0 && v <= std::numeric_limits<int>::max(), "tessel::gnn::cuda::SpmmHandle: ", what, " = ", v,
+                 " does not fit the 32-bit int of the cuBLAS/cuSPARSE interface");
+  return static_cast<int>(v);
+}
+
+} // namespace
+
+template <class Index> struct DevCsr {
+  DeviceBuffer<offset_type> row_map;
+  DeviceBuffer<Index> entries;
+  DeviceBuffer<float> values;
+  DeviceBuffer<Index> row_ids;
+  std::int64_t rows = 0, nnz = 0;
+
+  DevCsr() = default;
+  DevCsr(HostCsrPiece<Index> const &h, cudaStream_t stream)
+      : row_map(upload(h.row_map, "Tessel::gnn::cuda::row_map", stream)),
+        entries(upload(h.entries, "Tessel::gnn::cuda::entries", stream)),
+        values(upload(h.values, "Tessel::gnn::cuda::values", stream)),
+        row_ids(upload(h.row_ids, "Tessel::gnn::cuda::row_ids", stream)), rows(h.rows()), nnz(h.nnz) {}
+  CsrArgs<Index> args() const {
+    return {rows, row_map.data(), entries.data(), values.data(), row_ids.size() ? row_ids.data() : nullptr};
+  }
+  std::int64_t bytes() const { return row_map.bytes() + entries.bytes() + values.bytes() + row_ids.bytes(); }
+};
+
+template <class Index> struct DevTiles {
+  DeviceBuffer<std::int64_t> row0;
+  DeviceBuffer<int> nrows;
+  DeviceBuffer<std::int64_t> tile_begin;
+  DeviceBuffer<Index> tile_col;
+  DeviceBuffer<float> tile_val;
+
+  DevTiles() = default;
+  DevTiles(HostTileSet<Index> const &h, cudaStream_t stream)
+      : row0(upload(h.row0, "Tessel::gnn::cuda::tile_row0", stream)),
+        nrows(upload(h.nrows, "Tessel::gnn::cuda::tile_nrows", stream)),
+        tile_begin(upload(h.tile_begin, "Tessel::gnn::cuda::tile_begin", stream)),
+        tile_col(upload(h.tile_col, "Tessel::gnn::cuda::tile_col", stream)),
+        tile_val(upload(h.tile_val, "Tessel::gnn::cuda::tile_val", stream)) {}
+  TileArgs<Index> args() const {
+    return {static_cast<std::int64_t>(row0.size()),
+            row0.data(),
+            nrows.data(),
+            tile_begin.data(),
+            tile_col.data(),
+            tile_val.data()};
+  }
+  std::int64_t bytes() const {
+    return row0.bytes() + nrows.bytes() + tile_begin.bytes() + tile_col.bytes() + tile_val.bytes();
+  }
+};
+
+/// Dense blocks in the two engines' layouts: zero-padded blocks with strips for the WMMA kernel, and waves of
+/// problems for grouped cuBLAS GEMMs (a wave never holds two blocks of one row part, so its outputs never overlap).
+struct DevDense {
+  std::int64_t num_strips = 0;
+  DeviceBuffer<float> values;
+  DeviceBuffer<DenseBlockDesc> blocks;
+  DeviceBuffer<DenseStrip> strips;
+  std::vector<gnn::Impl::DenseLayout::Wave> waves;
+  std::int64_t problems = 0;
+  DeviceBuffer<std::int64_t> row0, col0;
+  DeviceBuffer<float const *> block_ptr, x_ptr;
+  DeviceBuffer<float *> y_ptr;
+  // The X and Y the pointer arrays were filled for.
+  float const *filled_x = nullptr;
+  float *filled_y = nullptr;
+  std::int64_t filled_ldx = -1, filled_ldy = -1;
+
+  DevDense() = default;
+  DevDense(std::vector<HostDenseBlock> list, cudaStream_t stream) {
+    if (list.empty())
+      return;
+    auto layout = gnn::Impl::make_dense_layout(std::move(list));
+    num_strips = static_cast<std::int64_t>(layout.strips.size());
+    problems = static_cast<std::int64_t>(layout.problem_row0.size());
+    waves = std::move(layout.waves);
+    values = upload(layout.values, "Tessel::gnn::cuda::dense_values", stream);
+    blocks = upload(layout.blocks, "Tessel::gnn::cuda::dense_blocks", stream);
+    strips = upload(layout.strips, "Tessel::gnn::cuda::dense_strips", stream);
+    row0 = upload(layout.problem_row0, "Tessel::gnn::cuda::gemm_row0", stream);
+    col0 = upload(layout.problem_col0, "Tessel::gnn::cuda::gemm_col0", stream);
+    std::vector<float const *> bptr;
+    for (auto o : layout.problem_offset)
+      bptr.push_back(values.data() + o);
+    block_ptr = upload(bptr, "Tessel::gnn::cuda::gemm_block_ptr", stream);
+    x_ptr = DeviceBuffer<float const *>(static_cast<std::size_t>(problems), "Tessel::gnn::cuda::gemm_x_ptr");
+    y_ptr = DeviceBuffer<float *>(static_cast<std::size_t>(problems), "Tessel::gnn::cuda::gemm_y_ptr");
+  }
+
+  bool empty() const { return num_strips == 0; }
+  DenseArgs args() const { return {num_strips, strips.data(), blocks.data(), values.data()}; }
+  std::int64_t bytes() const {
+    return values.bytes() + blocks.bytes() + strips.bytes() + row0.bytes() + col0.bytes() + block_ptr.bytes() +
+           x_ptr.bytes() + y_ptr.bytes();
+  }
+};
+
+/// The reordering probe on the device: CSR in the original and in the partitioned order, timed with events.
+template <class Index> class DeviceCsrProbe final : public gnn::Impl::CsrProbe<Index> {
+public:
+  DeviceCsrProbe(cudaStream_t stream, Timeout timeout) : _stream(stream), _timeout(timeout) {}
+  void prepare(Graph<Index> const &original, Graph<Index> const &reordered) override {
+    std::vector<char> all(static_cast<std::size_t>(original.nnz()), 1);
+    _graphs[0] = DevCsr<Index>(gnn::Impl::make_csr(original, all, false), _stream);
+    _graphs[1] = DevCsr<Index>(gnn::Impl::make_csr(reordered, all, false), _stream);
+    _rows = original.num_rows();
+  }
+  double seconds(int which, int f) override {
+    if (f != _f) {
+      std::vector<float> ones(static_cast<std::size_t>(_rows) * static_cast<std::size_t>(f), 1.0f);
+      _x = upload(ones, "Tessel::gnn::cuda::probe_x", _stream);
+      _y = DeviceBuffer<float>(ones.size(), "Tessel::gnn::cuda::probe_y");
+      _f = f;
+    }
+    _start.record(_stream);
+    TESSEL_CUDA_CHECK(
+        csr_spmm<Index>(_stream, _graphs[which].args(), _x.data(), f, _y.data(), f, f, false, CsrSlicing::automatic));
+    _stop.record(_stream);
+    _stop.synchronize(_timeout);
+    return 1e-3 * Event::elapsed_ms(_start, _stop);
+  }
+
+private:
+  cudaStream_t _stream;
+  Timeout _timeout;
+  DevCsr<Index> _graphs[2];
+  std::int64_t _rows = 0;
+  int _f = 0;
+  DeviceBuffer<float> _x, _y;
+  Event _start{true}, _stop{true};
+};
+
+template <class Index> struct DeviceSpmmState {
+  cuda::SpmmOptions options;
+  std::string name;
+  Index rows = 0, cols = 0;
+  offset_type nnz = 0;
+  std::string backend;
+  bool tensor_cores = false; // the WMMA kernels run (allow_tf32 and an sm_80+ image for this device)
+  bool cublas_grouped = false;
+  double setup_seconds = 0; // uploads and host-side structure building outside the decomposition
+
+  // Whole-graph algorithms (original order).
+  DevCsr<Index> graph;
+  DeviceBuffer<Index> edge_rows;
+  DevTiles<Index> tiles;
+  DeviceBuffer<float> dense;
+  // cuSPARSE: offsets and columns of one index type (32-bit when they fit).
+  DeviceBuffer<std::int32_t> sp_off32, sp_col32;
+  DeviceBuffer<std::int64_t> sp_off64, sp_col64;
+  DeviceBuffer<float> sp_values;
+  cusparseSpMatDescr_t sp_matrix = nullptr;
+  struct DenseDescriptors {
+    cusparseDnMatDescr_t x = nullptr, y = nullptr;
+    float const *xp = nullptr;
+    float *yp = nullptr;
+    std::int64_t ldx = -1, ldy = -1;
+    int f = -1;
+    cusparseSpMMAlg_t algorithm = CUSPARSE_SPMM_CSR_ALG2;
+    DeviceBuffer<char> buffer;
+  } sp_dense;
+  cublasHandle_t cublas = nullptr;
+  cusparseHandle_t cusparse = nullptr;
+
+  // Adaptive.
+  Partition identity;
+  std::unique_ptr<Decomposition<Index>> dec;
+  bool structures_ready = false;
+  DevCsr<Index> tuning_rest, all_csr;
+  bool all_csr_ready = false;
+  std::vector<DevCsr<Index>> class_csr;
+  std::vector<DevTiles<Index>> class_tiles;
+  std::vector<DevDense> class_dense;
+
+  struct Pending {
+    int cls; // -1: a whole apply
+    BlockKernel kernel;
+    std::size_t start, stop;
+  };
+  struct Width {
+    WidthSelection sel;
+    bool built = false, use_all_csr = false, dense_cublas = false, has_tiles = false;
+    int warmed_stage = -1; // the tuning stage whose kernels have run once
+    DevCsr<Index> rest;
+    DevTiles<Index> tiles;
+    DevDense dense;
+    std::size_t issued = 0; // whole-apply variants issued in stage 1
+    std::vector<Pending> pending;
+    std::vector<Event> events;
+    std::size_t used_events = 0;
+    std::size_t event() {
+      if (used_events == events.size())
+        events.emplace_back(true);
+      return used_events++;
+    }
+  };
+  std::map<int, Width> widths;
+  double tuning_seconds = 0;
+
+  // Applies are ordered among themselves, also across streams (created with the first apply).
+  std::unique_ptr<Event> last_apply;
+  cudaStream_t last_stream = nullptr;
+
+  DeviceSpmmState() = default;
+  DeviceSpmmState(DeviceSpmmState const &) = delete;
+  DeviceSpmmState &operator=(DeviceSpmmState const &) = delete;
+  ~DeviceSpmmState() {
+    if (sp_dense.x)
+      cusparseDestroyDnMat(sp_dense.x);
+    if (sp_dense.y)
+      cusparseDestroyDnMat(sp_dense.y);
+    if (sp_matrix)
+      cusparseDestroySpMat(sp_matrix);
+    if (cusparse)
+      cusparseDestroy(cusparse);
+    if (cublas)
+      cublasDestroy(cublas);
+  }
+
+  Partition const &partition() const { return dec ? dec->partition : identity; }
+  bool dense_available() const { return tensor_cores || cublas_grouped; }
+
+  cublasHandle_t blas(cudaStream_t stream) {
+    if (!cublas)
+      TESSEL_CUBLAS_CHECK(cublasCreate(&cublas));
+    TESSEL_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+    return cublas;
+  }
+  cusparseHandle_t sparse(cudaStream_t stream) {
+    if (!cusparse)
+      TESSEL_CUSPARSE_CHECK(cusparseCreate(&cusparse));
+    TESSEL_CUSPARSE_CHECK(cusparseSetStream(cusparse, stream));
+    return cusparse;
+  }
+  cublasComputeType_t gemm_compute() const {
+    return options.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Setup
+
+  void init(tessel::cuda::Stream const &stream, Graph<Index> const &g) {
+    TESSEL_REQUIRE(tessel::cuda::device_count() > 0, "tessel::gnn::cuda::SpmmHandle on graph '", g.name(),
+                   "': no CUDA device is visible");
+    TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ",
+                   options.tuning_repeats);
+    TESSEL_REQUIRE(std::is_sorted(options.class_bounds.begin(), options.class_bounds.end()),
+                   "SpmmHandle: class_bounds must be increasing");
+    validate(g);
+    name = g.name();
+    rows = g.num_rows();
+    cols = g.num_cols();
+    nnz = g.nnz();
+    int device = 0;
+    TESSEL_CUDA_CHECK(cudaGetDevice(&device));
+    backend = "cuda: " + tessel::cuda::device_name(device);
+    tensor_cores = options.allow_tf32 && tensor_core_kernels_available();
+#ifdef TESSEL_GNN_CUBLAS_GROUPED
+    cublas_grouped = true;
+#endif
+    identity.permutation = Permutation::identity(g.num_rows());
+    identity.part_offsets = {0, static_cast<std::int64_t>(g.num_rows())};
+    (void)stream;
+  }
+
+  std::string unavailable_reason() const {
+    if (!options.allow_tf32)
+      return "tensor cores disabled by allow_tf32 = false";
+    return "this device has no TF32 tensor cores or Tessel was not compiled for it (sm_80 or newer needed)";
+  }
+
+  void setup_fixed(cudaStream_t stream, Graph<Index> const &g) {
+    auto const t0 = std::chrono::steady_clock::now();
+    std::vector<char> all(static_cast<std::size_t>(nnz), 1);
+    switch (options.algorithm) {
+    case SpmmAlgorithm::csr:
+    case SpmmAlgorithm::csr_feature_tiled:
+      graph = DevCsr<Index>(gnn::Impl::make_csr(g, all, false), stream);
+      break;
+    case SpmmAlgorithm::coo_atomic: {
+      graph = DevCsr<Index>(gnn::Impl::make_csr(g, all, false), stream);
+      std::vector<Index> er(static_cast<std::size_t>(nnz));
+      for (Index i = 0; i < rows; ++i)
+        for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
+          er[static_cast<std::size_t>(k)] = i;
+      edge_rows = upload(er, "Tessel::gnn::cuda::edge_rows", stream);
+      break;
+    }
+    case SpmmAlgorithm::tiles:
+      TESSEL_REQUIRE(tensor_cores, "tessel::gnn::cuda::SpmmHandle: the tiles algorithm runs on tensor cores, ",
+                     unavailable_reason());
+      tiles = DevTiles<Index>(gnn::Impl::make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, true), stream);
+      break;
+    case SpmmAlgorithm::dense: {
+      double const bytes = 4.0 * static_cast<double>(rows) * static_cast<double>(cols);
+      TESSEL_REQUIRE(
+          bytes <= static_cast<double>(options.dense_max_bytes), "dense: graph '", name, "' needs ", bytes / (1 << 20),
+          " MiB as a dense matrix, more than dense_max_bytes = ", options.dense_max_bytes / (1 << 20), " MiB");
+      std::vector<float> h(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols), 0.0f);
+      for (Index i = 0; i < rows; ++i)
+        for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
+          h[static_cast<std::size_t>(i) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(g.entries()(k))] +=
+              g.values()(k);
+      dense = upload(h, "Tessel::gnn::cuda::dense", stream);
+      break;
+    }
+    case SpmmAlgorithm::cusparse:
+      setup_cusparse(stream, g);
+      break;
+    case SpmmAlgorithm::coo:
+    case SpmmAlgorithm::kk:
+      TESSEL_THROW("tessel::gnn::cuda::SpmmHandle: the ", gnn::name_of(options.algorithm),
+                   " algorithm is host-only (device algorithms: csr, csr_feature_tiled, coo_atomic, tiles, dense, "
+                   "cusparse, adaptive)");
+    case SpmmAlgorithm::adaptive:
+      break;
+    }
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+    setup_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void setup_cusparse(cudaStream_t stream, Graph<Index> const &g) {
+    // cuSPARSE wants one index type for offsets and columns; 32-bit when they fit (as DGL does).
+    bool const narrow = sizeof(Index) == 4 && nnz <= std::numeric_limits<std::int32_t>::max();
+    std::vector<float> v(g.values().data(), g.values().data() + nnz);
+    v.resize(std::max<std::size_t>(v.size(), 1)); // never a null pointer, also for an empty graph
+    sp_values = upload(v, "Tessel::gnn::cuda::cusparse_values", stream);
+    if (narrow) {
+      std::vector<std::int32_t> off(g.row_map().data(), g.row_map().data() + rows + 1);
+      std::vector<std::int32_t> col(g.entries().data(), g.entries().data() + nnz);
+      col.resize(std::max<std::size_t>(col.size(), 1));
+      sp_off32 = upload(off, "Tessel::gnn::cuda::cusparse_offsets", stream);
+      sp_col32 = upload(col, "Tessel::gnn::cuda::cusparse_columns", stream);
+      TESSEL_CUSPARSE_CHECK(cusparseCreateCsr(&sp_matrix, rows, cols, nnz, sp_off32.data(), sp_col32.data(),
+                                              sp_values.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                                              CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
+    } else {
+      std::vector<std::int64_t> off(g.row_map().data(), g.row_map().data() + rows + 1);
+      std::vector<std::int64_t> col(g.entries().data(), g.entries().data() + nnz);
+      col.resize(std::max<std::size_t>(col.size(), 1));
+      sp_off64 = upload(off, "Tessel::gnn::cuda::cusparse_offsets", stream);
+      sp_col64 = upload(col, "Tessel::gnn::cuda::cusparse_columns", stream);
+      TESSEL_CUSPARSE_CHECK(cusparseCreateCsr(&sp_matrix, rows, cols, nnz, sp_off64.data(), sp_col64.data(),
+                                              sp_values.data(), CUSPARSE_INDEX_64I, CUSPARSE_INDEX_64I,
+                                              CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
+    }
+  }
+
+  void setup_adaptive(cudaStream_t stream, Graph<Index> const &g, Partition const *given) {
+    DeviceCsrProbe<Index> probe(stream, options.sync_timeout);
+    unsigned available = 1u << static_cast<int>(BlockKernel::csr);
+    if (tensor_cores)
+      available |= 1u << static_cast<int>(BlockKernel::tiles);
+    if (dense_available())
+      available |= 1u << static_cast<int>(BlockKernel::dense);
+    TESSEL_REQUIRE(options.dense_engine != DenseEngine::wmma || tensor_cores,
+                   "tessel::gnn::cuda::SpmmHandle: dense_engine = wmma, but ", unavailable_reason());
+    TESSEL_REQUIRE(options.dense_engine != DenseEngine::cublas || cublas_grouped,
+                   "tessel::gnn::cuda::SpmmHandle: dense_engine = cublas needs cublasGemmGroupedBatchedEx (cuBLAS "
+                   "12.5 or newer); this Tessel was built against an older cuBLAS");
+    dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe, available, unavailable_reason());
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Execution
+
+  void run_csr(cudaStream_t stream, DevCsr<Index> const &piece, DeviceMatrix<float const> const &x,
+               DeviceMatrix<float> const &y, bool accumulate, CsrSlicing slicing = CsrSlicing::automatic) const {
+    TESSEL_CUDA_CHECK(csr_spmm<Index>(stream, piece.args(), x.data, x.ld, y.data, y.ld, static_cast<int>(x.cols),
+                                      accumulate, slicing));
+  }
+
+  void run_tiles(cudaStream_t stream, DevTiles<Index> const &t, DeviceMatrix<float const> const &x,
+                 DeviceMatrix<float> const &y, bool accumulate) const {
+    TESSEL_CUDA_CHECK(
+        tiles_spmm<Index>(stream, t.args(), x.data, x.ld, y.data, y.ld, static_cast<int>(x.cols), accumulate));
+  }
+
+  /// Y += the dense blocks times X, with cuBLAS (grouped GEMMs per wave) or with the WMMA kernel.
+  void run_dense(cudaStream_t stream, DevDense &d, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y,
+                 bool use_cublas) {
+    if (d.empty())
+      return;
+    // TF32 GEMMs need 16-byte aligned operands; other X/Y run the WMMA kernel (same rounding, other order).
+    bool const cublas_fits = x.ld % 4 == 0 && y.ld % 4 == 0 && aligned16(x.data) && aligned16(y.data);
+    if (!tensor_cores || (use_cublas && (cublas_fits || !options.allow_tf32))) {
+      run_dense_cublas(stream, d, x, y);
+      return;
+    }
+    TESSEL_CUDA_CHECK(dense_blocks_spmm(stream, d.args(), x.data, x.ld, y.data, y.ld, static_cast<int>(x.cols)));
+  }
+
+  void run_dense_cublas(cudaStream_t stream, DevDense &d, DeviceMatrix<float const> const &x,
+                        DeviceMatrix<float> const &y) {
+#ifdef TESSEL_GNN_CUBLAS_GROUPED
+    if (d.filled_x != x.data || d.filled_y != y.data || d.filled_ldx != x.ld || d.filled_ldy != y.ld) {
+      TESSEL_CUDA_CHECK(fill_gemm_pointers(stream, d.problems, d.row0.data(), d.col0.data(), x.data, x.ld, y.data, y.ld,
+                                           d.x_ptr.data(), d.y_ptr.data()));
+      d.filled_x = x.data;
+      d.filled_y = y.data;
+      d.filled_ldx = x.ld;
+      d.filled_ldy = y.ld;
+    }
+    auto handle = blas(stream);
+    int const f = to_int(x.cols, "F"), ldx = to_int(x.ld, "X leading dimension"),
+              ldy = to_int(y.ld, "Y leading dimension");
+    for (auto const &w : d.waves) {
+      auto const groups = w.n.size();
+      std::vector<cublasOperation_t> op(groups, CUBLAS_OP_N);
+      std::vector<int> m(groups, f), lda(groups, ldx), ldc(groups, ldy);
+      std::vector<float> alpha(groups, 1.0f), beta(groups, 1.0f);
+      // Column-major view: Y^T (F x rows) += X^T (F x cols) * block^T (cols x rows).
+      TESSEL_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+          handle, op.data(), op.data(), m.data(), w.n.data(), w.k.data(), alpha.data(),
+          reinterpret_cast<void const *const *>(d.x_ptr.data() + w.first), CUDA_R_32F, lda.data(),
+          reinterpret_cast<void const *const *>(d.block_ptr.data() + w.first), CUDA_R_32F, w.ld.data(), beta.data(),
+          reinterpret_cast<void *const *>(d.y_ptr.data() + w.first), CUDA_R_32F, ldc.data(), static_cast<int>(groups),
+          w.size.data(), gemm_compute()));
+    }
+#else
+    (void)stream;
+    (void)d;
+    (void)x;
+    (void)y;
+    TESSEL_THROW("tessel::gnn::cuda::SpmmHandle: the cuBLAS dense engine needs cuBLAS 12.5 or newer");
+#endif
+  }
+
+  void run_cusparse(cudaStream_t stream, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+    int const f = static_cast<int>(x.cols);
+    if (nnz == 0) {
+      TESSEL_CUDA_CHECK(cudaMemset2DAsync(y.data, static_cast<std::size_t>(y.ld) * sizeof(float), 0,
+                                          static_cast<std::size_t>(f) * sizeof(float), static_cast<std::size_t>(rows),
+                                          stream));
+      return;
+    }
+    auto handle = sparse(stream);
+    auto &dd = sp_dense;
+    if (dd.f != f || dd.ldx != x.ld || dd.ldy != y.ld) {
+      if (dd.x)
+        TESSEL_CUSPARSE_CHECK(cusparseDestroyDnMat(dd.x));
+      if (dd.y)
+        TESSEL_CUSPARSE_CHECK(cusparseDestroyDnMat(dd.y));
+      dd.x = dd.y = nullptr;
+      TESSEL_CUSPARSE_CHECK(
+          cusparseCreateDnMat(&dd.x, cols, f, x.ld, const_cast<float *>(x.data), CUDA_R_32F, CUSPARSE_ORDER_ROW));
+      TESSEL_CUSPARSE_CHECK(cusparseCreateDnMat(&dd.y, rows, f, y.ld, y.data, CUDA_R_32F, CUSPARSE_ORDER_ROW));
+      dd.xp = x.data;
+      dd.yp = y.data;
+      dd.f = f;
+      dd.ldx = x.ld;
+      dd.ldy = y.ld;
+      float const alpha = 1.0f, beta = 0.0f;
+      std::size_t bytes = 0;
+      // CSR_ALG2 (row-major, deterministic) is the baseline; should a cuSPARSE refuse it for these operands, its
+      // default algorithm runs instead (the plan's reason says so).
+      dd.algorithm = CUSPARSE_SPMM_CSR_ALG2;
+      cusparseStatus_t const rc =
+          cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
+                                  sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, dd.algorithm, &bytes);
+      if (rc == CUSPARSE_STATUS_NOT_SUPPORTED) {
+        dd.algorithm = CUSPARSE_SPMM_ALG_DEFAULT;
+        TESSEL_CUSPARSE_CHECK(cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                                      CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, sp_matrix, dd.x, &beta,
+                                                      dd.y, CUDA_R_32F, dd.algorithm, &bytes));
+      } else {
+        TESSEL_CUSPARSE_CHECK(rc);
+      }
+      widths[f].sel.plan.reason = dd.algorithm == CUSPARSE_SPMM_CSR_ALG2
+                                      ? "cusparseSpMM, CUSPARSE_SPMM_CSR_ALG2, row-major X and Y"
+                                      : "cusparseSpMM refused CSR_ALG2 for these operands: CUSPARSE_SPMM_ALG_DEFAULT";
+      if (bytes > dd.buffer.size())
+        dd.buffer = DeviceBuffer<char>(bytes, "Tessel::gnn::cuda::cusparse_buffer");
+    }
+    if (dd.xp != x.data) {
+      TESSEL_CUSPARSE_CHECK(cusparseDnMatSetValues(dd.x, const_cast<float *>(x.data)));
+      dd.xp = x.data;
+    }
+    if (dd.yp != y.data) {
+      TESSEL_CUSPARSE_CHECK(cusparseDnMatSetValues(dd.y, y.data));
+      dd.yp = y.data;
+    }
+    float const alpha = 1.0f, beta = 0.0f;
+    TESSEL_CUSPARSE_CHECK(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                       &alpha, sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, dd.algorithm,
+                                       dd.buffer.data()));
+  }
+
+  void run_whole_dense(cudaStream_t stream, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+    // Column-major view: Y^T (F x rows) = X^T (F x cols) * A^T (cols x rows), A row-major with ld = cols.
+    float const alpha = 1.0f, beta = 0.0f;
+    TESSEL_CUBLAS_CHECK(cublasGemmEx(blas(stream), CUBLAS_OP_N, CUBLAS_OP_N, to_int(x.cols, "F"), to_int(rows, "rows"),
+                                     to_int(cols, "columns"), &alpha, x.data, CUDA_R_32F, to_int(x.ld, "X ld"),
+                                     dense.data(), CUDA_R_32F, to_int(cols, "columns"), &beta, y.data, CUDA_R_32F,
+                                     to_int(y.ld, "Y ld"), gemm_compute(), CUBLAS_GEMM_DEFAULT));
+  }
+
+  void build_tuning_structures(cudaStream_t stream) {
+    if (structures_ready)
+      return;
+    auto const t0 = std::chrono::steady_clock::now();
+    auto const &d = *dec;
+    tuning_rest = DevCsr<Index>(d.csr(d.tuning_rest_mask(), false), stream);
+    class_csr.resize(static_cast<std::size_t>(d.num_classes));
+    class_tiles.resize(static_cast<std::size_t>(d.num_classes));
+    class_dense.resize(static_cast<std::size_t>(d.num_classes));
+    for (int c = 0; c < d.num_classes; ++c) {
+      if (!d.separate(c))
+        continue;
+      auto const keep = d.class_mask(c);
+      auto const cc = static_cast<std::size_t>(c);
+      for (auto kernel : d.candidates[cc]) {
+        if (kernel == BlockKernel::csr)
+          class_csr[cc] = DevCsr<Index>(d.csr(keep, true), stream);
+        else if (kernel == BlockKernel::tiles)
+          class_tiles[cc] = DevTiles<Index>(d.tiles(keep), stream);
+        else
+          class_dense[cc] = DevDense(d.dense(d.class_blocks(c)), stream);
+      }
+    }
+    structures_ready = true;
+    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void run_class(cudaStream_t stream, int c, BlockKernel kernel, DeviceMatrix<float const> const &x,
+                 DeviceMatrix<float> const &y) {
+    auto const cc = static_cast<std::size_t>(c);
+    if (kernel == BlockKernel::csr)
+      run_csr(stream, class_csr[cc], x, y, true);
+    else if (kernel == BlockKernel::tiles)
+      run_tiles(stream, class_tiles[cc], x, y, true);
+    else
+      run_dense(stream, class_dense[cc], x, y, options.dense_engine == DenseEngine::cublas);
+  }
+
+  void build_final(cudaStream_t stream, Width &w) {
+    if (w.built)
+      return;
+    auto const &d = *dec;
+    auto const &choice = w.sel.choice;
+    w.rest = DevCsr<Index>(d.csr(d.choice_mask(choice, BlockKernel::csr), false), stream);
+    auto const tile_mask = d.choice_mask(choice, BlockKernel::tiles);
+    w.has_tiles = std::find(tile_mask.begin(), tile_mask.end(), 1) != tile_mask.end();
+    if (w.has_tiles)
+      w.tiles = DevTiles<Index>(d.tiles(tile_mask), stream);
+    w.dense = DevDense(d.dense(d.choice_blocks(choice, BlockKernel::dense)), stream);
+    w.dense_cublas = options.dense_engine == DenseEngine::cublas || !tensor_cores;
+    w.built = true;
+  }
+
+  void run_final(cudaStream_t stream, Width &w, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y,
+                 bool dense_cublas) {
+    if (w.use_all_csr) {
+      run_csr(stream, all_csr, x, y, false);
+      return;
+    }
+    run_csr(stream, w.rest, x, y, false);
+    if (w.has_tiles)
+      run_tiles(stream, w.tiles, x, y, true);
+    run_dense(stream, w.dense, x, y, dense_cublas);
+  }
+
+  void build_all_csr(cudaStream_t stream) {
+    if (all_csr_ready)
+      return;
+    auto const t0 = std::chrono::steady_clock::now();
+    all_csr = DevCsr<Index>(dec->csr(std::vector<char>(static_cast<std::size_t>(nnz), 1), false), stream);
+    all_csr_ready = true;
+    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  Width &width(int f) {
+    auto it = widths.find(f);
+    if (it != widths.end())
+      return it->second;
+    Width &w = widths[f];
+    if (options.algorithm != SpmmAlgorithm::adaptive) {
+      w.sel.plan = gnn::Impl::fixed_plan(name, rows, nnz, f, gnn::name_of(options.algorithm));
+      w.sel.stage = 2;
+    } else {
+      w.sel = dec->begin(f);
+      auto const &choice = w.sel.choice;
+      if (w.sel.stage == 2 && std::find(choice.begin(), choice.end(), BlockKernel::dense) != choice.end())
+        w.sel.plan.dense_engine = dense_engine_name(options.dense_engine == DenseEngine::cublas || !tensor_cores);
+    }
+    w.sel.plan.backend = backend;
+    return w;
+  }
+
+  static char const *dense_engine_name(bool cublas_engine) { return cublas_engine ? "cublas" : "wmma"; }
+
+  /// After the class rounds (or at once when no class has a choice): the class kernels, the final structure and
+  /// the whole-apply variants to time.
+  void start_final(cudaStream_t stream, Width &w) {
+    auto const &d = *dec;
+    d.choose(w.sel);
+    auto const t0 = std::chrono::steady_clock::now();
+    build_final(stream, w);
+    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<std::string> names;
+    if (d.mixed(w.sel) && options.force_kernel < 0) {
+      build_all_csr(stream);
+      names.push_back("all_csr");
+    }
+    names.push_back("plan");
+    if (!w.dense.empty() && options.dense_engine == DenseEngine::automatic && tensor_cores && cublas_grouped)
+      names.push_back("plan+cublas_dense");
+    d.start_final(w.sel, names);
+  }
+
+  void frozen(Width &w) {
+    auto const &winner = w.sel.winner;
+    w.sel.plan.rest_kernel = "csr";
+    if (winner == "all_csr") {
+      w.use_all_csr = true;
+      w.rest = {};
+      w.tiles = {};
+      w.dense = {};
+      w.has_tiles = false;
+    } else if (winner == "plan+cublas_dense") {
+      w.dense_cublas = true;
+    }
+    w.sel.plan.dense_engine = w.dense.empty() ? "" : dense_engine_name(w.dense_cublas);
+  }
+
+  /// Runs every kernel of the coming tuning applies once (untimed), so that lazy module loading and first-launch
+  /// costs do not land in the samples. Leaves Y overwritten by the next full apply.
+  void warm_up(cudaStream_t stream, Width &w, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+    auto const &d = *dec;
+    if (w.sel.stage == 0) {
+      run_csr(stream, tuning_rest, x, y, false);
+      for (int c = 0; c < d.num_classes; ++c)
+        if (d.separate(c))
+          for (auto kernel : d.candidates[static_cast<std::size_t>(c)])
+            run_class(stream, c, kernel, x, y);
+    } else {
+      for (auto const &variant : w.sel.final_names)
+        run_variant(stream, w, variant, x, y);
+    }
+    w.warmed_stage = w.sel.stage;
+  }
+
+  void run_variant(cudaStream_t stream, Width &w, std::string const &variant, DeviceMatrix<float const> const &x,
+                   DeviceMatrix<float> const &y) {
+    if (variant == "all_csr")
+      run_csr(stream, all_csr, x, y, false);
+    else
+      run_final(stream, w, x, y, variant == "plan+cublas_dense" || w.dense_cublas);
+  }
+
+  /// Waits for the timing events of the stage just issued and hands the samples to the selection.
+  void resolve(Width &w) {
+    if (w.pending.empty())
+      return;
+    w.events[w.pending.back().stop].synchronize(options.sync_timeout);
+    for (auto const &p : w.pending) {
+      double const t = 1e-3 * Event::elapsed_ms(w.events[p.start], w.events[p.stop]);
+      if (p.cls >= 0) {
+        w.sel.class_samples[static_cast<std::size_t>(p.cls)][static_cast<std::size_t>(p.kernel)].push_back(t);
+      } else {
+        tuning_seconds += t;
+        if (w.sel.stage == 1 && dec->record_final(w.sel, t))
+          frozen(w);
+      }
+    }
+    w.pending.clear();
+    w.used_events = 0;
+    w.sel.plan.tuning_seconds = tuning_seconds;
+  }
+
+  void check_operands(DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) const {
+    TESSEL_REQUIRE(x.rows == static_cast<std::int64_t>(cols) && y.rows == static_cast<std::int64_t>(rows) &&
+                       x.cols == y.cols,
+                   "tessel::gnn::cuda::SpmmHandle::apply on graph '", name, "' (", rows, " x ", cols, "): X is ",
+                   x.rows, " x ", x.cols, ", Y is ", y.rows, " x ", y.cols);
+    TESSEL_REQUIRE(x.ld >= x.cols && y.ld >= y.cols && x.cols <= std::numeric_limits<int>::max(),
+                   "tessel::gnn::cuda::SpmmHandle::apply on graph '", name, "': leading dimensions must be >= the ",
+                   "columns (X: ld ", x.ld, ", ", x.cols, " columns; Y: ld ", y.ld, ", ", y.cols, " columns)");
+    if (x.rows * x.cols > 0 && y.rows * y.cols > 0) {
+      TESSEL_REQUIRE(x.data && y.data, "tessel::gnn::cuda::SpmmHandle::apply on graph '", name,
+                     "': X or Y is a null pointer");
+      auto const xb = reinterpret_cast<std::uintptr_t>(x.data), yb = reinterpret_cast<std::uintptr_t>(y.data);
+      auto const xe = xb + static_cast<std::uintptr_t>((x.rows - 1) * x.ld + x.cols) * sizeof(float);
+      auto const ye = yb + static_cast<std::uintptr_t>((y.rows - 1) * y.ld + y.cols) * sizeof(float);
+      TESSEL_REQUIRE(xe <= yb || ye <= xb, "tessel::gnn::cuda::SpmmHandle::apply on graph '", name,
+                     "': X and Y overlap (Y = A X cannot run in place)");
+    }
+  }
+
+  void apply(tessel::cuda::Stream const &s, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+    check_operands(x, y);
+    int const f = static_cast<int>(x.cols);
+    if (f == 0 || rows == 0)
+      return;
+    cudaStream_t const stream = s.get();
+    if (!last_apply)
+      last_apply = std::make_unique<Event>(false);
+    else if (last_stream != stream)
+      last_apply->wait_on(stream);
+    run_apply(stream, f, x, y);
+    last_apply->record(stream);
+    last_stream = stream;
+  }
+
+  void run_apply(cudaStream_t stream, int f, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+    Width &w = width(f);
+    if (options.algorithm == SpmmAlgorithm::cusparse || options.algorithm == SpmmAlgorithm::dense)
+      // cuSPARSE's vector loads and cuBLAS's TF32 kernels need 16-byte aligned matrices (cudaMalloc gives 256).
+      TESSEL_REQUIRE(aligned16(x.data) && aligned16(y.data), "tessel::gnn::cuda::SpmmHandle::apply on graph '", name,
+                     "': the ", gnn::name_of(options.algorithm), " algorithm needs 16-byte aligned X and Y");
+    switch (options.algorithm) {
+    case SpmmAlgorithm::csr:
+      run_csr(stream, graph, x, y, false);
+      return;
+    case SpmmAlgorithm::csr_feature_tiled:
+      run_csr(stream, graph, x, y, false, CsrSlicing::narrow32);
+      return;
+    case SpmmAlgorithm::coo_atomic:
+      TESSEL_CUDA_CHECK(cudaMemset2DAsync(y.data, static_cast<std::size_t>(y.ld) * sizeof(float), 0,
+                                          static_cast<std::size_t>(f) * sizeof(float), static_cast<std::size_t>(rows),
+                                          stream));
+      TESSEL_CUDA_CHECK(coo_atomic_spmm<Index>(stream, nnz, edge_rows.data(), graph.entries.data(), graph.values.data(),
+                                               x.data, x.ld, y.data, y.ld, f));
+      return;
+    case SpmmAlgorithm::tiles:
+      run_tiles(stream, tiles, x, y, false);
+      return;
+    case SpmmAlgorithm::dense:
+      run_whole_dense(stream, x, y);
+      return;
+    case SpmmAlgorithm::cusparse:
+      run_cusparse(stream, x, y);
+      return;
+    case SpmmAlgorithm::coo: // refused at construction
+    case SpmmAlgorithm::kk:
+    case SpmmAlgorithm::adaptive:
+      break;
+    }
+    auto const &d = *dec;
+    auto &sel = w.sel;
+    if (sel.stage == 2) {
+      build_final(stream, w);
+      run_final(stream, w, x, y, w.dense_cublas);
+      return;
+    }
+    if (sel.stage == 1 && sel.final_names.empty())
+      start_final(stream, w); // no class had a choice
+    if (sel.stage == 0) {
+      build_tuning_structures(stream);
+      if (w.warmed_stage != 0)
+        warm_up(stream, w, x, y);
+      BlockKernel const kernel = sel.rounds[sel.round];
+      std::size_t const all0 = w.event();
+      w.events[all0].record(stream);
+      run_csr(stream, tuning_rest, x, y, false);
+      for (int c = 0; c < d.num_classes; ++c) {
+        if (!d.separate(c))
+          continue;
+        BlockKernel const use = d.round_kernel(c, kernel);
+        std::size_t const e0 = w.event(), e1 = w.event();
+        w.events[e0].record(stream);
+        run_class(stream, c, use, x, y);
+        w.events[e1].record(stream);
+        if (use == kernel)
+          w.pending.push_back({c, kernel, e0, e1});
+      }
+      std::size_t const all1 = w.event();
+      w.events[all1].record(stream);
+      w.pending.push_back({-1, kernel, all0, all1});
+      ++sel.plan.tuning_applies;
+      if (++sel.round == sel.rounds.size()) {
+        resolve(w);
+        start_final(stream, w);
+      }
+      return;
+    }
+    // Stage 1: the whole-apply variants in turn.
+    if (w.warmed_stage != 1)
+      warm_up(stream, w, x, y);
+    std::string const variant = sel.final_names[w.issued % sel.final_names.size()];
+    std::size_t const e0 = w.event(), e1 = w.event();
+    w.events[e0].record(stream);
+    run_variant(stream, w, variant, x, y);
+    w.events[e1].record(stream);
+    w.pending.push_back({-1, BlockKernel::csr, e0, e1});
+    ++sel.plan.tuning_applies;
+    if (++w.issued == sel.final_names.size() * static_cast<std::size_t>(options.tuning_repeats))
+      resolve(w);
+  }
+
+  std::int64_t device_bytes() const {
+    std::int64_t b = graph.bytes() + edge_rows.bytes() + tiles.bytes() + dense.bytes() + sp_off32.bytes() +
+                     sp_col32.bytes() + sp_off64.bytes() + sp_col64.bytes() + sp_values.bytes() +
+                     sp_dense.buffer.bytes() + tuning_rest.bytes() + all_csr.bytes();
+    for (auto const &p : class_csr)
+      b += p.bytes();
+    for (auto const &t : class_tiles)
+      b += t.bytes();
+    for (auto const &t : class_dense)
+      b += t.bytes();
+    for (auto const &[f, w] : widths)
+      b += w.rest.bytes() + w.tiles.bytes() + w.dense.bytes();
+    return b;
+  }
+};
+
+} // namespace Impl
+
+template <class Index>
+SpmmHandle<Index>::SpmmHandle(tessel::cuda::Stream const &stream, Graph<Index> const &graph, SpmmOptions const &options)
+    : _state(std::make_unique<Impl::DeviceSpmmState<Index>>()) {
+  auto &s = *_state;
+  s.options = options;
+  s.init(stream, graph);
+  if (options.algorithm == SpmmAlgorithm::adaptive)
+    s.setup_adaptive(stream.get(), graph, nullptr);
+  else
+    s.setup_fixed(stream.get(), graph);
+}
+
+template <class Index>
+SpmmHandle<Index>::SpmmHandle(tessel::cuda::Stream const &stream, Graph<Index> const &graph, SpmmOptions const &options,
+                              Partition const &partition)
+    : _state(std::make_unique<Impl::DeviceSpmmState<Index>>()) {
+  auto &s = *_state;
+  s.options = options;
+  TESSEL_REQUIRE(options.algorithm == SpmmAlgorithm::adaptive,
+                 "tessel::gnn::cuda::SpmmHandle: a given partition needs the adaptive algorithm, got ",
+                 gnn::name_of(options.algorithm));
+  s.init(stream, graph);
+  s.setup_adaptive(stream.get(), graph, &partition);
+}
+
+template <class Index> SpmmHandle<Index>::~SpmmHandle() = default;
+template <class Index> SpmmHandle<Index>::SpmmHandle(SpmmHandle &&) noexcept = default;
+template <class Index> SpmmHandle<Index> &SpmmHandle<Index>::operator=(SpmmHandle &&) noexcept = default;
+
+template <class Index>
+void SpmmHandle<Index>::apply(tessel::cuda::Stream const &stream, DeviceMatrix<float const> const &x,
+                              DeviceMatrix<float> const &y) {
+  _state->apply(stream, x, y);
+}
+
+template <class Index> SpmmAlgorithm SpmmHandle<Index>::algorithm() const { return _state->options.algorithm; }
+
+template <class Index> Permutation const &SpmmHandle<Index>::permutation() const {
+  return _state->partition().permutation;
+}
+
+template <class Index> Partition const &SpmmHandle<Index>::partition() const { return _state->partition(); }
+
+template <class Index> bool SpmmHandle<Index>::tuned(int features) const {
+  if (_state->options.algorithm != SpmmAlgorithm::adaptive || !_state->options.timing)
+    return true;
+  auto it = _state->widths.find(features);
+  return it != _state->widths.end() && it->second.sel.stage == 2;
+}
+
+template <class Index> SpmmPlan SpmmHandle<Index>::plan(int features) const { return _state->width(features).sel.plan; }
+
+template <class Index> std::vector<SpmmPlan> SpmmHandle<Index>::plans() const {
+  std::vector<SpmmPlan> out;
+  for (auto const &[f, w] : _state->widths)
+    out.push_back(w.sel.plan);
+  return out;
+}
+
+template <class Index> double SpmmHandle<Index>::overhead_seconds() const {
+  return (_state->dec ? _state->dec->preprocess_seconds : 0.0) + _state->setup_seconds + _state->tuning_seconds;
+}
+
+template <class Index> std::int64_t SpmmHandle<Index>::device_bytes() const { return _state->device_bytes(); }
+
+template class SpmmHandle<std::int32_t>;
+template class SpmmHandle<std::int64_t>;
+
+} // namespace tessel::gnn::cuda
