@@ -3,6 +3,7 @@
 
 #include <tessel/core/Error.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -13,20 +14,35 @@ using Clock = std::chrono::steady_clock;
 inline Clock::time_point deadline_after(Timeout timeout) { return Clock::now() + timeout; }
 
 /// Calls \p done() until it returns true or \p deadline passes; returns whether it completed.
-/// Polls hot for a few microseconds (the latency of a tile-sized message), then yields the core between polls
-/// (ranks may outnumber cores), and after a couple of milliseconds sleeps with growing pauses (capped at 1 ms)
-/// so that a long wait leaves the cores to computation.
-template <class Done> bool progress_until(Clock::time_point deadline, Done &&done) {
+/// When \p not_before() names a future time (a paced message whose emulated arrival is known), sleeps until
+/// then. Otherwise polls hot for a few microseconds (the latency of a tile-sized message), then yields the core
+/// between polls (ranks may outnumber cores), and after a couple of milliseconds sleeps with growing pauses
+/// (capped at 1 ms) so that a long wait leaves the cores to computation.
+template <class Done, class NotBefore>
+bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_before) {
+  // Known completion times are slept through: no margin is needed beyond the timer slack of the OS.
+  auto const sleep_known = [&] {
+    auto const hint = not_before();
+    auto const now = Clock::now();
+    if (hint <= now + std::chrono::microseconds(20))
+      return false;
+    std::this_thread::sleep_until(std::min(hint, deadline));
+    return true;
+  };
   auto const start = Clock::now();
-  for (int spin = 0; spin < 64; ++spin)
+  for (int spin = 0; spin < 64; ++spin) {
     if (done())
       return true;
+    if (sleep_known())
+      break;
+  }
   while (Clock::now() - start < std::chrono::milliseconds(2)) {
     if (done())
       return true;
     if (Clock::now() >= deadline)
       return done();
-    std::this_thread::yield();
+    if (!sleep_known())
+      std::this_thread::yield();
   }
   auto pause = std::chrono::microseconds(20);
   while (true) {
@@ -34,10 +50,16 @@ template <class Done> bool progress_until(Clock::time_point deadline, Done &&don
       return true;
     if (Clock::now() >= deadline)
       return done();
+    if (sleep_known())
+      continue;
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(1000))
       pause *= 2;
   }
+}
+
+template <class Done> bool progress_until(Clock::time_point deadline, Done &&done) {
+  return progress_until(deadline, std::forward<Done>(done), [] { return Clock::time_point{}; });
 }
 
 } // namespace tessel::Impl

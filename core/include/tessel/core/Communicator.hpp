@@ -43,6 +43,9 @@ public:
     virtual std::string describe() const = 0;
     /// The peer rank of the message.
     virtual int peer() const = 0;
+    /// Earliest time at which test() can succeed, when the backend knows it (link emulation computes it);
+    /// waits sleep until then instead of polling. The default, the clock's epoch, means "unknown: poll".
+    virtual std::chrono::steady_clock::time_point not_before() const { return {}; }
   };
 
   Request() = default;
@@ -62,6 +65,10 @@ public:
   bool is_null() const noexcept { return _impl == nullptr; }
   /// The peer rank, or -1 for a null request.
   int peer() const { return _impl ? _impl->peer() : -1; }
+  /// Earliest time the request can complete if the backend knows it, else the clock's epoch (see Impl).
+  std::chrono::steady_clock::time_point not_before() const {
+    return _impl ? _impl->not_before() : std::chrono::steady_clock::time_point{};
+  }
 
   /// \brief Waits until one request completes, makes it null and returns its index.
   /// Null requests are skipped; throws if all are null, and TimeoutError naming the pending peers on timeout.
