@@ -1,0 +1,37 @@
+#ifndef TESSEL_MOE_CALIBRATION_HPP
+#define TESSEL_MOE_CALIBRATION_HPP
+
+/// \file Calibration.hpp
+/// \brief Sets an emulated link so that communication is a chosen share of a layer's sequential time.
+
+#include <tessel/moe/MoeLayer.hpp>
+
+#include <tessel/core/PacedCommunicator.hpp>
+
+#include <functional>
+#include <string>
+
+namespace tessel::moe {
+
+/// \brief Result of a calibration (times in seconds, maximum over ranks).
+struct Calibration {
+  LinkModel link;      ///< the link set on the layer's communicator
+  double t_comp = 0.0; ///< computation alone
+  double t_comm = 0.0; ///< communication alone at \p link
+  double share = 0.0;  ///< t_comm / (t_comp + t_comm) achieved
+  int measurements = 0;
+};
+
+/// \brief Measures \p layer's computation alone and its communication alone, then sets the bandwidth of the
+/// layer's paced communicator so that communication is the fraction \p share of the sequential layer
+/// (T_comm = share / (1 - share) x T_comp), with \p latency seconds per message. The communication time is
+/// affine in 1/bandwidth; the fit is refined until within 5% (at most 4 rounds). When latency alone already
+/// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
+/// \pre layer.communicator() is paced (make_paced_communicator)
+Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
+                                 GateInput const &gate, double share, double latency, int repeats = 3,
+                                 std::function<void(std::string const &)> const &progress = {});
+
+} // namespace tessel::moe
+
+#endif

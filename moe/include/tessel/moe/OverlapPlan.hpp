@@ -1,0 +1,131 @@
+#ifndef TESSEL_MOE_OVERLAPPLAN_HPP
+#define TESSEL_MOE_OVERLAPPLAN_HPP
+
+/// \file OverlapPlan.hpp
+/// \brief COMET's tile schedule of one rank, independent of the backend: which tiles exist, in which priority
+/// order they run, and what each waits for. The host path executes it with one compute thread and
+/// communication threads; a CUDA path maps the same tiles onto a persistent kernel's thread blocks and the
+/// dependencies onto per-source and per-split flags.
+///
+/// Layer0 (dispatch -> GroupGEMM0 -> activation): for each source rank s and local expert e, the rows that s
+/// sends for e are cut along M into tiles of at most tile_m rows; every remote tile arrives as its own message
+/// (a per-source tile request), so it can start as soon as that message has landed. Local tiles need no data.
+/// Layer1 (GroupGEMM1 -> top-k reduce -> combine): for each source s, N is cut into column blocks; tile (s, b)
+/// computes block b for all local experts (column-major across experts), top-k-reduces it per token and sends
+/// it to s. It needs all layer0 tiles of s.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::moe {
+
+/// \brief Priority rule of the plan.
+enum class PlanPolicy : int {
+  /// COMET's order as published: all local layer0 tiles, then remote layer0 tiles by source in arrival order,
+  /// then layer1 blocks column-major (remote sources first), the local source's layer1 last.
+  local_first,
+  /// Critical path first: a source's layer1 blocks as soon as its layer0 is done (they feed the combine), then
+  /// landed remote layer0 tiles, with local layer0 tiles as the filler that runs first (before anything has
+  /// landed) and whenever nothing remote is ready; the local source's layer1 last (it sends nothing).
+  critical_path
+};
+char const *name_of(PlanPolicy policy);
+PlanPolicy parse_plan_policy(std::string const &name);
+
+/// \brief One unit of work.
+struct PlanTile {
+  enum class Kind : std::uint8_t { layer0, layer1 };
+  Kind kind = Kind::layer0;
+  int source = 0;             ///< rank whose tokens the tile computes
+  int expert = -1;            ///< layer0: local expert (0-based in the group); layer1: -1 (all)
+  std::int64_t row_begin = 0; ///< layer0: first row, relative to the (source, expert) rows
+  std::int64_t row_end = 0;   ///< layer0: end row
+  int split = -1;             ///< layer1: column block
+  std::int64_t col_begin = 0; ///< layer1: first column
+  std::int64_t col_end = 0;   ///< layer1: end column
+  int message = -1;           ///< layer0 from a remote source: index of the message carrying the rows
+};
+
+/// \brief What a plan is built from.
+struct PlanShape {
+  int rank = 0;
+  int world = 1;
+  std::int64_t hidden = 0;
+  /// [source][local expert] rows this rank computes for each source's tokens.
+  std::vector<std::vector<std::int64_t>> rows;
+  std::int64_t tile_m = 128;
+  int n_splits = 1;
+  PlanPolicy policy = PlanPolicy::critical_path;
+};
+
+/// \brief The tiles of one rank in static priority order, with their dependencies.
+class OverlapPlan {
+public:
+  static OverlapPlan build(PlanShape const &shape);
+
+  std::vector<PlanTile> const &tiles() const { return _tiles; }
+  PlanShape const &shape() const { return _shape; }
+  /// Remote sources in the order their data is expected (the reverse ring: senders go in ring order).
+  std::vector<int> const &source_order() const { return _source_order; }
+  /// Column boundaries of the N-split (n_splits + 1 entries).
+  std::vector<std::int64_t> const &split_cols() const { return _split_cols; }
+  /// Number of messages (remote layer0 tiles) from \p source.
+  int messages_from(int source) const { return _messages[static_cast<std::size_t>(source)]; }
+  /// Index of the layer0 tile that message \p message from \p source feeds.
+  int tile_of_message(int source, int message) const;
+  /// Number of layer0 tiles of \p source (layer1 tiles of the source wait for all of them).
+  int layer0_tiles_of(int source) const { return _layer0_count[static_cast<std::size_t>(source)]; }
+  /// Rows of the (source, expert) pair before the pair's first row (rows of a source are expert-major).
+  std::int64_t row_offset(int source, int expert) const;
+  std::int64_t source_rows(int source) const;
+
+  /// \brief The message list a sender emits for one destination: (expert, row_begin, row_end) triples cut by
+  /// tile_m, in the order both sides number them. \p rows is [local expert] of the destination's group.
+  struct Message {
+    int expert;
+    std::int64_t row_begin, row_end;
+  };
+  static std::vector<Message> messages_for(std::vector<std::int64_t> const &rows, std::int64_t tile_m);
+  /// Even split of \p hidden into \p n_splits column blocks (the first hidden % n_splits one column wider).
+  static std::vector<std::int64_t> split_columns(std::int64_t hidden, int n_splits);
+
+private:
+  PlanShape _shape;
+  std::vector<PlanTile> _tiles;
+  std::vector<int> _source_order;
+  std::vector<std::int64_t> _split_cols;
+  std::vector<int> _messages;
+  std::vector<int> _layer0_count;
+  std::vector<std::vector<int>> _message_tile;
+};
+
+/// \brief Runs a plan's tiles in priority order as their inputs become ready (list scheduling). Backend
+/// neutral: the caller reports landed messages and finished tiles; next() names the tile to start.
+class PlanScheduler {
+public:
+  explicit PlanScheduler(OverlapPlan const &plan);
+  /// Marks message \p message from \p source as landed.
+  void landed(int source, int message);
+  /// The first tile in priority order that has not started and whose inputs are ready, or -1 (none ready now;
+  /// more may become ready when messages land or tiles finish). Marks it started.
+  int next();
+  /// Marks tile \p tile finished.
+  void finish(int tile);
+  bool all_started() const { return _started == static_cast<int>(_state.size()); }
+  bool all_finished() const { return _finished == static_cast<int>(_state.size()); }
+  /// True when tile \p tile's inputs are ready (its message landed, or its source's layer0 is done).
+  bool ready(int tile) const;
+
+private:
+  OverlapPlan const *_plan;
+  std::vector<std::uint8_t> _state; // 0 waiting, 1 started, 2 finished
+  std::vector<std::vector<std::uint8_t>> _landed;
+  std::vector<int> _layer0_done;
+  int _first_open = 0;
+  int _started = 0, _finished = 0;
+};
+
+} // namespace tessel::moe
+
+#endif

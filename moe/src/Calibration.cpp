@@ -1,0 +1,70 @@
+#include <tessel/moe/Calibration.hpp>
+
+#include <tessel/core/Error.hpp>
+
+#include <cmath>
+#include <sstream>
+
+namespace tessel::moe {
+
+Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
+                                 GateInput const &gate, double share, double latency, int repeats,
+                                 std::function<void(std::string const &)> const &progress) {
+  TESSEL_REQUIRE(share > 0.0 && share < 1.0, "calibrate_comm_share: share must be in (0, 1), got ", share);
+  auto *paced = paced_backend_of(layer.communicator());
+  TESSEL_REQUIRE(paced != nullptr, "calibrate_comm_share: the layer's communicator is not paced "
+                                   "(wrap it with tessel::make_paced_communicator)");
+  auto const say = [&](std::string const &what) {
+    if (progress)
+      progress(what);
+  };
+  Calibration cal;
+  // Latency only: the intercept of T_comm(1/B), and computation alone.
+  paced->set_link(LinkModel{0.0, latency});
+  auto const base = layer.measure_alone(space, tokens, gate, repeats, true, true);
+  cal.t_comp = base.comp;
+  double const intercept = base.comm;
+  double const target = share / (1.0 - share) * cal.t_comp;
+  cal.measurements = 1;
+  {
+    std::ostringstream os;
+    os << "calibration: compute alone " << 1e3 * cal.t_comp << " ms, communication at unlimited bandwidth "
+       << 1e3 * intercept << " ms, target communication " << 1e3 * target << " ms (share " << share << ")";
+    say(os.str());
+  }
+  if (intercept >= 0.95 * target) {
+    cal.link = LinkModel{0.0, latency};
+    cal.t_comm = intercept;
+    cal.share = intercept / (intercept + cal.t_comp);
+    say("calibration: latency alone exceeds the target share; bandwidth left unlimited");
+    return cal;
+  }
+  // Slope estimate from a first guess: 10 MB/s, refined by the secant through (0, intercept).
+  double bandwidth = 1e7;
+  double t_comm = 0.0;
+  for (int round = 0; round < 4; ++round) {
+    paced->set_link(LinkModel{bandwidth, latency});
+    t_comm = layer.measure_alone(space, tokens, gate, repeats, true, false).comm;
+    ++cal.measurements;
+    {
+      std::ostringstream os;
+      os << "calibration: " << bandwidth / 1e6 << " MB/s -> communication " << 1e3 * t_comm << " ms";
+      say(os.str());
+    }
+    if (std::abs(t_comm - target) <= 0.05 * target)
+      break;
+    double const slope = (t_comm - intercept) * bandwidth; // seconds x bytes/s
+    TESSEL_REQUIRE(slope > 0.0, "calibrate_comm_share: communication time does not grow as bandwidth shrinks (", t_comm,
+                   " s at ", bandwidth, " B/s, ", intercept, " s unlimited)");
+    double const next = slope / (target - intercept);
+    // All ranks must set the same link: agree on rank 0's value.
+    bandwidth = layer.communicator().allreduce_value(layer.communicator().rank() == 0 ? next : 0.0, ReduceOp::sum);
+  }
+  cal.link = LinkModel{bandwidth, latency};
+  paced->set_link(cal.link);
+  cal.t_comm = t_comm;
+  cal.share = t_comm / (t_comm + cal.t_comp);
+  return cal;
+}
+
+} // namespace tessel::moe
