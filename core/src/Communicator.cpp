@@ -90,13 +90,20 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
       }
     return false;
   };
-  // The earliest known completion among the pending requests; unknown (epoch) as soon as one is unknown.
+  // Bytes moving beat unknown, which beats the earliest known completion.
   auto const not_before = [&] {
-    auto earliest = std::chrono::steady_clock::time_point::max();
+    using Clock = std::chrono::steady_clock;
+    auto earliest = Clock::time_point::max();
+    bool unknown = false;
     for (auto &r : requests)
-      if (!r.is_null())
-        earliest = std::min(earliest, r._impl->not_before());
-    return earliest;
+      if (!r.is_null()) {
+        auto const t = r._impl->not_before();
+        if (t == Clock::time_point{})
+          unknown = true;
+        else
+          earliest = std::min(earliest, t);
+      }
+    return earliest <= Clock::now() || !unknown ? earliest : Clock::time_point{};
   };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
@@ -120,17 +127,24 @@ void Request::wait_all(std::vector<Request> &requests, Timeout timeout) {
       all = r.test() && all;
     return all;
   };
-  // All must complete: sleeping until the latest known completion is safe only when every one is known.
+  // All must complete: bytes moving anywhere need polling; sleeping until the latest known completion is safe
+  // only when every one is known.
   auto const not_before = [&] {
-    auto latest = std::chrono::steady_clock::time_point{};
+    using Clock = std::chrono::steady_clock;
+    auto const now = Clock::now();
+    auto latest = Clock::time_point{};
+    bool unknown = false;
     for (auto &r : requests)
       if (!r.is_null()) {
         auto const t = r._impl->not_before();
-        if (t == std::chrono::steady_clock::time_point{})
-          return t;
-        latest = std::max(latest, t);
+        if (t == Clock::time_point{})
+          unknown = true;
+        else if (t <= now)
+          return now;
+        else
+          latest = std::max(latest, t);
       }
-    return latest;
+    return unknown ? Clock::time_point{} : latest;
   };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;

@@ -63,8 +63,8 @@ public:
     return sent && Clock::now() >= done_at;
   }
   Clock::time_point not_before() const override {
-    // Known only once the real bytes have moved: until then MPI needs polling to progress them.
-    return payload.is_null() && header_request.is_null() ? done_at : Clock::time_point{};
+    // Until the real bytes have moved, MPI needs brisk polling to progress them ("now").
+    return payload.is_null() && header_request.is_null() ? done_at : Clock::now();
   }
   void cancel() override {
     payload = Request();
@@ -94,7 +94,9 @@ public:
     return payload.is_null() && _arrival_known && Clock::now() >= _arrival;
   }
   Clock::time_point not_before() const override {
-    return payload.is_null() && _arrival_known ? _arrival : Clock::time_point{};
+    if (!_arrival_known)
+      return Clock::time_point{};                       // the sender may not have posted yet: unknown
+    return payload.is_null() ? _arrival : Clock::now(); // bytes moving: poll briskly
   }
   void cancel() override {
     payload = Request();

@@ -2,6 +2,8 @@
 
 #include <tessel/core/Error.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 
@@ -65,6 +67,78 @@ Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, Co
   cal.t_comm = t_comm;
   cal.share = t_comm / (t_comm + cal.t_comp);
   return cal;
+}
+
+double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                     HostMatrix out, Schedule schedule, int iters, int warmup) {
+  TESSEL_REQUIRE(iters >= 1 && warmup >= 0, "time_schedule: need iters >= 1 and warmup >= 0");
+  auto const &comm = layer.communicator();
+  for (int i = 0; i < warmup; ++i)
+    layer.forward(space, tokens, gate, out, schedule);
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    comm.barrier();
+    auto const t0 = std::chrono::steady_clock::now();
+    layer.forward(space, tokens, gate, out, schedule);
+    double const mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times.push_back(comm.allreduce_value(mine, ReduceOp::max));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                      int iters, std::function<void(std::string const &)> const &progress) {
+  auto const &config = layer.config();
+  HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::tune_out"), tokens.extent(0),
+                 tokens.extent(1));
+  TuneResult result;
+  auto const measure = [&](CometParams const &p) {
+    layer.set_comet_params(p);
+    double const t = time_schedule(space, layer, tokens, gate, out, Schedule::comet, iters, 1);
+    result.measured.emplace_back(p, t);
+    if (progress) {
+      std::ostringstream os;
+      os << "tune: " << p.describe() << " -> " << 1e3 * t << " ms";
+      progress(os.str());
+    }
+    return t;
+  };
+  result.best = layer.comet_params();
+  result.best_seconds = measure(result.best);
+  auto const try_values = [&](auto set, auto const &values) {
+    for (auto v : values) {
+      auto p = result.best;
+      set(p, v);
+      if (p == result.best)
+        continue;
+      try {
+        p.validate(config);
+      } catch (Exception const &) {
+        continue;
+      }
+      double const t = measure(p);
+      if (t < result.best_seconds) {
+        result.best = p;
+        result.best_seconds = t;
+      }
+    }
+  };
+  std::vector<int> splits;
+  for (int s : {1, 2, 4, 8, 16})
+    if (config.hidden / s >= 32)
+      splits.push_back(s);
+  std::vector<std::int64_t> tiles{64, 128, 256, 512};
+  try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
+  try_values([](CometParams &p, std::int64_t v) { p.tile_m = v; }, tiles);
+  try_values([](CometParams &p, PlanPolicy v) { p.policy = v; },
+             std::vector<PlanPolicy>{PlanPolicy::critical_path, PlanPolicy::local_first});
+  try_values([](CometParams &p, int v) { p.comm_workers = v; }, std::vector<int>{1, 2});
+  try_values([](CometParams &p, int v) { p.in_flight = v; }, std::vector<int>{0, 2, 8});
+  // A second look at the split count, which interacts with the tile size.
+  try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
+  layer.set_comet_params(result.best);
+  return result;
 }
 
 } // namespace tessel::moe

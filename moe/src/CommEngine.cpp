@@ -146,21 +146,25 @@ void CommEngine::run(Worker &worker) {
 
     // Test what may have completed; requests whose emulated completion is known and still ahead are skipped
     // without touching MPI.
-    bool progressed = false;
+    bool progressed = false, unknown = false, moving = false;
     auto const now = Clock::now();
     auto earliest = Clock::time_point::max();
-    bool unknown = false;
     for (std::size_t i = 0; i < active.size();) {
+      // A known completion still ahead: skip without touching MPI. ("Bytes moving" hints are not ahead.)
       auto const hint = active[i].request.not_before();
-      if (hint > now) {
+      if (hint > now + std::chrono::microseconds(20)) {
         earliest = std::min(earliest, hint);
         ++i;
         continue;
       }
       if (!active[i].request.test()) {
-        unknown = unknown || hint == Clock::time_point{};
-        if (hint != Clock::time_point{})
-          earliest = std::min(earliest, hint);
+        auto const after = active[i].request.not_before();
+        if (after == Clock::time_point{})
+          unknown = true;
+        else if (after <= Clock::now())
+          moving = true;
+        else
+          earliest = std::min(earliest, after);
         ++i;
         continue;
       }
@@ -186,8 +190,7 @@ void CommEngine::run(Worker &worker) {
     }
     if (!active.empty() && Clock::now() - last_progress > timeout) {
       std::ostringstream os;
-      os << _context << " on rank " << _comm.rank() << " of " << _comm.size() << ": no message completed within "
-         << timeout.count() << " ms; still waiting for";
+      os << _context << ": no message completed within " << timeout.count() << " ms; still waiting for";
       int first_peer = -1;
       std::vector<int> peers;
       for (std::size_t i = 0; i < active.size(); ++i) {
@@ -207,12 +210,19 @@ void CommEngine::run(Worker &worker) {
       first_peer = peers.empty() ? -1 : peers.front();
       throw TimeoutError(os.str(), first_peer);
     }
-    // Sleep: until the earliest known completion when every pending request has one, else a short backoff.
+    // Sleep: briefly while bytes are moving (MPI progresses them only inside its calls); until the earliest
+    // known completion when every pending request has one; otherwise with a growing backoff.
     auto wake_at = Clock::now() + backoff;
-    if (!unknown && earliest != Clock::time_point::max())
+    if (moving) {
+      wake_at = Clock::now() + std::chrono::microseconds(20);
+    } else if (!unknown && earliest != Clock::time_point::max()) {
       wake_at = std::min(earliest, Clock::now() + std::chrono::milliseconds(20));
-    else if (backoff < std::chrono::microseconds(1000))
-      backoff *= 2;
+    } else {
+      if (earliest != Clock::time_point::max())
+        wake_at = std::min(wake_at, earliest);
+      if (backoff < std::chrono::microseconds(1000))
+        backoff *= 2;
+    }
     std::unique_lock<std::mutex> lock(worker.mutex);
     worker.wake.wait_until(lock, wake_at,
                            [&] { return !worker.inbox.empty() || _stop.load() || (worker.closed && !closed); });

@@ -145,7 +145,7 @@ struct MoeLayer::State {
   int world() const { return comm.size(); }
   int group_of(int r) const { return config.group_of_rank(r); }
   std::string context(Schedule s) const {
-    return tessel::Impl::concat("tessel::moe::MoeLayer::forward (", name_of(s), ") on rank ", rank());
+    return tessel::Impl::concat("tessel::moe::MoeLayer::forward (", name_of(s), ") on rank ", rank(), " of ", world());
   }
 
   // ------------------------------------------------------------------------------------------------------------
@@ -577,6 +577,7 @@ struct MoeLayer::State {
         route_out(static_cast<std::size_t>(w));
     std::atomic<int> routes_done{0}, combines_left{0};
     std::vector<std::pair<int, int>> landed_queue;
+    std::vector<TraceEvent> landed_at;
     Impl::CommEngine engine(comm, comet.comm_workers, comet.in_flight, context_text);
 
     // 1. Route messages first (they size the receive buffers), then every destination's tiles in ring order:
@@ -674,6 +675,8 @@ struct MoeLayer::State {
                       {
                         std::lock_guard<std::mutex> lock(engine.notify_mutex());
                         landed_queue.emplace_back(s, static_cast<int>(m));
+                        if (options.trace)
+                          landed_at.push_back({since(t0), since(t0), tessel::Impl::concat("landed s=", s, " m=", m)});
                       }
                       engine.notify();
                     });
@@ -712,6 +715,8 @@ struct MoeLayer::State {
         auto const wait0 = Clock::now();
         engine.wait([&] { return !landed_queue.empty(); });
         stats.compute_wait += since(wait0);
+        if (options.trace)
+          stats.trace.push_back({std::chrono::duration<double>(wait0 - t0).count(), since(t0), "wait"});
         continue;
       }
       auto const tile_start = Clock::now();
@@ -745,6 +750,12 @@ struct MoeLayer::State {
       }
       compat::fence(space, "Tessel::moe::tile");
       stats.compute_busy += since(tile_start);
+      if (options.trace)
+        stats.trace.push_back(
+            {std::chrono::duration<double>(tile_start - t0).count(), since(t0),
+             tile.kind == PlanTile::Kind::layer0
+                 ? tessel::Impl::concat("layer0 s=", s, " e=", tile.expert, " rows ", tile.row_begin, "-", tile.row_end)
+                 : tessel::Impl::concat("layer1 s=", s, " block ", tile.split)});
       scheduler.finish(index);
     }
     auto const wait1 = Clock::now();
@@ -757,6 +768,12 @@ struct MoeLayer::State {
     stats.total = since(t0);
     for (auto r : rows_of)
       stats.rows += r;
+    if (options.trace) {
+      stats.trace.insert(stats.trace.end(), landed_at.begin(), landed_at.end());
+      stats.trace.push_back({std::chrono::duration<double>(wait1 - t0).count(),
+                             std::chrono::duration<double>(busy1 - t0).count(), "wait combine"});
+      stats.trace.push_back({std::chrono::duration<double>(busy1 - t0).count(), stats.total, "final sum"});
+    }
   }
 };
 

@@ -14,26 +14,31 @@ using Clock = std::chrono::steady_clock;
 inline Clock::time_point deadline_after(Timeout timeout) { return Clock::now() + timeout; }
 
 /// Calls \p done() until it returns true or \p deadline passes; returns whether it completed.
-/// When \p not_before() names a future time (a paced message whose emulated arrival is known), sleeps until
-/// then. Otherwise polls hot for a few microseconds (the latency of a tile-sized message), then yields the core
-/// between polls (ranks may outnumber cores), and after a couple of milliseconds sleeps with growing pauses
-/// (capped at 1 ms) so that a long wait leaves the cores to computation.
+/// \p not_before() says what the pending work is waiting for (see Request::Impl::not_before): a future time
+/// (a paced message whose emulated arrival is known) is slept through; a time already passed means bytes are
+/// moving now, which needs brisk polling (MPI progresses a transfer only inside its calls); the clock's epoch
+/// means unknown. Unknown waits poll hot for a few microseconds (the latency of a tile-sized message), then
+/// yield the core between polls (ranks may outnumber cores), and after a couple of milliseconds sleep with
+/// growing pauses (capped at 1 ms) so that a long wait leaves the cores to computation.
 template <class Done, class NotBefore>
 bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_before) {
-  // Known completion times are slept through: no margin is needed beyond the timer slack of the OS.
-  auto const sleep_known = [&] {
+  // Returns true when the hint decided how to wait (and waited).
+  auto const wait_by_hint = [&] {
     auto const hint = not_before();
-    auto const now = Clock::now();
-    if (hint <= now + std::chrono::microseconds(20))
+    if (hint == Clock::time_point{})
       return false;
-    std::this_thread::sleep_until(std::min(hint, deadline));
+    auto const now = Clock::now();
+    if (hint > now + std::chrono::microseconds(20))
+      std::this_thread::sleep_until(std::min(hint, deadline));
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     return true;
   };
   auto const start = Clock::now();
   for (int spin = 0; spin < 64; ++spin) {
     if (done())
       return true;
-    if (sleep_known())
+    if (wait_by_hint())
       break;
   }
   while (Clock::now() - start < std::chrono::milliseconds(2)) {
@@ -41,7 +46,7 @@ bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_bef
       return true;
     if (Clock::now() >= deadline)
       return done();
-    if (!sleep_known())
+    if (!wait_by_hint())
       std::this_thread::yield();
   }
   auto pause = std::chrono::microseconds(20);
@@ -50,7 +55,7 @@ bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_bef
       return true;
     if (Clock::now() >= deadline)
       return done();
-    if (sleep_known())
+    if (wait_by_hint())
       continue;
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(1000))

@@ -43,8 +43,10 @@ public:
     virtual std::string describe() const = 0;
     /// The peer rank of the message.
     virtual int peer() const = 0;
-    /// Earliest time at which test() can succeed, when the backend knows it (link emulation computes it);
-    /// waits sleep until then instead of polling. The default, the clock's epoch, means "unknown: poll".
+    /// What completion waits for, when the backend knows it (link emulation does): a future time is the
+    /// earliest at which test() can succeed (waits sleep until then); a time already passed means bytes are
+    /// moving now (waits poll briskly, since MPI progresses a transfer only inside its calls). The default, the
+    /// clock's epoch, means unknown (waits poll with a growing backoff).
     virtual std::chrono::steady_clock::time_point not_before() const { return {}; }
   };
 

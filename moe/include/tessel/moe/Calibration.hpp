@@ -10,6 +10,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessel::moe {
 
@@ -31,6 +33,26 @@ struct Calibration {
 Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
                                  GateInput const &gate, double share, double latency, int repeats = 3,
                                  std::function<void(std::string const &)> const &progress = {});
+
+/// \brief Median over \p iters runs of the layer time of \p schedule: each run starts after a barrier and lasts
+/// until the slowest rank returns (maximum over ranks). \p warmup runs are not timed. Collective.
+double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                     HostMatrix out, Schedule schedule, int iters, int warmup = 1);
+
+/// \brief Result of tune_comet().
+struct TuneResult {
+  CometParams best;
+  double best_seconds = 0.0;
+  /// Every candidate measured, with its median time.
+  std::vector<std::pair<CometParams, double>> measured;
+};
+
+/// \brief Measures comet parameter candidates on \p layer (its current communicator and link) by coordinate
+/// descent from the layer's current parameters: N-split count, M tile, plan policy, communication workers and
+/// sends in flight, one knob at a time, each candidate timed with time_schedule(\p iters). Leaves the best
+/// parameters set on the layer. Collective.
+TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                      int iters = 3, std::function<void(std::string const &)> const &progress = {});
 
 } // namespace tessel::moe
 

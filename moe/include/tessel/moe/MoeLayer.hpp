@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tessel::moe {
 
@@ -31,6 +32,14 @@ struct LayerOptions {
   /// Check the tokens for NaN and infinity before each forward (collective: every rank reports the first bad
   /// value of any rank).
   bool check_finite = true;
+  /// Record a timeline of the overlapped schedules' tiles and messages in ForwardStats::trace (for analysis).
+  bool trace = false;
+};
+
+/// \brief One interval of a forward's timeline (seconds since the forward started, this rank).
+struct TraceEvent {
+  double begin = 0.0, end = 0.0;
+  std::string what; ///< "layer0 s=1 e=3 rows 0-255", "layer1 s=1 block 2", "landed s=1 m=4", "wait"
 };
 
 /// \brief Where the last forward spent its time on this rank (seconds).
@@ -43,6 +52,8 @@ struct ForwardStats {
   double compute_busy = 0.0, compute_wait = 0.0;
   /// Expert rows this rank computed (sum over sources and local experts).
   std::int64_t rows = 0;
+  /// Timeline, when LayerOptions::trace is set.
+  std::vector<TraceEvent> trace;
 };
 
 /// \brief Communication alone and computation alone of one layer (seconds, maximum over ranks, median over
