@@ -3,6 +3,7 @@
 #include "impl/Progress.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -41,12 +42,22 @@ int ceil_log2(int n) {
 
 } // namespace
 
+namespace {
+class PacedRecv;
+}
+
 struct PacedBackend::State {
   mutable std::mutex mutex;
   LinkModel link;
   Clock::time_point egress_free{};
   Clock::time_point ingress_free{};
   PacedStats stats;
+  // Receives whose header has not arrived yet. Arrived headers are taken in batches sorted by the time their
+  // message started to leave its sender, so that the ingress serves messages in (nearly) the order they left,
+  // whatever order this rank happens to test them in.
+  std::vector<PacedRecv *> unlearned;
+  Clock::time_point last_drain{};
+  void drain_locked(Clock::time_point now);
 };
 
 namespace {
@@ -84,21 +95,34 @@ class PacedRecv final : public Request::Impl {
 public:
   PacedRecv(std::shared_ptr<PacedBackend::State> state, int peer, std::string what)
       : _state(std::move(state)), _peer(peer), _what(std::move(what)) {}
+  ~PacedRecv() override { forget(); }
   Header header;
   Request payload, header_request;
+  Clock::time_point arrival{};
+  std::atomic<bool> arrival_known{false};
 
+  void enlist() {
+    std::lock_guard<std::mutex> lock(_state->mutex);
+    _state->unlearned.push_back(this);
+  }
   bool test() override {
     payload.test();
-    if (!_arrival_known && header_request.test())
-      learn_arrival();
-    return payload.is_null() && _arrival_known && Clock::now() >= _arrival;
+    auto const now = Clock::now();
+    if (!arrival_known.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(_state->mutex);
+      // One drain tests every pending header: a poll over many receives costs one pass, not one per receive.
+      if (!arrival_known.load(std::memory_order_relaxed) && now - _state->last_drain >= std::chrono::microseconds(20))
+        _state->drain_locked(now);
+    }
+    return payload.is_null() && arrival_known.load(std::memory_order_acquire) && Clock::now() >= arrival;
   }
   Clock::time_point not_before() const override {
-    if (!_arrival_known)
-      return Clock::time_point{};                       // the sender may not have posted yet: unknown
-    return payload.is_null() ? _arrival : Clock::now(); // bytes moving: poll briskly
+    if (!arrival_known.load(std::memory_order_acquire))
+      return Clock::time_point{};                      // the sender may not have posted yet: unknown
+    return payload.is_null() ? arrival : Clock::now(); // bytes moving: poll briskly
   }
   void cancel() override {
+    forget();
     payload = Request();
     header_request = Request();
   }
@@ -106,29 +130,41 @@ public:
   int peer() const override { return _peer; }
 
 private:
-  // The ingress is taken in the order this rank learns of messages: close enough to arrival order, since
-  // headers are tiny and arrive right after their message was posted.
-  void learn_arrival();
+  void forget() {
+    std::lock_guard<std::mutex> lock(_state->mutex);
+    auto &list = _state->unlearned;
+    list.erase(std::remove(list.begin(), list.end(), this), list.end());
+  }
 
   std::shared_ptr<PacedBackend::State> _state;
   int _peer;
   std::string _what;
-  bool _arrival_known = false;
-  Clock::time_point _arrival{};
 };
 
 } // namespace
 
-// Defined outside the class so that it can name PacedBackend::State's members.
-void PacedRecv::learn_arrival() {
-  std::lock_guard<std::mutex> lock(_state->mutex);
-  auto const transfer = to_duration(_state->link.transfer_seconds(header.bytes));
-  auto const start = std::max(from_ns(header.start_ns), _state->ingress_free);
-  _state->ingress_free = start + transfer;
-  _arrival = start + transfer + to_duration(_state->link.latency);
-  _arrival_known = true;
-  _state->stats.messages_received += 1;
-  _state->stats.bytes_received += header.bytes;
+void PacedBackend::State::drain_locked(Clock::time_point now) {
+  std::vector<PacedRecv *> batch;
+  for (auto it = unlearned.begin(); it != unlearned.end();) {
+    if ((*it)->header_request.test()) {
+      batch.push_back(*it);
+      it = unlearned.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(batch.begin(), batch.end(),
+            [](PacedRecv const *a, PacedRecv const *b) { return a->header.start_ns < b->header.start_ns; });
+  for (auto *r : batch) {
+    auto const transfer = to_duration(link.transfer_seconds(r->header.bytes));
+    auto const start = std::max(from_ns(r->header.start_ns), ingress_free);
+    ingress_free = start + transfer;
+    r->arrival = start + transfer + to_duration(link.latency);
+    r->arrival_known.store(true, std::memory_order_release);
+    stats.messages_received += 1;
+    stats.bytes_received += r->header.bytes;
+  }
+  last_drain = now;
 }
 
 PacedBackend::PacedBackend(std::shared_ptr<CommunicatorBackend> inner, LinkModel link)
@@ -198,6 +234,7 @@ Request PacedBackend::post_recv(CommunicatorBackend &data, CommunicatorBackend &
                                                data.rank(), " from rank ", peer, " (tag ", tag, ")"));
   impl->payload = data.irecv(buffer, count, type, peer, tag, timeout, nullptr);
   impl->header_request = headers.irecv(&impl->header, sizeof(Header), DataType::uint8, peer, tag, timeout, nullptr);
+  impl->enlist();
   return Request(std::move(impl), timeout);
 }
 
