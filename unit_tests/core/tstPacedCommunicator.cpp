@@ -99,10 +99,11 @@ TEST(PacedCommunicator, messages_share_the_senders_egress_in_posting_order) {
     std::vector<tessel::Request> requests;
     for (int m = 0; m < messages; ++m)
       requests.push_back(c.irecv(buffers[static_cast<std::size_t>(m)].data(), n, 0, m));
-    // Completion order follows posting order on the sender, and the k-th completes after k transfers.
+    // The m-th message leaves after the m before it: it completes no earlier than m + 1 transfers. (The order
+    // of completions follows when the real transfers keep up with the link, which a loaded machine may delay.)
     for (int k = 0; k < messages; ++k) {
       auto const index = tessel::Request::wait_any(requests, c.timeout());
-      EXPECT_EQ(index, static_cast<std::size_t>(k));
+      EXPECT_GE(seconds_since(t0), (static_cast<double>(index) + 1) * each * 0.999 - 0.002) << "message " << index;
       EXPECT_GE(seconds_since(t0), (k + 1) * each * 0.999 - 0.002);
     }
     for (int m = 0; m < messages; ++m)
