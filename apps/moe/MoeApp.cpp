@@ -45,6 +45,7 @@ struct Options {
   std::string tuning;
   std::string json;
   double timeout_s = 0.0;
+  bool stats = false;
 };
 
 void usage() {
@@ -67,6 +68,7 @@ void usage() {
       "  --tuning FILE     use this registry's entries (over the built-in one) for the comet parameters\n"
       "  --timeout SEC     communication timeout (default: TESSEL_COMM_TIMEOUT or 120 s)\n"
       "  --json FILE       write the results as JSON\n"
+      "  --stats           print each rank's phase times of the last run of every schedule\n"
       "  --version         print the version and exit; --help this text\n"
       "Kokkos options (--kokkos-help) are accepted too.\n");
 }
@@ -118,6 +120,8 @@ Options parse(int argc, char **argv) {
       o.tuning = next();
     } else if (a == "--json") {
       o.json = next();
+    } else if (a == "--stats") {
+      o.stats = true;
     } else if (a == "--timeout") {
       o.timeout_s = std::stod(next());
     } else if (a == "-h" || a == "--help") {
@@ -257,6 +261,21 @@ int run(Options const &o) {
     Row row;
     row.schedule = s;
     row.median = time_schedule(space, layer, tokens, gate, out, s, o.iters, o.warmup);
+    if (o.stats) {
+      auto const &st = layer.stats();
+      char line[512];
+      std::snprintf(
+          line, sizeof(line),
+          "  [rank %d] %s: total %.2f ms; route %.2f, dispatch %.2f, experts %.2f, combine %.2f, reduce %.2f; "
+          "compute busy %.2f, waiting %.2f; comm threads %.2f ms CPU; %lld expert rows",
+          me, name_of(s), 1e3 * st.total, 1e3 * st.route, 1e3 * st.dispatch, 1e3 * st.experts, 1e3 * st.combine,
+          1e3 * st.reduce, 1e3 * st.compute_busy, 1e3 * st.compute_wait, 1e3 * st.comm_cpu,
+          static_cast<long long>(st.rows));
+      std::vector<char> all(sizeof(line) * static_cast<std::size_t>(w));
+      world.host_allgather(line, all.data(), sizeof(line));
+      for (int r = 0; r < w; ++r)
+        say(all.data() + sizeof(line) * static_cast<std::size_t>(r));
+    }
     if (o.verify) {
       layer.forward(space, tokens, gate, out, s);
       auto const ref = reference_forward(config, tokens, gate, layer.routing().experts, dense);

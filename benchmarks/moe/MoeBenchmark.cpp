@@ -42,7 +42,7 @@ struct Options {
   double share = 0.47;
   double latency_us = 10.0;
   double imbalance = 0.04;
-  int chunks = 4;
+  std::vector<int> chunks{2, 4};
   int iters = 5;
   int warmup = 1;
   std::string json;
@@ -72,7 +72,8 @@ void usage() {
       "  --share S         communication share of the sequential layer on the emulated link (default 0.47)\n"
       "  --latency US      link latency per message in microseconds (default 10)\n"
       "  --imbalance STD   routing imbalance (std of per-expert token fractions; default 0.04)\n"
-      "  --chunks C        chunks of the pipelined schedule (default 4)\n"
+      "  --chunks LIST     chunk counts of the pipelined schedule; each is measured, the fastest reported\n"
+      "                    (default 2,4)\n"
       "  --iters N         timed runs per schedule (default 5), --warmup N (default 1)\n"
       "  --json FILE       write the results as JSON\n"
       "  --tune            tune the comet parameters per point and merge them into --registry FILE\n"
@@ -106,7 +107,9 @@ Options parse(int argc, char **argv) {
     } else if (a == "--imbalance") {
       o.imbalance = std::stod(next());
     } else if (a == "--chunks") {
-      o.chunks = std::stoi(next());
+      o.chunks.clear();
+      for (auto const &c : split_list(next()))
+        o.chunks.push_back(std::stoi(c));
     } else if (a == "--iters") {
       o.iters = std::stoi(next());
     } else if (a == "--warmup") {
@@ -147,8 +150,11 @@ struct Point {
   CometParams comet;
   std::string comet_source;
   double t_seq = 0, t_pipe = 0, t_comet = 0;
+  int best_chunks = 0;
+  std::vector<std::pair<int, double>> t_pipe_by_chunks;
+  int attempts = 0;
   double t_comm = 0, t_comp = 0; ///< alone, measured in the timed loop
-  double cpu[3] = {0, 0, 0};     ///< CPU seconds (all threads) per forward, summed over ranks: seq, pipe, comet
+  double cpu[3] = {0, 0, 0};     ///< CPU seconds (all threads) per forward, summed over ranks: seq, best pipe, comet
   long wrong = 0;
   double max_diff = 0;
 };
@@ -197,8 +203,10 @@ int main(int argc, char **argv) {
     {
       std::ostringstream os;
       os << "# ranks " << w << " (EP " << w / o.tp << " x TP " << o.tp << "), scale 1/" << o.scale << ", share "
-         << o.share << ", latency " << o.latency_us << " us, imbalance std " << o.imbalance << ", pipelined chunks "
-         << o.chunks << ", " << o.iters << " timed runs (median)";
+         << o.share << ", latency " << o.latency_us << " us, imbalance std " << o.imbalance << ", pipelined chunks";
+      for (int c : o.chunks)
+        os << " " << c;
+      os << ", " << o.iters << " timed runs (median)";
       say(os.str());
     }
     auto const paced = tessel::make_paced_communicator(world.split(0, me), tessel::LinkModel{0.0, 0.0});
@@ -225,7 +233,7 @@ int main(int argc, char **argv) {
         auto const tokens = make_tokens(p.config, m, o.seed + 100 + static_cast<std::uint64_t>(me));
         LayerOptions options;
         options.check_finite = false; // checked once below, not inside the timed runs
-        options.pipeline_chunks = o.chunks;
+        options.pipeline_chunks = o.chunks.front();
         options.trace = !o.trace.empty();
         MoeLayer layer(p.config, paced, shard_weights(p.config, me, dense), options);
         p.comet = layer.comet_params();
@@ -247,48 +255,87 @@ int main(int argc, char **argv) {
           note << p.model << " W=" << w << ": comet " << 1e3 * result.best_seconds << " ms at share " << o.share;
           tuned.set(TuningKey::of(p.config), result.best, note.str());
         }
-        // Timed loop: the three schedules and the two "alone" measurements interleaved, in an order rotated
-        // every iteration, so that load from other processes hits all five alike.
-        std::vector<double> seq, pipe, comet, comm_alone, comp_alone;
-        Schedule const order[3] = {Schedule::sequential, Schedule::pipelined, Schedule::comet};
-        for (int i = 0; i < o.warmup; ++i)
-          for (auto s : order)
-            layer.forward(space, tokens, gate_input,
-                          s == Schedule::sequential  ? out_seq
-                          : s == Schedule::pipelined ? out_pipe
-                                                     : out_comet,
-                          s);
-        for (int i = 0; i < o.iters; ++i)
-          for (int j = 0; j < 5; ++j) {
-            int const what = (i + j) % 5;
-            if (what == 3) {
-              comm_alone.push_back(layer.measure_alone(space, tokens, gate_input, 1, true, false).comm);
-              continue;
-            }
-            if (what == 4) {
-              comp_alone.push_back(layer.measure_alone(space, tokens, gate_input, 1, false, true).comp);
-              continue;
-            }
-            auto const s = order[what];
-            auto out = s == Schedule::sequential ? out_seq : s == Schedule::pipelined ? out_pipe : out_comet;
-            paced.barrier();
-            double const c0 = cpu_seconds();
-            auto const t0 = std::chrono::steady_clock::now();
-            layer.forward(space, tokens, gate_input, out, s);
-            double const t = world.allreduce_value(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tessel::ReduceOp::max);
-            p.cpu[what] += world.allreduce_value(cpu_seconds() - c0, tessel::ReduceOp::sum) / o.iters;
-            (s == Schedule::sequential ? seq : s == Schedule::pipelined ? pipe : comet).push_back(t);
-          }
+        // Timed loop: sequential, pipelined at each chunk count, comet, communication alone and computation
+        // alone, interleaved in an order rotated every iteration so that load from other processes (the machine
+        // is shared) hits all of them alike. When the share measured in the loop misses the target by more than
+        // 0.05, the link is refitted from the loop's own medians and the loop runs again (at most 3 times).
         auto const median = [](std::vector<double> v) {
           std::sort(v.begin(), v.end());
           return v[v.size() / 2];
         };
-        p.t_seq = median(seq);
-        p.t_pipe = median(pipe);
-        p.t_comet = median(comet);
-        p.t_comm = median(comm_alone);
-        p.t_comp = median(comp_alone);
+        int const variants = 2 + static_cast<int>(o.chunks.size()) + 2; // seq, pipe..., comet, comm, comp
+        for (int i = 0; i < o.warmup; ++i) {
+          layer.forward(space, tokens, gate_input, out_seq, Schedule::sequential);
+          for (int c : o.chunks) {
+            layer.set_pipeline_chunks(c);
+            layer.forward(space, tokens, gate_input, out_pipe, Schedule::pipelined);
+          }
+          layer.forward(space, tokens, gate_input, out_comet, Schedule::comet);
+        }
+        for (p.attempts = 1;; ++p.attempts) {
+          std::vector<std::vector<double>> times(static_cast<std::size_t>(variants));
+          std::vector<double> cpu(static_cast<std::size_t>(variants), 0.0);
+          for (int i = 0; i < o.iters; ++i)
+            for (int j = 0; j < variants; ++j) {
+              int const what = (i + j) % variants;
+              auto &slot = times[static_cast<std::size_t>(what)];
+              if (what == variants - 2) {
+                slot.push_back(layer.measure_alone(space, tokens, gate_input, 1, true, false).comm);
+                continue;
+              }
+              if (what == variants - 1) {
+                slot.push_back(layer.measure_alone(space, tokens, gate_input, 1, false, true).comp);
+                continue;
+              }
+              Schedule const s = what == 0              ? Schedule::sequential
+                                 : what == variants - 3 ? Schedule::comet
+                                                        : Schedule::pipelined;
+              if (s == Schedule::pipelined)
+                layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
+              auto out = s == Schedule::sequential ? out_seq : s == Schedule::pipelined ? out_pipe : out_comet;
+              paced.barrier();
+              double const c0 = cpu_seconds();
+              auto const t0 = std::chrono::steady_clock::now();
+              layer.forward(space, tokens, gate_input, out, s);
+              double const t = world.allreduce_value(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tessel::ReduceOp::max);
+              cpu[static_cast<std::size_t>(what)] +=
+                  world.allreduce_value(cpu_seconds() - c0, tessel::ReduceOp::sum) / o.iters;
+              slot.push_back(t);
+            }
+          p.t_seq = median(times[0]);
+          p.t_pipe_by_chunks.clear();
+          p.t_pipe = 1e300;
+          for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+            double const t = median(times[c + 1]);
+            p.t_pipe_by_chunks.emplace_back(o.chunks[c], t);
+            if (t < p.t_pipe) {
+              p.t_pipe = t;
+              p.best_chunks = o.chunks[c];
+              p.cpu[1] = cpu[c + 1];
+            }
+          }
+          p.t_comet = median(times[static_cast<std::size_t>(variants - 3)]);
+          p.t_comm = median(times[static_cast<std::size_t>(variants - 2)]);
+          p.t_comp = median(times[static_cast<std::size_t>(variants - 1)]);
+          p.cpu[0] = cpu[0];
+          p.cpu[2] = cpu[static_cast<std::size_t>(variants - 3)];
+          double const share = p.t_comm / (p.t_comm + p.t_comp);
+          if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0)
+            break;
+          // T_comm is affine in 1/bandwidth, with the latency-only intercept found by the calibration.
+          double const intercept = std::min(p.cal.t_comm_unlimited, 0.5 * p.t_comm);
+          double const target = std::max(o.share / (1.0 - o.share) * p.t_comp, 1.5 * intercept);
+          double const slope = (p.t_comm - intercept) * p.cal.link.bandwidth;
+          auto link = p.cal.link;
+          link.bandwidth = world.allreduce_value(me == 0 ? slope / (target - intercept) : 0.0, tessel::ReduceOp::sum);
+          tessel::paced_backend_of(paced)->set_link(link);
+          p.cal.link = link;
+          std::ostringstream os;
+          os << "   measured share " << share << " (T_comm " << 1e3 * p.t_comm << " ms, T_comp " << 1e3 * p.t_comp
+             << " ms): link refitted to " << link.bandwidth / 1e6 << " MB/s, measuring again";
+          say(os.str());
+        }
         p.wrong =
             count_wrong(world, out_pipe, out_seq, p.max_diff) + count_wrong(world, out_comet, out_seq, p.max_diff);
         if (!o.trace.empty()) {
@@ -314,23 +361,24 @@ int main(int argc, char **argv) {
       std::printf(
           "\n# MoE layer, %d ranks (EP %d x TP %d), link calibrated to share %.2f; times in ms (median of %d)\n", w,
           w / o.tp, o.tp, o.share, o.iters);
-      std::printf("%-13s %6s %5s %6s %3s %4s %6s %9s %9s %6s %9s %9s %9s %8s %8s %9s %9s %7s\n", "model", "M", "N", "K",
-                  "E", "topk", "imbal", "T_comp", "T_comm", "share", "seq", "pipelined", "comet", "c/seq", "c/pipe",
-                  "hid_pipe", "hid_comet", "#wrong");
+      std::printf("%-13s %6s %5s %6s %3s %4s %6s %9s %9s %6s %9s %9s %2s %9s %8s %8s %9s %9s %7s\n", "model", "M", "N",
+                  "K", "E", "topk", "imbal", "T_comp", "T_comm", "share", "seq", "pipelined", "C", "comet", "c/seq",
+                  "c/pipe", "hid_pipe", "hid_comet", "#wrong");
       for (auto const &p : points)
-        std::printf(
-            "%-13s %6lld %5lld %6lld %3d %4d %6.3f %9.2f %9.2f %6.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %8.1f%% %8.1f%% "
-            "%7ld\n",
-            p.model.c_str(), static_cast<long long>(p.config.tokens), static_cast<long long>(p.config.hidden),
-            static_cast<long long>(p.config.ffn), p.config.experts, p.config.topk, p.imbalance, 1e3 * p.t_comp,
-            1e3 * p.t_comm, p.t_comm / (p.t_comm + p.t_comp), 1e3 * p.t_seq, 1e3 * p.t_pipe, 1e3 * p.t_comet,
-            p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe), 100 * hidden(p, p.t_comet), p.wrong);
+        std::printf("%-13s %6lld %5lld %6lld %3d %4d %6.3f %9.2f %9.2f %6.2f %9.2f %9.2f %2d %9.2f %7.2fx %7.2fx "
+                    "%8.1f%% %8.1f%% "
+                    "%7ld\n",
+                    p.model.c_str(), static_cast<long long>(p.config.tokens), static_cast<long long>(p.config.hidden),
+                    static_cast<long long>(p.config.ffn), p.config.experts, p.config.topk, p.imbalance, 1e3 * p.t_comp,
+                    1e3 * p.t_comm, p.t_comm / (p.t_comm + p.t_comp), 1e3 * p.t_seq, 1e3 * p.t_pipe, p.best_chunks,
+                    1e3 * p.t_comet, p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe),
+                    100 * hidden(p, p.t_comet), p.wrong);
       if (!o.json.empty()) {
         std::ofstream js(o.json);
         js << "{\n  \"benchmark\": \"tessel-moe-bench\",\n  \"build\": \"" << tessel::build_summary() << "\",\n"
            << "  \"ranks\": " << w << ", \"ep\": " << w / o.tp << ", \"tp\": " << o.tp << ", \"share\": " << o.share
-           << ", \"latency_us\": " << o.latency_us << ", \"scale\": " << o.scale << ", \"chunks\": " << o.chunks
-           << ", \"iters\": " << o.iters << ",\n  \"points\": [\n";
+           << ", \"latency_us\": " << o.latency_us << ", \"scale\": " << o.scale << ", \"iters\": " << o.iters
+           << ",\n  \"points\": [\n";
         for (std::size_t i = 0; i < points.size(); ++i) {
           auto const &p = points[i];
           js << "    {\"model\": \"" << p.model << "\", \"M\": " << p.config.tokens << ", \"N\": " << p.config.hidden
@@ -338,7 +386,11 @@ int main(int argc, char **argv) {
              << ", \"imbalance_std\": " << p.imbalance << ", \"zipf_alpha\": " << p.alpha
              << ", \"bandwidth_Bps\": " << p.cal.link.bandwidth << ", \"t_comp_s\": " << p.t_comp
              << ", \"t_comm_s\": " << p.t_comm << ", \"share\": " << p.t_comm / (p.t_comm + p.t_comp)
-             << ", \"sequential_s\": " << p.t_seq << ", \"pipelined_s\": " << p.t_pipe << ", \"comet_s\": " << p.t_comet
+             << ", \"sequential_s\": " << p.t_seq << ", \"pipelined_s\": " << p.t_pipe
+             << ", \"pipelined_best_chunks\": " << p.best_chunks << ", \"pipelined_by_chunks_s\": {";
+          for (std::size_t c = 0; c < p.t_pipe_by_chunks.size(); ++c)
+            js << (c ? ", " : "") << "\"" << p.t_pipe_by_chunks[c].first << "\": " << p.t_pipe_by_chunks[c].second;
+          js << "}, \"attempts\": " << p.attempts << ", \"comet_s\": " << p.t_comet
              << ", \"speedup_comet_vs_sequential\": " << p.t_seq / p.t_comet
              << ", \"speedup_comet_vs_pipelined\": " << p.t_pipe / p.t_comet
              << ", \"hidden_pipelined\": " << hidden(p, p.t_pipe) << ", \"hidden_comet\": " << hidden(p, p.t_comet)

@@ -92,18 +92,19 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
   };
   // Bytes moving beat unknown, which beats the earliest known completion.
   auto const not_before = [&] {
-    using Clock = std::chrono::steady_clock;
-    auto earliest = Clock::time_point::max();
+    auto earliest = std::chrono::steady_clock::time_point::max();
     bool unknown = false;
     for (auto &r : requests)
       if (!r.is_null()) {
         auto const t = r._impl->not_before();
-        if (t == Clock::time_point{})
+        if (t == not_before_moving)
+          return not_before_moving;
+        if (t == not_before_unknown)
           unknown = true;
         else
           earliest = std::min(earliest, t);
       }
-    return earliest <= Clock::now() || !unknown ? earliest : Clock::time_point{};
+    return unknown ? not_before_unknown : earliest;
   };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
@@ -130,21 +131,19 @@ void Request::wait_all(std::vector<Request> &requests, Timeout timeout) {
   // All must complete: bytes moving anywhere need polling; sleeping until the latest known completion is safe
   // only when every one is known.
   auto const not_before = [&] {
-    using Clock = std::chrono::steady_clock;
-    auto const now = Clock::now();
-    auto latest = Clock::time_point{};
+    auto latest = not_before_unknown;
     bool unknown = false;
     for (auto &r : requests)
       if (!r.is_null()) {
         auto const t = r._impl->not_before();
-        if (t == Clock::time_point{})
+        if (t == not_before_moving)
+          return not_before_moving;
+        if (t == not_before_unknown)
           unknown = true;
-        else if (t <= now)
-          return now;
         else
           latest = std::max(latest, t);
       }
-    return unknown ? Clock::time_point{} : latest;
+    return unknown ? not_before_unknown : latest;
   };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;

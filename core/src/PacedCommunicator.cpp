@@ -74,15 +74,19 @@ public:
     return sent && Clock::now() >= done_at;
   }
   Clock::time_point not_before() const override {
-    // Until the real bytes have moved, MPI needs brisk polling to progress them ("now").
-    return payload.is_null() && header_request.is_null() ? done_at : Clock::now();
+    // Until the real bytes have moved, MPI needs brisk polling to progress them.
+    return payload.is_null() && header_request.is_null() ? done_at : not_before_moving;
   }
   void cancel() override {
     payload = Request();
     header_request = Request();
   }
   std::string describe() const override {
-    return tessel::Impl::concat("paced isend of ", _bytes, " bytes to rank ", _peer, " (due at the link's pace)");
+    auto const due = std::chrono::duration<double, std::milli>(done_at - Clock::now()).count();
+    return tessel::Impl::concat(
+        "paced isend of ", _bytes, " bytes to rank ", _peer, " (", payload.is_null() ? "" : "not ",
+        "delivered to MPI, ", header_request.is_null() ? "" : "header pending, ",
+        due > 0 ? tessel::Impl::concat("leaves the link in ", due, " ms") : "left the link", ")");
   }
   int peer() const override { return _peer; }
 
@@ -118,15 +122,21 @@ public:
   }
   Clock::time_point not_before() const override {
     if (!arrival_known.load(std::memory_order_acquire))
-      return Clock::time_point{};                      // the sender may not have posted yet: unknown
-    return payload.is_null() ? arrival : Clock::now(); // bytes moving: poll briskly
+      return not_before_unknown; // the sender may not have posted yet
+    return payload.is_null() ? arrival : not_before_moving;
   }
   void cancel() override {
     forget();
     payload = Request();
     header_request = Request();
   }
-  std::string describe() const override { return _what; }
+  std::string describe() const override {
+    if (!arrival_known.load())
+      return _what + " (header not received)";
+    auto const due = std::chrono::duration<double, std::milli>(arrival - Clock::now()).count();
+    return tessel::Impl::concat(_what, " (", payload.is_null() ? "bytes received" : "bytes pending", ", ",
+                                due > 0 ? tessel::Impl::concat("arrives in ", due, " ms") : "arrival time passed", ")");
+  }
   int peer() const override { return _peer; }
 
 private:

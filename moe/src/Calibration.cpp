@@ -26,6 +26,7 @@ Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, Co
   auto const base = layer.measure_alone(space, tokens, gate, repeats, true, true);
   cal.t_comp = base.comp;
   double const intercept = base.comm;
+  cal.t_comm_unlimited = intercept;
   double const target = share / (1.0 - share) * cal.t_comp;
   cal.measurements = 1;
   {
@@ -125,16 +126,17 @@ TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatr
     }
   };
   std::vector<int> splits;
-  for (int s : {1, 2, 4, 8, 16})
+  for (int s : {1, 2, 4, 8})
     if (config.hidden / s >= 32)
       splits.push_back(s);
-  std::vector<std::int64_t> tiles{64, 128, 256, 512};
+  std::vector<std::int64_t> tiles{128, 256, 512, 1024};
   try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
+  try_values([](CometParams &p, int v) { p.m_splits = v; }, std::vector<int>{1, 2, 4});
   try_values([](CometParams &p, std::int64_t v) { p.tile_m = v; }, tiles);
   try_values([](CometParams &p, PlanPolicy v) { p.policy = v; },
              std::vector<PlanPolicy>{PlanPolicy::critical_path, PlanPolicy::local_first});
   try_values([](CometParams &p, int v) { p.comm_workers = v; }, std::vector<int>{1, 2});
-  try_values([](CometParams &p, int v) { p.in_flight = v; }, std::vector<int>{0, 2, 8});
+  try_values([](CometParams &p, int v) { p.in_flight = v; }, std::vector<int>{0, 4});
   // A second look at the split count, which interacts with the tile size.
   try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
   layer.set_comet_params(result.best);

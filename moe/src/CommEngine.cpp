@@ -1,5 +1,7 @@
 #include "CommEngine.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <sstream>
@@ -21,6 +23,16 @@ CommEngine::CommEngine(Communicator const &comm, int workers, int in_flight, std
       } catch (...) {
         fail(std::current_exception());
       }
+#ifdef RUSAGE_THREAD
+      rusage usage{};
+      if (getrusage(RUSAGE_THREAD, &usage) == 0) {
+        double const cpu = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                           1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+        double expected = _cpu_seconds.load();
+        while (!_cpu_seconds.compare_exchange_weak(expected, expected + cpu)) {
+        }
+      }
+#endif
     });
   }
 }
@@ -43,13 +55,13 @@ void CommEngine::post(Op op) {
 }
 
 void CommEngine::send(int peer, int tag, void const *buffer, std::size_t count, DataType type, std::string what,
-                      Callback done) {
-  post(Op{true, peer, tag, const_cast<void *>(buffer), count, type, std::move(what), std::move(done)});
+                      Callback done, bool urgent) {
+  post(Op{true, urgent, peer, tag, const_cast<void *>(buffer), count, type, std::move(what), std::move(done)});
 }
 
 void CommEngine::recv(int peer, int tag, void *buffer, std::size_t count, DataType type, std::string what,
                       Callback done) {
-  post(Op{false, peer, tag, buffer, count, type, std::move(what), std::move(done)});
+  post(Op{false, false, peer, tag, buffer, count, type, std::move(what), std::move(done)});
 }
 
 void CommEngine::close() {
@@ -112,7 +124,7 @@ void CommEngine::run(Worker &worker) {
     Op op;
   };
   std::vector<Active> active;
-  std::deque<Op> pending_sends;
+  std::deque<Op> pending_sends, urgent_sends;
   int sends_active = 0;
   auto last_progress = Clock::now();
   auto backoff = std::chrono::microseconds(20);
@@ -128,7 +140,7 @@ void CommEngine::run(Worker &worker) {
         Op op = std::move(worker.inbox.front());
         worker.inbox.pop_front();
         if (op.is_send) {
-          pending_sends.push_back(std::move(op));
+          (op.urgent ? urgent_sends : pending_sends).push_back(std::move(op));
         } else {
           auto request = _comm.irecv(op.buffer, op.count, op.type, op.peer, op.tag);
           active.push_back({std::move(request), std::move(op)});
@@ -136,9 +148,10 @@ void CommEngine::run(Worker &worker) {
       }
       closed = worker.closed;
     }
-    while (!pending_sends.empty() && (_in_flight == 0 || sends_active < _in_flight)) {
-      Op op = std::move(pending_sends.front());
-      pending_sends.pop_front();
+    while ((!urgent_sends.empty() || !pending_sends.empty()) && (_in_flight == 0 || sends_active < _in_flight)) {
+      auto &queue = urgent_sends.empty() ? pending_sends : urgent_sends;
+      Op op = std::move(queue.front());
+      queue.pop_front();
       auto request = _comm.isend(op.buffer, op.count, op.type, op.peer, op.tag);
       active.push_back({std::move(request), std::move(op)});
       ++sends_active;
@@ -147,21 +160,21 @@ void CommEngine::run(Worker &worker) {
     // Test what may have completed; requests whose emulated completion is known and still ahead are skipped
     // without touching MPI.
     bool progressed = false, unknown = false, moving = false;
-    auto const now = Clock::now();
     auto earliest = Clock::time_point::max();
     for (std::size_t i = 0; i < active.size();) {
-      // A known completion still ahead: skip without touching MPI. ("Bytes moving" hints are not ahead.)
+      // A known completion still ahead: skip without touching MPI.
       auto const hint = active[i].request.not_before();
-      if (hint > now + std::chrono::microseconds(20)) {
+      if (hint != not_before_moving && hint != not_before_unknown &&
+          hint > Clock::now() + std::chrono::microseconds(20)) {
         earliest = std::min(earliest, hint);
         ++i;
         continue;
       }
       if (!active[i].request.test()) {
         auto const after = active[i].request.not_before();
-        if (after == Clock::time_point{})
+        if (after == not_before_unknown)
           unknown = true;
-        else if (after <= Clock::now())
+        else if (after == not_before_moving)
           moving = true;
         else
           earliest = std::min(earliest, after);
@@ -177,7 +190,7 @@ void CommEngine::run(Worker &worker) {
         op.done();
       progressed = true;
     }
-    if (closed && active.empty() && pending_sends.empty()) {
+    if (closed && active.empty() && pending_sends.empty() && urgent_sends.empty()) {
       std::lock_guard<std::mutex> lock(worker.mutex);
       if (worker.inbox.empty())
         return;
@@ -196,7 +209,7 @@ void CommEngine::run(Worker &worker) {
       for (std::size_t i = 0; i < active.size(); ++i) {
         if (i < 4)
           os << (i ? "; " : ": ") << active[i].op.what << (active[i].op.is_send ? " to rank " : " from rank ")
-             << active[i].op.peer;
+             << active[i].op.peer << " [" << active[i].request.describe() << "]";
         if (std::find(peers.begin(), peers.end(), active[i].op.peer) == peers.end())
           peers.push_back(active[i].op.peer);
       }

@@ -32,8 +32,10 @@ public:
   CommEngine(CommEngine const &) = delete;
   CommEngine &operator=(CommEngine const &) = delete;
 
+  /// Sends wait in a FIFO while `in_flight` are outstanding; \p urgent ones pass the non-urgent ones still waiting
+  /// (the combine, which finishes the layer, overtakes dispatch tiles not yet posted).
   void send(int peer, int tag, void const *buffer, std::size_t count, DataType type, std::string what,
-            Callback done = {});
+            Callback done = {}, bool urgent = false);
   void recv(int peer, int tag, void *buffer, std::size_t count, DataType type, std::string what, Callback done = {});
   /// No more messages will be posted; workers finish once all posted messages completed.
   void close();
@@ -58,10 +60,13 @@ public:
   void notify();
   void rethrow_if_failed();
   std::mutex &notify_mutex() { return _notify_mutex; }
+  /// CPU seconds the workers used (valid after join()).
+  double cpu_seconds() const { return _cpu_seconds.load(); }
 
 private:
   struct Op {
     bool is_send = false;
+    bool urgent = false;
     int peer = 0, tag = 0;
     void *buffer = nullptr;
     std::size_t count = 0;
@@ -85,6 +90,7 @@ private:
   std::string _context;
   std::vector<std::unique_ptr<Worker>> _workers;
   std::atomic<bool> _failed{false};
+  std::atomic<double> _cpu_seconds{0.0};
   std::atomic<bool> _stop{false};
   std::mutex _error_mutex;
   std::exception_ptr _error;

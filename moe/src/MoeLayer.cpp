@@ -544,6 +544,7 @@ struct MoeLayer::State {
     auto const wait1 = Clock::now();
     engine.wait([&] { return combines_left.load() == 0; });
     engine.join();
+    stats.comm_cpu = engine.cpu_seconds();
     stats.compute_wait += since(wait1);
     auto const busy1 = Clock::now();
     final_sum(space, out, {0, n}, true);
@@ -566,111 +567,141 @@ struct MoeLayer::State {
   void forward_comet(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
     auto const context_text = context(Schedule::comet);
     int const w = world(), me = rank(), eg = config.experts_per_group();
+    int const chunks =
+        static_cast<int>(std::min<std::int64_t>(comet.m_splits, std::max<std::int64_t>(config.tokens, 1)));
+    int const n_splits = comet.n_splits;
     std::int64_t const n = config.hidden, kp = config.ffn_per_rank(), tile_m = effective_tile_m();
+    // Rows above which the BLAS's packing of an expert's weights is amortized: ready tiles are merged up to it.
+    std::int64_t const merge_rows = std::max<std::int64_t>(tile_m, 512);
+    auto const sz = [](auto i) { return static_cast<std::size_t>(i); };
     auto const t0 = Clock::now();
-    prelude(space, tokens, gate, 1, options.check_finite, context_text);
+    prelude(space, tokens, gate, chunks, options.check_finite, context_text);
     stats = ForwardStats{};
     stats.schedule = Schedule::comet;
     stats.route = since(t0);
 
-    std::vector<std::vector<std::int32_t>> route_in(static_cast<std::size_t>(w)),
-        route_out(static_cast<std::size_t>(w));
+    // Buffers the communication threads use are declared before the engine, so they outlive it.
+    std::vector<std::vector<std::int32_t>> route_in(sz(chunks * w)), route_out(sz(chunks * w));
     std::atomic<int> routes_done{0}, combines_left{0};
     std::vector<std::pair<int, int>> landed_queue;
     std::vector<TraceEvent> landed_at;
     Impl::CommEngine engine(comm, comet.comm_workers, comet.in_flight, context_text);
 
+    // Rows this rank sends destination group g, as [chunk * E/EP + expert].
+    auto const rows_for_group = [&](int g) {
+      std::vector<std::int64_t> rows(sz(chunks * eg));
+      for (int c = 0; c < chunks; ++c)
+        for (int e = 0; e < eg; ++e)
+          rows[sz(c * eg + e)] = plan.expert_rows(c, g, e);
+      return rows;
+    };
+
     // 1. Route messages first (they size the receive buffers), then every destination's tiles in ring order:
-    //    each (expert, M tile) of rows is its own message, so the receiver can start on it as soon as it lands.
-    auto const cap = route_capacity(config, config.tokens);
-    for (int k = 1; k < w; ++k) {
-      int const s = (me - k + w) % w;
-      route_in[static_cast<std::size_t>(s)].assign(cap, 0);
-      engine.recv(s, tag_route, route_in[static_cast<std::size_t>(s)].data(), cap, DataType::int32, "route message",
-                  [&] {
-                    routes_done.fetch_add(1);
-                    engine.notify();
-                  });
+    //    each (chunk, expert, M tile) of rows is its own message, so the receiver can start on it as soon as it
+    //    lands.
+    for (int c = 0; c < chunks; ++c) {
+      auto const cap = route_capacity(config, plan.chunk_tokens[sz(c) + 1] - plan.chunk_tokens[sz(c)]);
+      for (int k = 1; k < w; ++k) {
+        int const s = (me - k + w) % w;
+        auto &buf = route_in[sz(c * w + s)];
+        buf.assign(cap, 0);
+        engine.recv(s, tag_route + c, buf.data(), cap, DataType::int32, tessel::Impl::concat("route message ", c), [&] {
+          routes_done.fetch_add(1);
+          engine.notify();
+        });
+      }
     }
     for (int k = 1; k < w; ++k) {
       int const d = (me + k) % w;
-      route_out[static_cast<std::size_t>(d)] = encode_route(plan, 0, group_of(d));
-      engine.send(d, tag_route, route_out[static_cast<std::size_t>(d)].data(),
-                  route_out[static_cast<std::size_t>(d)].size(), DataType::int32, "route message");
+      for (int c = 0; c < chunks; ++c) {
+        auto &buf = route_out[sz(c * w + d)];
+        buf = encode_route(plan, c, group_of(d));
+        engine.send(d, tag_route + c, buf.data(), buf.size(), DataType::int32,
+                    tessel::Impl::concat("route message ", c));
+      }
     }
     for (int k = 1; k < w; ++k) {
       int const d = (me + k) % w, g = group_of(d);
-      std::vector<std::int64_t> rows(static_cast<std::size_t>(eg));
-      for (int e = 0; e < eg; ++e)
-        rows[static_cast<std::size_t>(e)] = plan.expert_rows(0, g, e);
-      auto const messages = OverlapPlan::messages_for(rows, tile_m);
+      auto const messages = OverlapPlan::messages_for(rows_for_group(g), eg, tile_m);
       TESSEL_REQUIRE(static_cast<std::int64_t>(messages.size()) < max_messages, context_text, ": ", messages.size(),
                      " tile messages to rank ", d, " exceed the tag space; raise tile_m");
-      std::vector<std::int64_t> first(static_cast<std::size_t>(eg) + 1, 0);
-      for (int e = 0; e < eg; ++e)
-        first[static_cast<std::size_t>(e) + 1] = first[static_cast<std::size_t>(e)] + rows[static_cast<std::size_t>(e)];
       for (std::size_t m = 0; m < messages.size(); ++m) {
         auto const &msg = messages[m];
-        auto const row = plan.block_begin(0, g) + first[static_cast<std::size_t>(msg.expert)] + msg.row_begin;
+        // The first row of (chunk, group, expert) in the packed rows, plus the tile's offset.
+        auto const row = plan.block_offsets[sz((msg.chunk * plan.groups + g) * eg + msg.expert)] + msg.row_begin;
         engine.send(d, tag_data + static_cast<int>(m), send_rows.data() + row * n,
                     static_cast<std::size_t>((msg.row_end - msg.row_begin) * n), DataType::float32,
-                    tessel::Impl::concat("dispatch tile ", m, " (expert ", msg.expert, ", rows ", msg.row_begin, "-",
-                                         msg.row_end, ")"));
+                    tessel::Impl::concat("dispatch tile ", m, " (chunk ", msg.chunk, ", expert ", msg.expert, ", rows ",
+                                         msg.row_begin, "-", msg.row_end, ")"));
       }
     }
     auto const wait_routes = Clock::now();
-    engine.wait([&] { return routes_done.load() == w - 1; });
+    engine.wait([&] { return routes_done.load() == chunks * (w - 1); });
     stats.compute_wait += since(wait_routes);
 
     // 2. Plan, buffers, and the receives of tiles and combine blocks.
-    metas.assign(1, std::vector<SourceMeta>(static_cast<std::size_t>(w)));
-    auto &meta = metas[0];
-    for (int s = 0; s < w; ++s)
-      meta[static_cast<std::size_t>(s)] =
-          s == me ? own_meta(0) : decode_route(route_in[static_cast<std::size_t>(s)], eg, s, context_text);
+    metas.assign(sz(chunks), std::vector<SourceMeta>(sz(w)));
+    for (int c = 0; c < chunks; ++c)
+      for (int s = 0; s < w; ++s)
+        metas[sz(c)][sz(s)] = s == me ? own_meta(c) : decode_route(route_in[sz(c * w + s)], eg, s, context_text);
     PlanShape shape;
     shape.rank = me;
     shape.world = w;
     shape.hidden = n;
+    shape.experts = eg;
+    shape.chunks = chunks;
     shape.tile_m = tile_m;
-    shape.n_splits = comet.n_splits;
+    shape.n_splits = n_splits;
     shape.policy = comet.policy;
-    for (int s = 0; s < w; ++s)
-      shape.rows.push_back(meta[static_cast<std::size_t>(s)].expert_rows);
+    for (int s = 0; s < w; ++s) {
+      std::vector<std::int64_t> rows;
+      for (int c = 0; c < chunks; ++c)
+        for (int e = 0; e < eg; ++e)
+          rows.push_back(metas[sz(c)][sz(s)].expert_rows[sz(e)]);
+      shape.rows.push_back(std::move(rows));
+    }
     auto const overlap = OverlapPlan::build(shape);
     auto const &cols = overlap.split_cols();
 
-    std::vector<std::int64_t> rows_of(static_cast<std::size_t>(w));
+    std::vector<std::int64_t> rows_of(sz(w));
     for (int s = 0; s < w; ++s)
-      rows_of[static_cast<std::size_t>(s)] = meta[static_cast<std::size_t>(s)].rows();
+      rows_of[sz(s)] = overlap.source_rows(s);
     auto x_rows = rows_of;
-    x_rows[static_cast<std::size_t>(me)] = 0;
+    x_rows[sz(me)] = 0;
     auto const xo = exclusive_offsets(x_rows);
     auto const ho = exclusive_offsets(rows_of);
-    float *const xd = ensure(x, "Tessel::moe::recv_rows", static_cast<std::size_t>(xo.back() * n));
-    float *const hd = ensure(h, "Tessel::moe::hidden", static_cast<std::size_t>(ho.back() * kp));
+    float *const xd = ensure(x, "Tessel::moe::recv_rows", sz(xo.back() * n));
+    float *const hd = ensure(h, "Tessel::moe::hidden", sz(ho.back() * kp));
     std::int64_t max_rows = 0, max_width = 0;
-    for (auto r : rows_of)
-      max_rows = std::max(max_rows, r);
-    for (int b = 0; b < comet.n_splits; ++b)
-      max_width = std::max(max_width, cols[static_cast<std::size_t>(b) + 1] - cols[static_cast<std::size_t>(b)]);
-    float *const yd = ensure(y, "Tessel::moe::expert_out", static_cast<std::size_t>(max_rows * max_width));
-    layout_combine(source_slots());
-    std::vector<Impl::SlotRows> slot_rows(static_cast<std::size_t>(w));
-    for (int s = 0; s < w; ++s) {
-      auto const &ms = meta[static_cast<std::size_t>(s)];
-      slot_rows[static_cast<std::size_t>(s)] = Impl::make_slot_rows(ms.slot_count, ms.slot, ms.weight, 0);
-    }
+    for (int s = 0; s < w; ++s)
+      for (int c = 0; c < chunks; ++c)
+        max_rows = std::max(max_rows, overlap.chunk_rows(s, c));
+    for (int b = 0; b < n_splits; ++b)
+      max_width = std::max(max_width, cols[sz(b) + 1] - cols[sz(b)]);
+    float *const yd = ensure(y, "Tessel::moe::expert_out", sz(max_rows * max_width));
+    auto const slots_of = source_slots();
+    layout_combine(slots_of);
+    // Slot rows per (source, chunk): row indices relative to the (source, chunk) rows, slots relative to the
+    // chunk's first slot.
+    std::vector<Impl::SlotRows> slot_rows(sz(chunks * w));
+    for (int c = 0; c < chunks; ++c)
+      for (int s = 0; s < w; ++s) {
+        auto const &ms = metas[sz(c)][sz(s)];
+        slot_rows[sz(c * w + s)] = Impl::make_slot_rows(ms.slot_count, ms.slot, ms.weight, ms.slot_begin);
+      }
+    // Local rows (this rank's own tokens for its own group): the packed send rows, chunk by chunk.
+    std::vector<float const *> local_chunk(sz(chunks));
+    for (int c = 0; c < chunks; ++c)
+      local_chunk[sz(c)] = local_rows(c);
     for (int s : overlap.source_order()) {
-      auto const &ms = meta[static_cast<std::size_t>(s)];
-      auto const messages = OverlapPlan::messages_for(ms.expert_rows, tile_m);
+      auto const messages = OverlapPlan::messages_for(shape.rows[sz(s)], eg, tile_m);
       for (std::size_t m = 0; m < messages.size(); ++m) {
         auto const &msg = messages[m];
-        auto const row = overlap.row_offset(s, msg.expert) + msg.row_begin;
-        engine.recv(s, tag_data + static_cast<int>(m), xd + (xo[static_cast<std::size_t>(s)] + row) * n,
+        auto const row = overlap.row_offset(s, msg.chunk, msg.expert) + msg.row_begin;
+        engine.recv(s, tag_data + static_cast<int>(m), xd + (xo[sz(s)] + row) * n,
                     static_cast<std::size_t>((msg.row_end - msg.row_begin) * n), DataType::float32,
-                    tessel::Impl::concat("dispatch tile ", m, " (expert ", msg.expert, ", rows ", msg.row_begin, "-",
-                                         msg.row_end, ")"),
+                    tessel::Impl::concat("dispatch tile ", m, " (chunk ", msg.chunk, ", expert ", msg.expert, ", rows ",
+                                         msg.row_begin, "-", msg.row_end, ")"),
                     [&, s, m] {
                       {
                         std::lock_guard<std::mutex> lock(engine.notify_mutex());
@@ -683,24 +714,29 @@ struct MoeLayer::State {
       }
     }
     for (int k = 1; k < w; ++k) {
-      int const r = (me + k) % w;
-      auto const slots = plan.group_slots[static_cast<std::size_t>(group_of(r))];
-      if (slots == 0)
-        continue;
-      for (int b = 0; b < comet.n_splits; ++b) {
-        auto const cb = cols[static_cast<std::size_t>(b)], width = cols[static_cast<std::size_t>(b) + 1] - cb;
-        combines_left.fetch_add(1);
-        engine.recv(r, tag_combine + b, combine_recv.data() + recv_off[static_cast<std::size_t>(r)] + slots * cb,
-                    static_cast<std::size_t>(slots * width), DataType::float32,
-                    tessel::Impl::concat("combine block ", b), [&] {
-                      combines_left.fetch_sub(1);
-                      engine.notify();
-                    });
+      int const r = (me + k) % w, g = group_of(r);
+      auto const slots = plan.group_slots[sz(g)];
+      for (int c = 0; c < chunks; ++c) {
+        auto const count = plan.slot_count(c, g);
+        if (count == 0)
+          continue;
+        for (int b = 0; b < n_splits; ++b) {
+          auto const cb = cols[sz(b)], width = cols[sz(b) + 1] - cb;
+          combines_left.fetch_add(1);
+          engine.recv(r, tag_combine + c * n_splits + b,
+                      combine_recv.data() + recv_off[sz(r)] + slots * cb + plan.slot_begin(c, g) * width,
+                      static_cast<std::size_t>(count * width), DataType::float32,
+                      tessel::Impl::concat("combine block ", b, " of chunk ", c), [&] {
+                        combines_left.fetch_sub(1);
+                        engine.notify();
+                      });
+        }
       }
     }
 
     // 3. Tiles in plan order as their data lands.
     PlanScheduler scheduler(overlap);
+    scheduler.set_min_batch_rows(merge_rows);
     std::vector<std::pair<int, int>> drained;
     while (!scheduler.all_finished()) {
       {
@@ -720,47 +756,60 @@ struct MoeLayer::State {
         continue;
       }
       auto const tile_start = Clock::now();
-      auto const &tile = overlap.tiles()[static_cast<std::size_t>(index)];
-      int const s = tile.source;
+      auto const &tile = overlap.tiles()[sz(index)];
+      int const s = tile.source, c = tile.chunk;
+      int last = index; // a run of contiguous, ready layer0 tiles of one (source, chunk, expert) becomes one GEMM
       if (tile.kind == PlanTile::Kind::layer0) {
-        auto const row = overlap.row_offset(s, tile.expert) + tile.row_begin;
-        auto const rows = tile.row_end - tile.row_begin;
-        float const *src = s == me ? local_rows(0) + row * n : xd + (xo[static_cast<std::size_t>(s)] + row) * n;
-        Impl::layer0_tile(space, config, weights, tile.expert, {src, rows, n, n},
-                          {hd + (ho[static_cast<std::size_t>(s)] + row) * kp, rows, kp, kp}, scratch);
+        auto row_end = tile.row_end;
+        for (int more; row_end - tile.row_begin < merge_rows && (more = scheduler.next_contiguous(last)) >= 0;) {
+          last = more;
+          row_end = overlap.tiles()[sz(more)].row_end;
+        }
+        auto const rows = row_end - tile.row_begin;
+        auto const in_chunk = overlap.row_offset(s, c, tile.expert) - overlap.row_offset(s, c, 0) + tile.row_begin;
+        float const *src = s == me ? local_chunk[sz(c)] + in_chunk * n
+                                   : xd + (xo[sz(s)] + overlap.row_offset(s, c, tile.expert) + tile.row_begin) * n;
+        Impl::layer0_tile(
+            space, config, weights, tile.expert, {src, rows, n, n},
+            {hd + (ho[sz(s)] + overlap.row_offset(s, c, tile.expert) + tile.row_begin) * kp, rows, kp, kp}, scratch);
       } else {
         auto const cb = tile.col_begin, width = tile.col_end - tile.col_begin;
-        auto const &ms = meta[static_cast<std::size_t>(s)];
+        auto const &ms = metas[sz(c)][sz(s)];
+        auto const chunk_first = overlap.row_offset(s, c, 0);
         compat::fence(space, "Tessel::moe::layer1");
         for (int e = 0; e < eg; ++e) {
-          auto const rows = ms.expert_rows[static_cast<std::size_t>(e)];
+          auto const rows = ms.expert_rows[sz(e)];
           if (rows == 0)
             continue;
-          auto const first = overlap.row_offset(s, e);
-          Impl::layer1_block(config, weights, e, {hd + (ho[static_cast<std::size_t>(s)] + first) * kp, rows, kp, kp},
-                             cb, tile.col_end, {yd + first * width, rows, width, width});
+          auto const first = overlap.row_offset(s, c, e);
+          Impl::layer1_block(config, weights, e, {hd + (ho[sz(s)] + first) * kp, rows, kp, kp}, cb, tile.col_end,
+                             {yd + (first - chunk_first) * width, rows, width, width});
         }
-        float *const block = combine_send.data() + send_off[static_cast<std::size_t>(s)] + ms.slot_count * cb;
-        Impl::topk_reduce(space, slot_rows[static_cast<std::size_t>(s)], {}, {yd, ms.rows(), width, width},
+        float *const block = combine_send.data() + send_off[sz(s)] + slots_of[sz(s)] * cb + ms.slot_begin * width;
+        Impl::topk_reduce(space, slot_rows[sz(c * w + s)], {}, {yd, ms.rows(), width, width},
                           {block, ms.slot_count, width, width});
         compat::fence(space, "Tessel::moe::layer1");
         if (s != me && ms.slot_count > 0)
-          engine.send(s, tag_combine + tile.split, block, static_cast<std::size_t>(ms.slot_count * width),
-                      DataType::float32, tessel::Impl::concat("combine block ", tile.split));
+          engine.send(s, tag_combine + c * n_splits + tile.split, block,
+                      static_cast<std::size_t>(ms.slot_count * width), DataType::float32,
+                      tessel::Impl::concat("combine block ", tile.split, " of chunk ", c), {},
+                      /*urgent=*/true);
       }
       compat::fence(space, "Tessel::moe::tile");
       stats.compute_busy += since(tile_start);
       if (options.trace)
-        stats.trace.push_back(
-            {std::chrono::duration<double>(tile_start - t0).count(), since(t0),
-             tile.kind == PlanTile::Kind::layer0
-                 ? tessel::Impl::concat("layer0 s=", s, " e=", tile.expert, " rows ", tile.row_begin, "-", tile.row_end)
-                 : tessel::Impl::concat("layer1 s=", s, " block ", tile.split)});
-      scheduler.finish(index);
+        stats.trace.push_back({std::chrono::duration<double>(tile_start - t0).count(), since(t0),
+                               tile.kind == PlanTile::Kind::layer0
+                                   ? tessel::Impl::concat("layer0 s=", s, " c=", c, " e=", tile.expert, " rows ",
+                                                          tile.row_begin, "-", overlap.tiles()[sz(last)].row_end)
+                                   : tessel::Impl::concat("layer1 s=", s, " c=", c, " block ", tile.split)});
+      for (int i = index; i <= last; ++i)
+        scheduler.finish(i);
     }
     auto const wait1 = Clock::now();
     engine.wait([&] { return combines_left.load() == 0; });
     engine.join();
+    stats.comm_cpu = engine.cpu_seconds();
     stats.compute_wait += since(wait1);
     auto const busy1 = Clock::now();
     final_sum(space, out, cols, true);

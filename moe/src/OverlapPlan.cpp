@@ -25,13 +25,16 @@ PlanPolicy parse_plan_policy(std::string const &name) {
   TESSEL_THROW("unknown plan policy '", name, "' (expected local_first or critical_path)");
 }
 
-std::vector<OverlapPlan::Message> OverlapPlan::messages_for(std::vector<std::int64_t> const &rows,
+std::vector<OverlapPlan::Message> OverlapPlan::messages_for(std::vector<std::int64_t> const &rows, int experts,
                                                             std::int64_t tile_m) {
   TESSEL_REQUIRE(tile_m > 0, "tile_m must be positive, got ", tile_m);
+  TESSEL_REQUIRE(experts > 0 && rows.size() % static_cast<std::size_t>(experts) == 0, "plan: ", rows.size(),
+                 " row counts are not a whole number of chunks of ", experts, " experts");
   std::vector<Message> out;
-  for (std::size_t e = 0; e < rows.size(); ++e)
-    for (std::int64_t r = 0; r < rows[e]; r += tile_m)
-      out.push_back({static_cast<int>(e), r, std::min(r + tile_m, rows[e])});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::int64_t r = 0; r < rows[i]; r += tile_m)
+      out.push_back({static_cast<int>(i / static_cast<std::size_t>(experts)),
+                     static_cast<int>(i % static_cast<std::size_t>(experts)), r, std::min(r + tile_m, rows[i])});
   return out;
 }
 
@@ -45,8 +48,10 @@ std::vector<std::int64_t> OverlapPlan::split_columns(std::int64_t hidden, int n_
 }
 
 OverlapPlan OverlapPlan::build(PlanShape const &shape) {
-  int const w = shape.world, me = shape.rank;
+  int const w = shape.world, me = shape.rank, chunks = shape.chunks, experts = shape.experts;
   TESSEL_REQUIRE(w >= 1 && me >= 0 && me < w, "plan: rank ", me, " of ", w);
+  TESSEL_REQUIRE(chunks >= 1 && experts >= 1, "plan: need chunks >= 1 and experts >= 1, got ", chunks, " and ",
+                 experts);
   TESSEL_REQUIRE(static_cast<int>(shape.rows.size()) == w, "plan: rows given for ", shape.rows.size(),
                  " sources, expected ", w);
   OverlapPlan plan;
@@ -55,66 +60,77 @@ OverlapPlan OverlapPlan::build(PlanShape const &shape) {
   for (int k = 1; k < w; ++k)
     plan._source_order.push_back((me - k + w) % w);
   plan._messages.assign(static_cast<std::size_t>(w), 0);
-  plan._layer0_count.assign(static_cast<std::size_t>(w), 0);
+  plan._layer0_count.assign(static_cast<std::size_t>(w), std::vector<int>(static_cast<std::size_t>(chunks), 0));
   plan._message_tile.assign(static_cast<std::size_t>(w), {});
 
-  std::vector<std::vector<PlanTile>> layer0(static_cast<std::size_t>(w)), layer1(static_cast<std::size_t>(w));
+  auto const sz = [](int i) { return static_cast<std::size_t>(i); };
+  // layer0[s][c] and layer1[s][c] in their natural order.
+  std::vector<std::vector<std::vector<PlanTile>>> layer0(sz(w), std::vector<std::vector<PlanTile>>(sz(chunks))),
+      layer1(sz(w), std::vector<std::vector<PlanTile>>(sz(chunks)));
   for (int s = 0; s < w; ++s) {
-    auto const &rows = shape.rows[static_cast<std::size_t>(s)];
+    auto const &rows = shape.rows[sz(s)];
+    TESSEL_REQUIRE(rows.size() == sz(chunks * experts), "plan: source ", s, " gives ", rows.size(),
+                   " row counts, expected chunks x experts = ", chunks * experts);
     for (auto r : rows)
       TESSEL_REQUIRE(r >= 0, "plan: negative row count ", r, " from source ", s);
-    auto const messages = messages_for(rows, shape.tile_m);
+    auto const messages = messages_for(rows, experts, shape.tile_m);
     for (std::size_t m = 0; m < messages.size(); ++m) {
       PlanTile t;
       t.kind = PlanTile::Kind::layer0;
       t.source = s;
+      t.chunk = messages[m].chunk;
       t.expert = messages[m].expert;
       t.row_begin = messages[m].row_begin;
       t.row_end = messages[m].row_end;
       t.message = s == me ? -1 : static_cast<int>(m);
-      layer0[static_cast<std::size_t>(s)].push_back(t);
+      layer0[sz(s)][sz(t.chunk)].push_back(t);
+      plan._layer0_count[sz(s)][sz(t.chunk)] += 1;
     }
-    plan._layer0_count[static_cast<std::size_t>(s)] = static_cast<int>(messages.size());
     if (s != me)
-      plan._messages[static_cast<std::size_t>(s)] = static_cast<int>(messages.size());
-    if (!messages.empty())
-      for (int b = 0; b < shape.n_splits; ++b) {
-        PlanTile t;
-        t.kind = PlanTile::Kind::layer1;
-        t.source = s;
-        t.split = b;
-        t.col_begin = plan._split_cols[static_cast<std::size_t>(b)];
-        t.col_end = plan._split_cols[static_cast<std::size_t>(b) + 1];
-        layer1[static_cast<std::size_t>(s)].push_back(t);
-      }
+      plan._messages[sz(s)] = static_cast<int>(messages.size());
+    for (int c = 0; c < chunks; ++c)
+      if (plan._layer0_count[sz(s)][sz(c)] > 0)
+        for (int b = 0; b < shape.n_splits; ++b) {
+          PlanTile t;
+          t.kind = PlanTile::Kind::layer1;
+          t.source = s;
+          t.chunk = c;
+          t.split = b;
+          t.col_begin = plan._split_cols[sz(b)];
+          t.col_end = plan._split_cols[sz(b) + 1];
+          layer1[sz(s)][sz(c)].push_back(t);
+        }
   }
   auto &tiles = plan._tiles;
   auto const append = [&](std::vector<PlanTile> const &part) { tiles.insert(tiles.end(), part.begin(), part.end()); };
-  auto const mine = static_cast<std::size_t>(me);
+  auto const append_source = [&](auto const &per_chunk) {
+    for (auto const &part : per_chunk)
+      append(part);
+  };
   if (shape.policy == PlanPolicy::local_first) {
-    append(layer0[mine]);
+    append_source(layer0[sz(me)]);
     for (int s : plan._source_order)
-      append(layer0[static_cast<std::size_t>(s)]);
-    for (int b = 0; b < shape.n_splits; ++b)
-      for (int s : plan._source_order)
-        if (!layer1[static_cast<std::size_t>(s)].empty())
-          tiles.push_back(layer1[static_cast<std::size_t>(s)][static_cast<std::size_t>(b)]);
-    append(layer1[mine]);
+      append_source(layer0[sz(s)]);
+    // Column-major across experts: every remote source's block b (per chunk) before block b + 1.
+    for (int c = 0; c < chunks; ++c)
+      for (int b = 0; b < shape.n_splits; ++b)
+        for (int s : plan._source_order)
+          if (!layer1[sz(s)][sz(c)].empty())
+            tiles.push_back(layer1[sz(s)][sz(c)][sz(b)]);
+    append_source(layer1[sz(me)]);
   } else {
     for (int s : plan._source_order)
-      append(layer1[static_cast<std::size_t>(s)]);
+      append_source(layer1[sz(s)]);
     for (int s : plan._source_order)
-      append(layer0[static_cast<std::size_t>(s)]);
-    append(layer0[mine]);
-    append(layer1[mine]);
+      append_source(layer0[sz(s)]);
+    append_source(layer0[sz(me)]);
+    append_source(layer1[sz(me)]);
   }
   for (int s = 0; s < w; ++s)
-    plan._message_tile[static_cast<std::size_t>(s)].assign(
-        static_cast<std::size_t>(plan._messages[static_cast<std::size_t>(s)]), -1);
+    plan._message_tile[sz(s)].assign(sz(plan._messages[sz(s)]), -1);
   for (std::size_t i = 0; i < tiles.size(); ++i)
     if (tiles[i].kind == PlanTile::Kind::layer0 && tiles[i].message >= 0)
-      plan._message_tile[static_cast<std::size_t>(tiles[i].source)][static_cast<std::size_t>(tiles[i].message)] =
-          static_cast<int>(i);
+      plan._message_tile[sz(tiles[i].source)][sz(tiles[i].message)] = static_cast<int>(i);
   return plan;
 }
 
@@ -122,9 +138,19 @@ int OverlapPlan::tile_of_message(int source, int message) const {
   return _message_tile[static_cast<std::size_t>(source)][static_cast<std::size_t>(message)];
 }
 
-std::int64_t OverlapPlan::row_offset(int source, int expert) const {
+int OverlapPlan::layer0_tiles_of(int source, int chunk) const {
+  return _layer0_count[static_cast<std::size_t>(source)][static_cast<std::size_t>(chunk)];
+}
+
+std::int64_t OverlapPlan::row_offset(int source, int chunk, int expert) const {
   auto const &rows = _shape.rows[static_cast<std::size_t>(source)];
-  return std::accumulate(rows.begin(), rows.begin() + expert, std::int64_t{0});
+  return std::accumulate(rows.begin(), rows.begin() + chunk * _shape.experts + expert, std::int64_t{0});
+}
+
+std::int64_t OverlapPlan::chunk_rows(int source, int chunk) const {
+  auto const &rows = _shape.rows[static_cast<std::size_t>(source)];
+  auto const first = rows.begin() + chunk * _shape.experts;
+  return std::accumulate(first, first + _shape.experts, std::int64_t{0});
 }
 
 std::int64_t OverlapPlan::source_rows(int source) const {
@@ -133,7 +159,9 @@ std::int64_t OverlapPlan::source_rows(int source) const {
 }
 
 PlanScheduler::PlanScheduler(OverlapPlan const &plan)
-    : _plan(&plan), _state(plan.tiles().size(), 0), _layer0_done(static_cast<std::size_t>(plan.shape().world), 0) {
+    : _plan(&plan), _state(plan.tiles().size(), 0),
+      _layer0_done(static_cast<std::size_t>(plan.shape().world),
+                   std::vector<int>(static_cast<std::size_t>(plan.shape().chunks), 0)) {
   for (int s = 0; s < plan.shape().world; ++s)
     _landed.emplace_back(static_cast<std::size_t>(plan.messages_from(s)), 0);
 }
@@ -146,20 +174,62 @@ bool PlanScheduler::ready(int tile) const {
   auto const &t = _plan->tiles()[static_cast<std::size_t>(tile)];
   if (t.kind == PlanTile::Kind::layer0)
     return t.message < 0 || _landed[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.message)] != 0;
-  return _layer0_done[static_cast<std::size_t>(t.source)] == _plan->layer0_tiles_of(t.source);
+  return _layer0_done[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.chunk)] ==
+         _plan->layer0_tiles_of(t.source, t.chunk);
+}
+
+bool PlanScheduler::same_run(PlanTile const &a, PlanTile const &b) const {
+  return a.kind == PlanTile::Kind::layer0 && b.kind == PlanTile::Kind::layer0 && a.source == b.source &&
+         a.chunk == b.chunk && a.expert == b.expert && a.row_end == b.row_begin;
+}
+
+bool PlanScheduler::batch_complete(int tile) const {
+  auto const &tiles = _plan->tiles();
+  std::int64_t rows = 0;
+  for (auto i = static_cast<std::size_t>(tile); i < tiles.size(); ++i) {
+    if (i > static_cast<std::size_t>(tile) && !same_run(tiles[i - 1], tiles[i]))
+      return true; // the rest of the (source, chunk, expert) rows are all here
+    if (_state[i] != 0 || !ready(static_cast<int>(i)))
+      return false;
+    rows += tiles[i].row_end - tiles[i].row_begin;
+    if (rows >= _min_batch_rows)
+      return true;
+  }
+  return true;
 }
 
 int PlanScheduler::next() {
   auto const n = static_cast<int>(_state.size());
   while (_first_open < n && _state[static_cast<std::size_t>(_first_open)] != 0)
     ++_first_open;
-  for (int i = _first_open; i < n; ++i)
-    if (_state[static_cast<std::size_t>(i)] == 0 && ready(i)) {
-      _state[static_cast<std::size_t>(i)] = 1;
-      ++_started;
-      return i;
+  int fallback = -1;
+  for (int i = _first_open; i < n; ++i) {
+    if (_state[static_cast<std::size_t>(i)] != 0 || !ready(i))
+      continue;
+    auto const &t = _plan->tiles()[static_cast<std::size_t>(i)];
+    if (_min_batch_rows > 0 && t.kind == PlanTile::Kind::layer0 && t.message >= 0 && !batch_complete(i)) {
+      fallback = fallback < 0 ? i : fallback;
+      continue;
     }
-  return -1;
+    fallback = i;
+    break;
+  }
+  if (fallback >= 0) {
+    _state[static_cast<std::size_t>(fallback)] = 1;
+    ++_started;
+  }
+  return fallback;
+}
+
+int PlanScheduler::next_contiguous(int tile) {
+  auto const &tiles = _plan->tiles();
+  auto const next = static_cast<std::size_t>(tile) + 1;
+  if (next >= tiles.size() || _state[next] != 0 || !same_run(tiles[static_cast<std::size_t>(tile)], tiles[next]) ||
+      !ready(static_cast<int>(next)))
+    return -1;
+  _state[next] = 1;
+  ++_started;
+  return static_cast<int>(next);
 }
 
 void PlanScheduler::finish(int tile) {
@@ -169,7 +239,7 @@ void PlanScheduler::finish(int tile) {
   ++_finished;
   auto const &t = _plan->tiles()[static_cast<std::size_t>(tile)];
   if (t.kind == PlanTile::Kind::layer0)
-    ++_layer0_done[static_cast<std::size_t>(t.source)];
+    ++_layer0_done[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.chunk)];
 }
 
 } // namespace tessel::moe

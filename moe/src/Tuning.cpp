@@ -18,8 +18,8 @@ extern char const *const builtin_registry_text;
 
 std::string CometParams::describe() const {
   std::ostringstream os;
-  os << "workers=" << comm_workers << " in_flight=" << in_flight << " splits=" << n_splits << " tile_m=" << tile_m
-     << " policy=" << name_of(policy);
+  os << "workers=" << comm_workers << " in_flight=" << in_flight << " n_splits=" << n_splits << " m_splits=" << m_splits
+     << " tile_m=" << tile_m << " policy=" << name_of(policy);
   return os.str();
 }
 
@@ -29,14 +29,17 @@ void CometParams::validate(MoeConfig const &config) const {
   TESSEL_REQUIRE(in_flight >= 0, "CometParams: in_flight must be >= 0 (0: no limit), got ", in_flight);
   TESSEL_REQUIRE(n_splits >= 1 && n_splits <= config.hidden, "CometParams: n_splits must be in [1, N=", config.hidden,
                  "], got ", n_splits);
+  TESSEL_REQUIRE(m_splits >= 1 && m_splits <= 64, "CometParams: m_splits must be in [1, 64], got ", m_splits);
+  TESSEL_REQUIRE(n_splits * m_splits < 16384, "CometParams: n_splits x m_splits = ", n_splits * m_splits,
+                 " exceeds the 16383 combine messages a source can tell apart");
   TESSEL_REQUIRE(tile_m >= 1, "CometParams: tile_m must be positive, got ", tile_m);
 }
 
 std::uint64_t CometParams::hash() const {
   std::uint64_t h = 1469598103934665603ull;
-  for (std::uint64_t v :
-       {static_cast<std::uint64_t>(comm_workers), static_cast<std::uint64_t>(in_flight),
-        static_cast<std::uint64_t>(n_splits), static_cast<std::uint64_t>(tile_m), static_cast<std::uint64_t>(policy)})
+  for (std::uint64_t v : {static_cast<std::uint64_t>(comm_workers), static_cast<std::uint64_t>(in_flight),
+                          static_cast<std::uint64_t>(n_splits), static_cast<std::uint64_t>(m_splits),
+                          static_cast<std::uint64_t>(tile_m), static_cast<std::uint64_t>(policy)})
     h = (h ^ v) * 1099511628211ull;
   return h;
 }
@@ -137,14 +140,16 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
         break;
       start = bar + 1;
     }
-    TESSEL_REQUIRE(parts.size() == 2 || parts.size() == 3, where,
-                   ": expected 'backend m_bucket N K E topk EP TP | workers in_flight splits tile_m policy | note'");
+    TESSEL_REQUIRE(
+        parts.size() == 2 || parts.size() == 3, where,
+        ": expected 'backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note'");
     auto const k = words(parts[0]);
     auto const p = words(parts[1]);
     TESSEL_REQUIRE(k.size() == 8, where, ": the key needs 8 fields (backend m_bucket N K E topk EP TP), got ",
                    k.size());
-    TESSEL_REQUIRE(p.size() == 5, where,
-                   ": the parameters need 5 fields (workers in_flight splits tile_m policy), got ", p.size());
+    TESSEL_REQUIRE(p.size() == 6, where,
+                   ": the parameters need 6 fields (workers in_flight n_splits m_splits tile_m policy), got ",
+                   p.size());
     TuningEntry entry;
     entry.key.backend = k[0];
     entry.key.m_bucket = parse_int(k[1], where, "m_bucket");
@@ -158,16 +163,18 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
                    ": m_bucket must be a power of two, got ", entry.key.m_bucket);
     entry.params.comm_workers = static_cast<int>(parse_int(p[0], where, "workers"));
     entry.params.in_flight = static_cast<int>(parse_int(p[1], where, "in_flight"));
-    entry.params.n_splits = static_cast<int>(parse_int(p[2], where, "splits"));
-    entry.params.tile_m = parse_int(p[3], where, "tile_m");
+    entry.params.n_splits = static_cast<int>(parse_int(p[2], where, "n_splits"));
+    entry.params.m_splits = static_cast<int>(parse_int(p[3], where, "m_splits"));
+    entry.params.tile_m = parse_int(p[4], where, "tile_m");
     try {
-      entry.params.policy = parse_plan_policy(p[4]);
+      entry.params.policy = parse_plan_policy(p[5]);
     } catch (Exception const &e) {
       TESSEL_THROW(where, ": ", e.what());
     }
-    TESSEL_REQUIRE(entry.params.comm_workers >= 1 && entry.params.in_flight >= 0 && entry.params.n_splits >= 1 &&
-                       entry.params.tile_m >= 1,
-                   where, ": parameters out of range (workers >= 1, in_flight >= 0, splits >= 1, tile_m >= 1)");
+    TESSEL_REQUIRE(
+        entry.params.comm_workers >= 1 && entry.params.in_flight >= 0 && entry.params.n_splits >= 1 &&
+            entry.params.m_splits >= 1 && entry.params.tile_m >= 1,
+        where, ": parameters out of range (workers >= 1, in_flight >= 0, n_splits >= 1, m_splits >= 1, tile_m >= 1)");
     entry.note = parts.size() == 3 ? parts[2] : std::string();
     reg.set(entry.key, entry.params, entry.note);
   }
@@ -185,10 +192,11 @@ TuningRegistry TuningRegistry::load(std::string const &path) {
 std::string TuningRegistry::to_string() const {
   std::ostringstream os;
   os << "# Tessel moe tuning registry (written by --tune; see moe/README.md)\n"
-     << "# backend m_bucket N K E topk EP TP | workers in_flight splits tile_m policy | note\n";
+     << "# backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note\n";
   for (auto const &e : _entries)
     os << e.key.describe() << " | " << e.params.comm_workers << " " << e.params.in_flight << " " << e.params.n_splits
-       << " " << e.params.tile_m << " " << name_of(e.params.policy) << " | " << e.note << "\n";
+       << " " << e.params.m_splits << " " << e.params.tile_m << " " << name_of(e.params.policy) << " | " << e.note
+       << "\n";
   return os.str();
 }
 

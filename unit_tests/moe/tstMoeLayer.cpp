@@ -128,6 +128,14 @@ std::vector<Variant> variants() {
   p.tile_m = 5;
   p.n_splits = 1;
   v.push_back({Schedule::comet, p, 3});
+  // Token chunks with their own layer1 and combine; uneven column blocks; sends limited in flight.
+  p.policy = PlanPolicy::critical_path;
+  p.comm_workers = 1;
+  p.in_flight = 2;
+  p.tile_m = 4;
+  p.n_splits = 5;
+  p.m_splits = 3;
+  v.push_back({Schedule::comet, p, 3});
   return v;
 }
 

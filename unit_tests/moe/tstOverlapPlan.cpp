@@ -24,12 +24,13 @@ PlanShape random_shape(std::mt19937_64 &rng, int world, PlanPolicy policy) {
   shape.n_splits =
       std::uniform_int_distribution<int>(1, static_cast<int>(std::min<std::int64_t>(9, shape.hidden)))(rng);
   shape.policy = policy;
-  int const experts = std::uniform_int_distribution<int>(1, 6)(rng);
+  shape.experts = std::uniform_int_distribution<int>(1, 6)(rng);
+  shape.chunks = std::uniform_int_distribution<int>(1, 3)(rng);
   std::uniform_int_distribution<std::int64_t> rows(0, 100);
   for (int s = 0; s < world; ++s) {
-    std::vector<std::int64_t> r(static_cast<std::size_t>(experts));
+    std::vector<std::int64_t> r(static_cast<std::size_t>(shape.experts * shape.chunks));
     for (auto &x : r)
-      x = rng() % 4 == 0 ? 0 : rows(rng); // some (source, expert) pairs have no rows
+      x = rng() % 4 == 0 ? 0 : rows(rng); // some (source, chunk, expert) have no rows
     if (rng() % 5 == 0)
       std::fill(r.begin(), r.end(), 0); // and some sources send nothing
     shape.rows.push_back(r);
@@ -39,34 +40,38 @@ PlanShape random_shape(std::mt19937_64 &rng, int world, PlanPolicy policy) {
 
 void check_coverage(OverlapPlan const &plan) {
   auto const &shape = plan.shape();
-  // Layer0: every row of every (source, expert) exactly once; tiles no larger than tile_m.
+  // Layer0: every row of every (source, chunk, expert) exactly once; tiles no larger than tile_m.
   for (int s = 0; s < shape.world; ++s)
-    for (std::size_t e = 0; e < shape.rows[static_cast<std::size_t>(s)].size(); ++e) {
-      std::vector<int> hits(static_cast<std::size_t>(shape.rows[static_cast<std::size_t>(s)][e]), 0);
+    for (int c = 0; c < shape.chunks; ++c)
+      for (int e = 0; e < shape.experts; ++e) {
+        auto const n = shape.rows[static_cast<std::size_t>(s)][static_cast<std::size_t>(c * shape.experts + e)];
+        std::vector<int> hits(static_cast<std::size_t>(n), 0);
+        for (auto const &t : plan.tiles())
+          if (t.kind == PlanTile::Kind::layer0 && t.source == s && t.chunk == c && t.expert == e) {
+            ASSERT_LE(t.row_end - t.row_begin, shape.tile_m);
+            ASSERT_GT(t.row_end, t.row_begin);
+            for (auto r = t.row_begin; r < t.row_end; ++r)
+              hits[static_cast<std::size_t>(r)] += 1;
+          }
+        for (int h : hits)
+          ASSERT_EQ(h, 1) << "source " << s << " chunk " << c << " expert " << e;
+      }
+  // Layer1: every column of every (source, chunk) with rows exactly once; none for those without rows.
+  for (int s = 0; s < shape.world; ++s)
+    for (int c = 0; c < shape.chunks; ++c) {
+      std::vector<int> hits(static_cast<std::size_t>(shape.hidden), 0);
       for (auto const &t : plan.tiles())
-        if (t.kind == PlanTile::Kind::layer0 && t.source == s && t.expert == static_cast<int>(e)) {
-          ASSERT_LE(t.row_end - t.row_begin, shape.tile_m);
-          ASSERT_GT(t.row_end, t.row_begin);
-          for (auto r = t.row_begin; r < t.row_end; ++r)
-            hits[static_cast<std::size_t>(r)] += 1;
-        }
+        if (t.kind == PlanTile::Kind::layer1 && t.source == s && t.chunk == c)
+          for (auto col = t.col_begin; col < t.col_end; ++col)
+            hits[static_cast<std::size_t>(col)] += 1;
+      int const expected = plan.chunk_rows(s, c) > 0 ? 1 : 0;
       for (int h : hits)
-        ASSERT_EQ(h, 1) << "source " << s << " expert " << e;
+        ASSERT_EQ(h, expected) << "source " << s << " chunk " << c;
     }
-  // Layer1: every column of every source with rows exactly once; none for sources without rows.
-  for (int s = 0; s < shape.world; ++s) {
-    std::vector<int> hits(static_cast<std::size_t>(shape.hidden), 0);
-    for (auto const &t : plan.tiles())
-      if (t.kind == PlanTile::Kind::layer1 && t.source == s)
-        for (auto c = t.col_begin; c < t.col_end; ++c)
-          hits[static_cast<std::size_t>(c)] += 1;
-    int const expected = plan.source_rows(s) > 0 ? 1 : 0;
-    for (int h : hits)
-      ASSERT_EQ(h, expected) << "source " << s;
-  }
   // Remote layer0 tiles and messages correspond one to one, in the sender's numbering.
   for (int s = 0; s < shape.world; ++s) {
-    auto const messages = OverlapPlan::messages_for(shape.rows[static_cast<std::size_t>(s)], shape.tile_m);
+    auto const messages =
+        OverlapPlan::messages_for(shape.rows[static_cast<std::size_t>(s)], shape.experts, shape.tile_m);
     if (s == shape.rank) {
       EXPECT_EQ(plan.messages_from(s), 0);
       continue;
@@ -75,6 +80,7 @@ void check_coverage(OverlapPlan const &plan) {
     for (int m = 0; m < plan.messages_from(s); ++m) {
       auto const &t = plan.tiles()[static_cast<std::size_t>(plan.tile_of_message(s, m))];
       EXPECT_EQ(t.message, m);
+      EXPECT_EQ(t.chunk, messages[static_cast<std::size_t>(m)].chunk);
       EXPECT_EQ(t.expert, messages[static_cast<std::size_t>(m)].expert);
       EXPECT_EQ(t.row_begin, messages[static_cast<std::size_t>(m)].row_begin);
     }
@@ -89,7 +95,7 @@ struct Simulation {
   double idle_with_local_left = 0.0;
 };
 
-Simulation simulate(OverlapPlan const &plan, std::mt19937_64 &rng) {
+Simulation simulate(OverlapPlan const &plan, std::mt19937_64 &rng, std::int64_t batch_rows = 0) {
   auto const &shape = plan.shape();
   Simulation sim;
   sim.start.assign(plan.tiles().size(), -1.0);
@@ -107,6 +113,7 @@ Simulation simulate(OverlapPlan const &plan, std::mt19937_64 &rng) {
     }
   }
   PlanScheduler scheduler(plan);
+  scheduler.set_min_batch_rows(batch_rows);
   double now = 0.0;
   while (!scheduler.all_finished()) {
     while (!events.empty() && events.top().first <= now) {
@@ -149,8 +156,8 @@ void check_dependencies(OverlapPlan const &plan, Simulation const &sim) {
     }
     if (t.kind == PlanTile::Kind::layer1) {
       for (std::size_t j = 0; j < tiles.size(); ++j) {
-        if (tiles[j].kind == PlanTile::Kind::layer0 && tiles[j].source == t.source) {
-          EXPECT_GE(sim.start[i], sim.end[j]) << "layer1 tile started before its source's layer0 finished";
+        if (tiles[j].kind == PlanTile::Kind::layer0 && tiles[j].source == t.source && tiles[j].chunk == t.chunk) {
+          EXPECT_GE(sim.start[i], sim.end[j]) << "layer1 tile started before its (source, chunk)'s layer0 finished";
         }
       }
     }
@@ -166,7 +173,9 @@ TEST(OverlapPlan, every_tile_once_and_no_tile_before_its_data) {
       auto const plan = OverlapPlan::build(random_shape(rng, world, policy));
       SCOPED_TRACE("trial " + std::to_string(trial) + " policy " + name_of(policy));
       check_coverage(plan);
-      auto const sim = simulate(plan, rng);
+      std::int64_t const batch = std::vector<std::int64_t>{0, 20, 60}[rng() % 3];
+      SCOPED_TRACE("batch rows " + std::to_string(batch));
+      auto const sim = simulate(plan, rng, batch);
       check_dependencies(plan, sim);
       // Before any remote message has landed, only local layer0 tiles can run.
       double first_landing = 1e300;
@@ -207,8 +216,10 @@ TEST(OverlapPlan, local_first_policy_runs_all_local_tiles_first) {
           local_layer1_seen = true;
         } else {
           EXPECT_FALSE(local_layer1_seen);
-          EXPECT_GE(t.split, last_split) << "layer1 blocks are column-major across sources";
-          last_split = t.split;
+          // Column-major across sources: (chunk, block) never decreases.
+          int const key = t.chunk * 1000 + t.split;
+          EXPECT_GE(key, last_split) << "layer1 blocks are column-major across sources";
+          last_split = key;
         }
       }
     }
@@ -236,6 +247,7 @@ TEST(OverlapPlan, critical_path_runs_a_sources_layer1_before_remaining_layer0) {
   shape.hidden = 64;
   shape.tile_m = 10;
   shape.n_splits = 4;
+  shape.experts = 2;
   shape.rows = {{40, 40}, {20, 0}};
   shape.policy = PlanPolicy::critical_path;
   auto const plan = OverlapPlan::build(shape);
@@ -266,6 +278,80 @@ TEST(OverlapPlan, critical_path_runs_a_sources_layer1_before_remaining_layer0) {
   EXPECT_TRUE(scheduler.all_finished());
 }
 
+TEST(OverlapPlan, batching_defers_partial_remote_runs_but_never_idles) {
+  // One remote source, one expert of 40 rows in tiles of 10; batches of 30 rows.
+  PlanShape shape;
+  shape.world = 2;
+  shape.rank = 0;
+  shape.hidden = 16;
+  shape.tile_m = 10;
+  shape.rows = {{20}, {40}};
+  auto const plan = OverlapPlan::build(shape);
+  PlanScheduler scheduler(plan);
+  scheduler.set_min_batch_rows(30);
+  scheduler.landed(1, 0);
+  // Only 10 remote rows landed: the local tiles go first ...
+  int i = scheduler.next();
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].source, 0);
+  scheduler.finish(i);
+  i = scheduler.next();
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].source, 0);
+  scheduler.finish(i);
+  // ... then the local layer1 (ready now) ...
+  i = scheduler.next();
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].kind, PlanTile::Kind::layer1);
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].source, 0);
+  scheduler.finish(i);
+  // ... and with no local work left, the partial run runs rather than idling.
+  i = scheduler.next();
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].source, 1);
+  EXPECT_EQ(scheduler.next_contiguous(i), -1); // message 1 has not landed
+  scheduler.finish(i);
+  EXPECT_EQ(scheduler.next(), -1);
+  // Three more land: one run of 30 rows, merged.
+  scheduler.landed(1, 1);
+  scheduler.landed(1, 2);
+  scheduler.landed(1, 3);
+  i = scheduler.next();
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].row_begin, 10);
+  int j = scheduler.next_contiguous(i);
+  int k = scheduler.next_contiguous(j);
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(k)].row_end, 40);
+  EXPECT_EQ(scheduler.next_contiguous(k), -1);
+}
+
+TEST(OverlapPlan, token_chunks_let_layer1_start_before_a_source_has_fully_landed) {
+  // Two chunks of one remote source: chunk 0's layer1 is ready once chunk 0's rows are done.
+  PlanShape shape;
+  shape.world = 2;
+  shape.rank = 1;
+  shape.hidden = 8;
+  shape.experts = 2;
+  shape.chunks = 2;
+  shape.tile_m = 100;
+  shape.n_splits = 2;
+  shape.rows = {{10, 5, 7, 3}, {0, 0, 0, 0}};
+  auto const plan = OverlapPlan::build(shape);
+  EXPECT_EQ(plan.messages_from(0), 4);
+  EXPECT_EQ(plan.layer0_tiles_of(0, 0), 2);
+  EXPECT_EQ(plan.row_offset(0, 1, 1), 22);
+  EXPECT_EQ(plan.chunk_rows(0, 1), 10);
+  PlanScheduler scheduler(plan);
+  scheduler.landed(0, 0);
+  scheduler.landed(0, 1);
+  std::vector<PlanTile> run;
+  for (int i; (i = scheduler.next()) >= 0;) {
+    run.push_back(plan.tiles()[static_cast<std::size_t>(i)]);
+    scheduler.finish(i);
+  }
+  ASSERT_EQ(run.size(), 4u); // chunk 0: two layer0 tiles, then its two layer1 blocks
+  EXPECT_EQ(run[2].kind, PlanTile::Kind::layer1);
+  EXPECT_EQ(run[2].chunk, 0);
+  EXPECT_EQ(run[3].split, 1);
+  EXPECT_FALSE(scheduler.all_finished());
+}
+
 TEST(OverlapPlan, source_order_follows_the_senders_ring) {
   PlanShape shape;
   shape.world = 5;
@@ -273,6 +359,7 @@ TEST(OverlapPlan, source_order_follows_the_senders_ring) {
   shape.hidden = 8;
   shape.rows.assign(5, {3});
   auto const plan = OverlapPlan::build(shape);
+  EXPECT_EQ(plan.layer0_tiles_of(0, 0), 1);
   // Senders go to rank+1, rank+2, ...: rank 1 reaches rank 2 first, then rank 0, 4, 3.
   EXPECT_EQ(plan.source_order(), (std::vector<int>{1, 0, 4, 3}));
 }

@@ -83,6 +83,7 @@ TEST(Tuning, file_round_trip_and_errors) {
   TuningRegistry reg;
   CometParams p;
   p.n_splits = 3;
+  p.m_splits = 2;
   p.in_flight = 4;
   p.policy = PlanPolicy::local_first;
   reg.set(TuningKey::of(mixtral(8192)), p, "comet 1.0 ms");
@@ -96,22 +97,26 @@ TEST(Tuning, file_round_trip_and_errors) {
   std::remove(path.c_str());
 
   EXPECT_NE(error_of([] {
-              TuningRegistry::parse("host 4096 512 1792 8 2 2 | 1 0 4 128 critical_path\n", "f");
+              TuningRegistry::parse("host 4096 512 1792 8 2 2 | 1 0 4 1 128 critical_path\n", "f");
             }).find("f:1: the key needs 8 fields"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              TuningRegistry::parse("# c\nhost 4096 512 1792 8 2 2 1 | 1 x 4 128 critical_path\n", "f");
+              TuningRegistry::parse("# c\nhost 4096 512 1792 8 2 2 1 | 1 x 4 1 128 critical_path\n", "f");
             }).find("f:2: field 'in_flight' is not an integer: 'x'"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              TuningRegistry::parse("host 4000 512 1792 8 2 2 1 | 1 0 4 128 critical_path\n", "f");
+              TuningRegistry::parse("host 4000 512 1792 8 2 2 1 | 1 0 4 1 128 critical_path\n", "f");
             }).find("m_bucket must be a power of two"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              TuningRegistry::parse("host 4096 512 1792 8 2 2 1 | 1 0 4 128 greedy\n", "f");
+              TuningRegistry::parse("host 4096 512 1792 8 2 2 1 | 1 0 4 1 128 greedy\n", "f");
             }).find("unknown plan policy 'greedy'"),
             std::string::npos);
   EXPECT_NE(error_of([] { TuningRegistry::load("/nonexistent/registry"); }).find("cannot open tuning registry"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              TuningRegistry::parse("host 4096 512 1792 8 2 2 1 | 1 0 4 128 critical_path\n", "f");
+            }).find("f:1: the parameters need 6 fields"),
             std::string::npos);
 }
 

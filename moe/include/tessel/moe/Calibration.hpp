@@ -17,10 +17,11 @@ namespace tessel::moe {
 
 /// \brief Result of a calibration (times in seconds, maximum over ranks).
 struct Calibration {
-  LinkModel link;      ///< the link set on the layer's communicator
-  double t_comp = 0.0; ///< computation alone
-  double t_comm = 0.0; ///< communication alone at \p link
-  double share = 0.0;  ///< t_comm / (t_comp + t_comm) achieved
+  LinkModel link;                ///< the link set on the layer's communicator
+  double t_comp = 0.0;           ///< computation alone
+  double t_comm = 0.0;           ///< communication alone at \p link
+  double t_comm_unlimited = 0.0; ///< communication alone at unlimited bandwidth (latency and software only)
+  double share = 0.0;            ///< t_comm / (t_comp + t_comm) achieved
   int measurements = 0;
 };
 

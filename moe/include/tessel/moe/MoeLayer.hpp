@@ -50,6 +50,8 @@ struct ForwardStats {
   double route = 0.0, dispatch = 0.0, experts = 0.0, combine = 0.0, reduce = 0.0;
   /// Overlapped schedules: time the compute thread computed, and time it waited for data.
   double compute_busy = 0.0, compute_wait = 0.0;
+  /// Overlapped schedules: CPU seconds the communication threads used (they should mostly sleep).
+  double comm_cpu = 0.0;
   /// Expert rows this rank computed (sum over sources and local experts).
   std::int64_t rows = 0;
   /// Timeline, when LayerOptions::trace is set.

@@ -5,14 +5,17 @@
 /// \brief COMET's tile schedule of one rank, independent of the backend: which tiles exist, in which priority
 /// order they run, and what each waits for. The host path executes it with one compute thread and
 /// communication threads; a CUDA path maps the same tiles onto a persistent kernel's thread blocks and the
-/// dependencies onto per-source and per-split flags.
+/// dependencies onto per-source, per-chunk and per-split flags.
 ///
-/// Layer0 (dispatch -> GroupGEMM0 -> activation): for each source rank s and local expert e, the rows that s
-/// sends for e are cut along M into tiles of at most tile_m rows; every remote tile arrives as its own message
-/// (a per-source tile request), so it can start as soon as that message has landed. Local tiles need no data.
-/// Layer1 (GroupGEMM1 -> top-k reduce -> combine): for each source s, N is cut into column blocks; tile (s, b)
-/// computes block b for all local experts (column-major across experts), top-k-reduces it per token and sends
-/// it to s. It needs all layer0 tiles of s.
+/// The rows a source s sends this rank are sorted by (chunk, local expert, token), where chunks are contiguous
+/// ranges of s's tokens (m_splits of them; COMET as published has one).
+/// Layer0 (dispatch -> GroupGEMM0 -> activation) splits the shared tensor along M: the rows of each
+/// (source, chunk, expert) are cut into tiles of at most tile_m rows, and every remote tile arrives as its own
+/// message (a per-source tile request), so it can start as soon as that message has landed. Local tiles need no
+/// data and come first.
+/// Layer1 (GroupGEMM1 -> top-k reduce -> combine) splits along N: tile (s, c, b) computes column block b of
+/// chunk c for all local experts (column-major across experts), top-k-reduces it per token and sends it to s.
+/// It needs all layer0 tiles of (s, c); with one chunk, all of s's layer0 tiles.
 
 #include <cstdint>
 #include <string>
@@ -25,9 +28,10 @@ enum class PlanPolicy : int {
   /// COMET's order as published: all local layer0 tiles, then remote layer0 tiles by source in arrival order,
   /// then layer1 blocks column-major (remote sources first), the local source's layer1 last.
   local_first,
-  /// Critical path first: a source's layer1 blocks as soon as its layer0 is done (they feed the combine), then
-  /// landed remote layer0 tiles, with local layer0 tiles as the filler that runs first (before anything has
-  /// landed) and whenever nothing remote is ready; the local source's layer1 last (it sends nothing).
+  /// Critical path first: a (source, chunk)'s layer1 blocks as soon as its layer0 is done (they feed the
+  /// combine), then landed remote layer0 tiles, with local layer0 tiles as the filler that runs first (before
+  /// anything has landed) and whenever nothing remote is ready; the local source's layer1 last (it sends
+  /// nothing).
   critical_path
 };
 char const *name_of(PlanPolicy policy);
@@ -38,8 +42,9 @@ struct PlanTile {
   enum class Kind : std::uint8_t { layer0, layer1 };
   Kind kind = Kind::layer0;
   int source = 0;             ///< rank whose tokens the tile computes
+  int chunk = 0;              ///< range of the source's tokens
   int expert = -1;            ///< layer0: local expert (0-based in the group); layer1: -1 (all)
-  std::int64_t row_begin = 0; ///< layer0: first row, relative to the (source, expert) rows
+  std::int64_t row_begin = 0; ///< layer0: first row, relative to the (source, chunk, expert) rows
   std::int64_t row_end = 0;   ///< layer0: end row
   int split = -1;             ///< layer1: column block
   std::int64_t col_begin = 0; ///< layer1: first column
@@ -52,7 +57,9 @@ struct PlanShape {
   int rank = 0;
   int world = 1;
   std::int64_t hidden = 0;
-  /// [source][local expert] rows this rank computes for each source's tokens.
+  int experts = 1; ///< local experts
+  int chunks = 1;  ///< token ranges per source (m_splits)
+  /// [source][chunk * experts + expert]: rows this rank computes for each source's tokens.
   std::vector<std::vector<std::int64_t>> rows;
   std::int64_t tile_m = 128;
   int n_splits = 1;
@@ -74,19 +81,22 @@ public:
   int messages_from(int source) const { return _messages[static_cast<std::size_t>(source)]; }
   /// Index of the layer0 tile that message \p message from \p source feeds.
   int tile_of_message(int source, int message) const;
-  /// Number of layer0 tiles of \p source (layer1 tiles of the source wait for all of them).
-  int layer0_tiles_of(int source) const { return _layer0_count[static_cast<std::size_t>(source)]; }
-  /// Rows of the (source, expert) pair before the pair's first row (rows of a source are expert-major).
-  std::int64_t row_offset(int source, int expert) const;
+  /// Number of layer0 tiles of (\p source, \p chunk) (its layer1 tiles wait for all of them).
+  int layer0_tiles_of(int source, int chunk) const;
+  /// Rows of \p source before its (chunk, expert) rows (a source's rows are chunk-major, then expert-major).
+  std::int64_t row_offset(int source, int chunk, int expert) const;
+  /// Rows of (\p source, \p chunk) for all experts; source_rows(s) for all chunks.
+  std::int64_t chunk_rows(int source, int chunk) const;
   std::int64_t source_rows(int source) const;
 
-  /// \brief The message list a sender emits for one destination: (expert, row_begin, row_end) triples cut by
-  /// tile_m, in the order both sides number them. \p rows is [local expert] of the destination's group.
+  /// \brief A message a sender emits for one destination: rows [row_begin, row_end) of (chunk, expert).
   struct Message {
-    int expert;
+    int chunk, expert;
     std::int64_t row_begin, row_end;
   };
-  static std::vector<Message> messages_for(std::vector<std::int64_t> const &rows, std::int64_t tile_m);
+  /// \brief The messages for \p rows ([chunk * experts + expert]) cut by \p tile_m, in the order both sides
+  /// number them (chunk, expert, row).
+  static std::vector<Message> messages_for(std::vector<std::int64_t> const &rows, int experts, std::int64_t tile_m);
   /// Even split of \p hidden into \p n_splits column blocks (the first hidden % n_splits one column wider).
   static std::vector<std::int64_t> split_columns(std::int64_t hidden, int n_splits);
 
@@ -96,7 +106,7 @@ private:
   std::vector<int> _source_order;
   std::vector<std::int64_t> _split_cols;
   std::vector<int> _messages;
-  std::vector<int> _layer0_count;
+  std::vector<std::vector<int>> _layer0_count; // [source][chunk]
   std::vector<std::vector<int>> _message_tile;
 };
 
@@ -107,23 +117,38 @@ public:
   explicit PlanScheduler(OverlapPlan const &plan);
   /// Marks message \p message from \p source as landed.
   void landed(int source, int message);
+  /// \brief Batching of remote layer0 work: a remote layer0 tile is preferred only once \p rows contiguous rows
+  /// of its (source, chunk, expert) have landed from it on (or all the rest of those rows); otherwise it runs
+  /// only when nothing else is ready, so the executor never idles. 0 (the default) disables batching. On the
+  /// host, larger runs amortize the BLAS's packing of the expert's weights; data still never waits.
+  void set_min_batch_rows(std::int64_t rows) { _min_batch_rows = rows; }
   /// The first tile in priority order that has not started and whose inputs are ready, or -1 (none ready now;
   /// more may become ready when messages land or tiles finish). Marks it started.
   int next();
+  /// After next() (or this function) returned \p tile, a layer0 tile: the tile right after it in priority order
+  /// when that tile continues the same (source, chunk, expert) rows, has not started and is ready, marked
+  /// started; otherwise -1. An executor may run such a run of tiles as one GEMM (on the host, the BLAS packs the
+  /// expert's weights once per call, so larger calls amortize it) without waiting for anything that has not
+  /// landed.
+  int next_contiguous(int tile);
   /// Marks tile \p tile finished.
   void finish(int tile);
   bool all_started() const { return _started == static_cast<int>(_state.size()); }
   bool all_finished() const { return _finished == static_cast<int>(_state.size()); }
-  /// True when tile \p tile's inputs are ready (its message landed, or its source's layer0 is done).
+  /// True when tile \p tile's inputs are ready (its message landed, or its (source, chunk)'s layer0 is done).
   bool ready(int tile) const;
 
 private:
+  bool same_run(PlanTile const &a, PlanTile const &b) const;
+  bool batch_complete(int tile) const;
+
   OverlapPlan const *_plan;
   std::vector<std::uint8_t> _state; // 0 waiting, 1 started, 2 finished
   std::vector<std::vector<std::uint8_t>> _landed;
-  std::vector<int> _layer0_done;
+  std::vector<std::vector<int>> _layer0_done; // [source][chunk]
   int _first_open = 0;
   int _started = 0, _finished = 0;
+  std::int64_t _min_batch_rows = 0;
 };
 
 } // namespace tessel::moe

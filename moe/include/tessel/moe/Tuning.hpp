@@ -26,18 +26,19 @@ struct CometParams {
   int comm_workers = 1;      ///< communication threads (host) / communication blocks (CUDA)
   int in_flight = 0;         ///< sends each communication worker keeps outstanding; 0: no limit
   int n_splits = 4;          ///< column blocks of layer1 (N-split)
+  int m_splits = 1;          ///< token ranges per source, each with its own layer1 and combine (1: COMET)
   std::int64_t tile_m = 128; ///< rows of a layer0 tile and of a dispatch message
   PlanPolicy policy = PlanPolicy::critical_path;
 
-  /// "workers=1 in_flight=0 splits=4 tile_m=128 policy=critical_path"
+  /// "workers=1 in_flight=0 n_splits=4 m_splits=1 tile_m=128 policy=critical_path"
   std::string describe() const;
   /// Throws naming the parameter that does not fit \p config.
   void validate(MoeConfig const &config) const;
   /// Order-independent hash (for checking that all ranks use the same parameters).
   std::uint64_t hash() const;
   bool operator==(CometParams const &o) const {
-    return comm_workers == o.comm_workers && in_flight == o.in_flight && n_splits == o.n_splits && tile_m == o.tile_m &&
-           policy == o.policy;
+    return comm_workers == o.comm_workers && in_flight == o.in_flight && n_splits == o.n_splits &&
+           m_splits == o.m_splits && tile_m == o.tile_m && policy == o.policy;
   }
 };
 
@@ -72,7 +73,7 @@ struct TuningEntry {
 /// \brief A set of tuned entries, read from and written to a line-based text file.
 ///
 /// Format, one entry per line ('#' starts a comment):
-///   backend m_bucket N K E topk EP TP | workers in_flight splits tile_m policy | note
+///   backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note
 class TuningRegistry {
 public:
   /// The committed registry (moe/tuning/host.registry), plus TESSEL_MOE_TUNING's entries when set.
