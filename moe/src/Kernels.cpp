@@ -128,6 +128,28 @@ void gather_rows_impl(HostExecSpace const &space, MatRef<float const> src, Index
 }
 } // namespace
 
+void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
+                 float const *weight, MatRef<float const> y, MatRef<float> out) {
+  std::int64_t const cols = out.cols, yld = y.ld, old = out.ld;
+  TESSEL_REQUIRE(y.cols == cols, "scatter_add: ", y.cols, " columns in, ", cols, " out");
+  float const *const yd = y.data;
+  float *const od = out.data;
+  Kokkos::parallel_for(
+      "Tessel::moe::scatter_add", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t j) {
+        float *o = od + (static_cast<std::int64_t>(slot[j]) - slot_base) * old;
+        float const *src = yd + j * yld;
+        float const w = weight[j];
+        for (std::int64_t c = 0; c < cols; ++c)
+          o[c] += w * src[c];
+      });
+}
+
+void zero(HostExecSpace const &space, float *dst, std::int64_t count) {
+  Kokkos::parallel_for(
+      "Tessel::moe::zero", Kokkos::RangePolicy<HostExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(std::int64_t i) { dst[i] = 0.0f; });
+}
+
 void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float> dst) {
   TESSEL_REQUIRE(src.rows == dst.rows && src.cols == dst.cols, "copy_rows: shapes differ");
   std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;

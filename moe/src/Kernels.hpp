@@ -42,6 +42,14 @@ SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row
 void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
                  MatRef<float const> y, MatRef<float> out);
 
+/// out[slot[j] - slot_base, :] += weight[j] y[j, :] for the \p rows rows of one expert (its rows name distinct
+/// slots, so rows never collide).
+void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
+                 float const *weight, MatRef<float const> y, MatRef<float> out);
+
+/// dst = 0.
+void zero(HostExecSpace const &space, float *dst, std::int64_t count);
+
 /// dst = src (same shape).
 void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float> dst);
 

@@ -674,21 +674,15 @@ struct MoeLayer::State {
     float *const hd = ensure(h, "Tessel::moe::hidden", sz(ho.back() * kp));
     std::int64_t max_rows = 0, max_width = 0;
     for (int s = 0; s < w; ++s)
-      for (int c = 0; c < chunks; ++c)
-        max_rows = std::max(max_rows, overlap.chunk_rows(s, c));
+      for (auto r : shape.rows[sz(s)])
+        max_rows = std::max(max_rows, r);
     for (int b = 0; b < n_splits; ++b)
       max_width = std::max(max_width, cols[sz(b) + 1] - cols[sz(b)]);
     float *const yd = ensure(y, "Tessel::moe::expert_out", sz(max_rows * max_width));
     auto const slots_of = source_slots();
     layout_combine(slots_of);
-    // Slot rows per (source, chunk): row indices relative to the (source, chunk) rows, slots relative to the
-    // chunk's first slot.
-    std::vector<Impl::SlotRows> slot_rows(sz(chunks * w));
-    for (int c = 0; c < chunks; ++c)
-      for (int s = 0; s < w; ++s) {
-        auto const &ms = metas[sz(c)][sz(s)];
-        slot_rows[sz(c * w + s)] = Impl::make_slot_rows(ms.slot_count, ms.slot, ms.weight, ms.slot_begin);
-      }
+    // Layer1 tiles add their experts' weighted outputs into the combine blocks.
+    Impl::zero(space, combine_send.data(), send_off.back());
     // Local rows (this rank's own tokens for its own group): the packed send rows, chunk by chunk.
     std::vector<float const *> local_chunk(sz(chunks));
     for (int c = 0; c < chunks; ++c)
@@ -773,36 +767,33 @@ struct MoeLayer::State {
             space, config, weights, tile.expert, {src, rows, n, n},
             {hd + (ho[sz(s)] + overlap.row_offset(s, c, tile.expert) + tile.row_begin) * kp, rows, kp, kp}, scratch);
       } else {
+        // Expert e's slice of column block b: its rows times W1's columns, added per token into the block.
         auto const cb = tile.col_begin, width = tile.col_end - tile.col_begin;
         auto const &ms = metas[sz(c)][sz(s)];
-        auto const chunk_first = overlap.row_offset(s, c, 0);
+        auto const rows = ms.expert_rows[sz(tile.expert)];
+        auto const first = overlap.row_offset(s, c, tile.expert);
+        auto const in_chunk = ms.expert_offset(tile.expert);
         compat::fence(space, "Tessel::moe::layer1");
-        for (int e = 0; e < eg; ++e) {
-          auto const rows = ms.expert_rows[sz(e)];
-          if (rows == 0)
-            continue;
-          auto const first = overlap.row_offset(s, c, e);
-          Impl::layer1_block(config, weights, e, {hd + (ho[sz(s)] + first) * kp, rows, kp, kp}, cb, tile.col_end,
-                             {yd + (first - chunk_first) * width, rows, width, width});
-        }
-        float *const block = combine_send.data() + send_off[sz(s)] + slots_of[sz(s)] * cb + ms.slot_begin * width;
-        Impl::topk_reduce(space, slot_rows[sz(c * w + s)], {}, {yd, ms.rows(), width, width},
-                          {block, ms.slot_count, width, width});
+        Impl::layer1_block(config, weights, tile.expert, {hd + (ho[sz(s)] + first) * kp, rows, kp, kp}, cb,
+                           tile.col_end, {yd, rows, width, width});
+        float *const block = combine_send.data() + send_off[sz(s)] + slots_of[sz(s)] * cb;
+        Impl::scatter_add(space, rows, ms.slot.data() + in_chunk, 0, ms.weight.data() + in_chunk,
+                          {yd, rows, width, width}, {block, slots_of[sz(s)], width, width});
         compat::fence(space, "Tessel::moe::layer1");
-        if (s != me && ms.slot_count > 0)
-          engine.send(s, tag_combine + c * n_splits + tile.split, block,
+        if (tile.completes_block && s != me && ms.slot_count > 0)
+          engine.send(s, tag_combine + c * n_splits + tile.split, block + ms.slot_begin * width,
                       static_cast<std::size_t>(ms.slot_count * width), DataType::float32,
-                      tessel::Impl::concat("combine block ", tile.split, " of chunk ", c), {},
-                      /*urgent=*/true);
+                      tessel::Impl::concat("combine block ", tile.split, " of chunk ", c), {}, /*urgent=*/true);
       }
       compat::fence(space, "Tessel::moe::tile");
       stats.compute_busy += since(tile_start);
       if (options.trace)
-        stats.trace.push_back({std::chrono::duration<double>(tile_start - t0).count(), since(t0),
-                               tile.kind == PlanTile::Kind::layer0
-                                   ? tessel::Impl::concat("layer0 s=", s, " c=", c, " e=", tile.expert, " rows ",
-                                                          tile.row_begin, "-", overlap.tiles()[sz(last)].row_end)
-                                   : tessel::Impl::concat("layer1 s=", s, " c=", c, " block ", tile.split)});
+        stats.trace.push_back(
+            {std::chrono::duration<double>(tile_start - t0).count(), since(t0),
+             tile.kind == PlanTile::Kind::layer0
+                 ? tessel::Impl::concat("layer0 s=", s, " c=", c, " e=", tile.expert, " rows ", tile.row_begin, "-",
+                                        overlap.tiles()[sz(last)].row_end)
+                 : tessel::Impl::concat("layer1 s=", s, " c=", c, " e=", tile.expert, " block ", tile.split)});
       for (int i = index; i <= last; ++i)
         scheduler.finish(i);
     }

@@ -60,11 +60,12 @@ OverlapPlan OverlapPlan::build(PlanShape const &shape) {
   for (int k = 1; k < w; ++k)
     plan._source_order.push_back((me - k + w) % w);
   plan._messages.assign(static_cast<std::size_t>(w), 0);
-  plan._layer0_count.assign(static_cast<std::size_t>(w), std::vector<int>(static_cast<std::size_t>(chunks), 0));
+  plan._layer0_count.assign(static_cast<std::size_t>(w),
+                            std::vector<int>(static_cast<std::size_t>(chunks * experts), 0));
   plan._message_tile.assign(static_cast<std::size_t>(w), {});
 
   auto const sz = [](int i) { return static_cast<std::size_t>(i); };
-  // layer0[s][c] and layer1[s][c] in their natural order.
+  // layer0[s][c] and layer1[s][c] in their natural order (layer1: expert-major, then block).
   std::vector<std::vector<std::vector<PlanTile>>> layer0(sz(w), std::vector<std::vector<PlanTile>>(sz(chunks))),
       layer1(sz(w), std::vector<std::vector<PlanTile>>(sz(chunks)));
   for (int s = 0; s < w; ++s) {
@@ -84,22 +85,30 @@ OverlapPlan OverlapPlan::build(PlanShape const &shape) {
       t.row_end = messages[m].row_end;
       t.message = s == me ? -1 : static_cast<int>(m);
       layer0[sz(s)][sz(t.chunk)].push_back(t);
-      plan._layer0_count[sz(s)][sz(t.chunk)] += 1;
+      plan._layer0_count[sz(s)][sz(t.chunk * experts + t.expert)] += 1;
     }
     if (s != me)
       plan._messages[sz(s)] = static_cast<int>(messages.size());
-    for (int c = 0; c < chunks; ++c)
-      if (plan._layer0_count[sz(s)][sz(c)] > 0)
+    for (int c = 0; c < chunks; ++c) {
+      std::vector<int> with_rows;
+      for (int e = 0; e < experts; ++e)
+        if (rows[sz(c * experts + e)] > 0)
+          with_rows.push_back(e);
+      for (std::size_t p = 0; p < with_rows.size(); ++p)
         for (int b = 0; b < shape.n_splits; ++b) {
           PlanTile t;
           t.kind = PlanTile::Kind::layer1;
           t.source = s;
           t.chunk = c;
+          t.expert = with_rows[p];
           t.split = b;
           t.col_begin = plan._split_cols[sz(b)];
           t.col_end = plan._split_cols[sz(b) + 1];
+          t.position = static_cast<int>(p);
+          t.completes_block = p + 1 == with_rows.size();
           layer1[sz(s)][sz(c)].push_back(t);
         }
+    }
   }
   auto &tiles = plan._tiles;
   auto const append = [&](std::vector<PlanTile> const &part) { tiles.insert(tiles.end(), part.begin(), part.end()); };
@@ -107,17 +116,24 @@ OverlapPlan OverlapPlan::build(PlanShape const &shape) {
     for (auto const &part : per_chunk)
       append(part);
   };
+  // COMET's column-major order: for each block, every expert, before the next block.
+  auto const column_major = [&](std::vector<PlanTile> const &part, int b) {
+    for (auto const &t : part)
+      if (t.split == b)
+        tiles.push_back(t);
+  };
   if (shape.policy == PlanPolicy::local_first) {
     append_source(layer0[sz(me)]);
     for (int s : plan._source_order)
       append_source(layer0[sz(s)]);
-    // Column-major across experts: every remote source's block b (per chunk) before block b + 1.
+    // Every remote source's block b (per chunk) before block b + 1.
     for (int c = 0; c < chunks; ++c)
       for (int b = 0; b < shape.n_splits; ++b)
         for (int s : plan._source_order)
-          if (!layer1[sz(s)][sz(c)].empty())
-            tiles.push_back(layer1[sz(s)][sz(c)][sz(b)]);
-    append_source(layer1[sz(me)]);
+          column_major(layer1[sz(s)][sz(c)], b);
+    for (int c = 0; c < chunks; ++c)
+      for (int b = 0; b < shape.n_splits; ++b)
+        column_major(layer1[sz(me)][sz(c)], b);
   } else {
     for (int s : plan._source_order)
       append_source(layer1[sz(s)]);
@@ -139,7 +155,14 @@ int OverlapPlan::tile_of_message(int source, int message) const {
 }
 
 int OverlapPlan::layer0_tiles_of(int source, int chunk) const {
-  return _layer0_count[static_cast<std::size_t>(source)][static_cast<std::size_t>(chunk)];
+  int n = 0;
+  for (int e = 0; e < _shape.experts; ++e)
+    n += layer0_tiles_of(source, chunk, e);
+  return n;
+}
+
+int OverlapPlan::layer0_tiles_of(int source, int chunk, int expert) const {
+  return _layer0_count[static_cast<std::size_t>(source)][static_cast<std::size_t>(chunk * _shape.experts + expert)];
 }
 
 std::int64_t OverlapPlan::row_offset(int source, int chunk, int expert) const {
@@ -161,7 +184,9 @@ std::int64_t OverlapPlan::source_rows(int source) const {
 PlanScheduler::PlanScheduler(OverlapPlan const &plan)
     : _plan(&plan), _state(plan.tiles().size(), 0),
       _layer0_done(static_cast<std::size_t>(plan.shape().world),
-                   std::vector<int>(static_cast<std::size_t>(plan.shape().chunks), 0)) {
+                   std::vector<int>(static_cast<std::size_t>(plan.shape().chunks * plan.shape().experts), 0)),
+      _layer1_done(static_cast<std::size_t>(plan.shape().world),
+                   std::vector<int>(static_cast<std::size_t>(plan.shape().chunks * plan.shape().n_splits), 0)) {
   for (int s = 0; s < plan.shape().world; ++s)
     _landed.emplace_back(static_cast<std::size_t>(plan.messages_from(s)), 0);
 }
@@ -174,8 +199,10 @@ bool PlanScheduler::ready(int tile) const {
   auto const &t = _plan->tiles()[static_cast<std::size_t>(tile)];
   if (t.kind == PlanTile::Kind::layer0)
     return t.message < 0 || _landed[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.message)] != 0;
-  return _layer0_done[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.chunk)] ==
-         _plan->layer0_tiles_of(t.source, t.chunk);
+  auto const s = static_cast<std::size_t>(t.source);
+  return _layer0_done[s][static_cast<std::size_t>(t.chunk * _plan->shape().experts + t.expert)] ==
+             _plan->layer0_tiles_of(t.source, t.chunk, t.expert) &&
+         _layer1_done[s][static_cast<std::size_t>(t.chunk * _plan->shape().n_splits + t.split)] == t.position;
 }
 
 bool PlanScheduler::same_run(PlanTile const &a, PlanTile const &b) const {
@@ -239,7 +266,11 @@ void PlanScheduler::finish(int tile) {
   ++_finished;
   auto const &t = _plan->tiles()[static_cast<std::size_t>(tile)];
   if (t.kind == PlanTile::Kind::layer0)
-    ++_layer0_done[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.chunk)];
+    ++_layer0_done[static_cast<std::size_t>(t.source)]
+                  [static_cast<std::size_t>(t.chunk * _plan->shape().experts + t.expert)];
+  else
+    ++_layer1_done[static_cast<std::size_t>(t.source)]
+                  [static_cast<std::size_t>(t.chunk * _plan->shape().n_splits + t.split)];
 }
 
 } // namespace tessel::moe

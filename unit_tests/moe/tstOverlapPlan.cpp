@@ -56,17 +56,28 @@ void check_coverage(OverlapPlan const &plan) {
         for (int h : hits)
           ASSERT_EQ(h, 1) << "source " << s << " chunk " << c << " expert " << e;
       }
-  // Layer1: every column of every (source, chunk) with rows exactly once; none for those without rows.
+  // Layer1: every column of every (source, chunk, expert) with rows exactly once; none for those without rows;
+  // exactly one tile per (source, chunk, block) completes the block.
   for (int s = 0; s < shape.world; ++s)
     for (int c = 0; c < shape.chunks; ++c) {
-      std::vector<int> hits(static_cast<std::size_t>(shape.hidden), 0);
-      for (auto const &t : plan.tiles())
-        if (t.kind == PlanTile::Kind::layer1 && t.source == s && t.chunk == c)
-          for (auto col = t.col_begin; col < t.col_end; ++col)
-            hits[static_cast<std::size_t>(col)] += 1;
-      int const expected = plan.chunk_rows(s, c) > 0 ? 1 : 0;
-      for (int h : hits)
-        ASSERT_EQ(h, expected) << "source " << s << " chunk " << c;
+      for (int e = 0; e < shape.experts; ++e) {
+        std::vector<int> hits(static_cast<std::size_t>(shape.hidden), 0);
+        for (auto const &t : plan.tiles())
+          if (t.kind == PlanTile::Kind::layer1 && t.source == s && t.chunk == c && t.expert == e)
+            for (auto col = t.col_begin; col < t.col_end; ++col)
+              hits[static_cast<std::size_t>(col)] += 1;
+        int const expected =
+            shape.rows[static_cast<std::size_t>(s)][static_cast<std::size_t>(c * shape.experts + e)] > 0 ? 1 : 0;
+        for (int h : hits)
+          ASSERT_EQ(h, expected) << "source " << s << " chunk " << c << " expert " << e;
+      }
+      for (int b = 0; b < shape.n_splits; ++b) {
+        int completing = 0;
+        for (auto const &t : plan.tiles())
+          completing +=
+              t.kind == PlanTile::Kind::layer1 && t.source == s && t.chunk == c && t.split == b && t.completes_block;
+        ASSERT_EQ(completing, plan.chunk_rows(s, c) > 0 ? 1 : 0);
+      }
     }
   // Remote layer0 tiles and messages correspond one to one, in the sender's numbering.
   for (int s = 0; s < shape.world; ++s) {
@@ -156,8 +167,14 @@ void check_dependencies(OverlapPlan const &plan, Simulation const &sim) {
     }
     if (t.kind == PlanTile::Kind::layer1) {
       for (std::size_t j = 0; j < tiles.size(); ++j) {
-        if (tiles[j].kind == PlanTile::Kind::layer0 && tiles[j].source == t.source && tiles[j].chunk == t.chunk) {
-          EXPECT_GE(sim.start[i], sim.end[j]) << "layer1 tile started before its (source, chunk)'s layer0 finished";
+        auto const &u = tiles[j];
+        if (u.source != t.source || u.chunk != t.chunk)
+          continue;
+        if (u.kind == PlanTile::Kind::layer0 && u.expert == t.expert) {
+          EXPECT_GE(sim.start[i], sim.end[j]) << "layer1 tile started before its expert's layer0 rows finished";
+        }
+        if (u.kind == PlanTile::Kind::layer1 && u.split == t.split && u.position < t.position) {
+          EXPECT_GE(sim.start[i], sim.end[j]) << "experts of a block added out of order";
         }
       }
     }
@@ -216,7 +233,7 @@ TEST(OverlapPlan, local_first_policy_runs_all_local_tiles_first) {
           local_layer1_seen = true;
         } else {
           EXPECT_FALSE(local_layer1_seen);
-          // Column-major across sources: (chunk, block) never decreases.
+          // Column-major across sources and experts: (chunk, block) never decreases.
           int const key = t.chunk * 1000 + t.split;
           EXPECT_GE(key, last_split) << "layer1 blocks are column-major across sources";
           last_split = key;
@@ -345,10 +362,18 @@ TEST(OverlapPlan, token_chunks_let_layer1_start_before_a_source_has_fully_landed
     run.push_back(plan.tiles()[static_cast<std::size_t>(i)]);
     scheduler.finish(i);
   }
-  ASSERT_EQ(run.size(), 4u); // chunk 0: two layer0 tiles, then its two layer1 blocks
-  EXPECT_EQ(run[2].kind, PlanTile::Kind::layer1);
-  EXPECT_EQ(run[2].chunk, 0);
-  EXPECT_EQ(run[3].split, 1);
+  // Chunk 0 only: expert 0's rows, its two slices of the blocks, expert 1's rows, its slices (completing them).
+  ASSERT_EQ(run.size(), 6u);
+  EXPECT_EQ(run[0].kind, PlanTile::Kind::layer0);
+  EXPECT_EQ(run[1].kind, PlanTile::Kind::layer1);
+  EXPECT_EQ(run[1].expert, 0);
+  EXPECT_FALSE(run[1].completes_block);
+  EXPECT_EQ(run[3].kind, PlanTile::Kind::layer0);
+  EXPECT_EQ(run[3].expert, 1);
+  EXPECT_TRUE(run[4].completes_block);
+  EXPECT_TRUE(run[5].completes_block);
+  for (auto const &t : run)
+    EXPECT_EQ(t.chunk, 0);
   EXPECT_FALSE(scheduler.all_finished());
 }
 

@@ -13,9 +13,13 @@
 /// (source, chunk, expert) are cut into tiles of at most tile_m rows, and every remote tile arrives as its own
 /// message (a per-source tile request), so it can start as soon as that message has landed. Local tiles need no
 /// data and come first.
-/// Layer1 (GroupGEMM1 -> top-k reduce -> combine) splits along N: tile (s, c, b) computes column block b of
-/// chunk c for all local experts (column-major across experts), top-k-reduces it per token and sends it to s.
-/// It needs all layer0 tiles of (s, c); with one chunk, all of s's layer0 tiles.
+/// Layer1 (GroupGEMM1 -> top-k reduce -> combine) splits along N into column blocks: tile (s, c, e, b) computes
+/// column block b of expert e's rows of chunk c and adds their top-k-weighted outputs into the per-token block
+/// (b) that is sent to s. It needs expert e's layer0 tiles of (s, c) and, so that every schedule adds the experts
+/// of a token in the same order, tile (s, c, e', b) of the previous expert e' with rows. The tile of the last
+/// such expert completes the block, which is then sent while the next is computed. Column-major across experts
+/// (COMET's order) is the local_first policy's order; critical_path runs a block's experts as their rows become
+/// ready, so a source's block is sent right after its last expert's slice.
 
 #include <cstdint>
 #include <string>
@@ -41,15 +45,17 @@ PlanPolicy parse_plan_policy(std::string const &name);
 struct PlanTile {
   enum class Kind : std::uint8_t { layer0, layer1 };
   Kind kind = Kind::layer0;
-  int source = 0;             ///< rank whose tokens the tile computes
-  int chunk = 0;              ///< range of the source's tokens
-  int expert = -1;            ///< layer0: local expert (0-based in the group); layer1: -1 (all)
-  std::int64_t row_begin = 0; ///< layer0: first row, relative to the (source, chunk, expert) rows
-  std::int64_t row_end = 0;   ///< layer0: end row
-  int split = -1;             ///< layer1: column block
-  std::int64_t col_begin = 0; ///< layer1: first column
-  std::int64_t col_end = 0;   ///< layer1: end column
-  int message = -1;           ///< layer0 from a remote source: index of the message carrying the rows
+  int source = 0;               ///< rank whose tokens the tile computes
+  int chunk = 0;                ///< range of the source's tokens
+  int expert = -1;              ///< local expert (0-based in the group)
+  std::int64_t row_begin = 0;   ///< layer0: first row, relative to the (source, chunk, expert) rows
+  std::int64_t row_end = 0;     ///< layer0: end row
+  int split = -1;               ///< layer1: column block
+  std::int64_t col_begin = 0;   ///< layer1: first column
+  std::int64_t col_end = 0;     ///< layer1: end column
+  int message = -1;             ///< layer0 from a remote source: index of the message carrying the rows
+  int position = 0;             ///< layer1: index of the expert among the (source, chunk)'s experts with rows
+  bool completes_block = false; ///< layer1: the last expert of its (source, chunk, block): the block is done
 };
 
 /// \brief What a plan is built from.
@@ -81,8 +87,10 @@ public:
   int messages_from(int source) const { return _messages[static_cast<std::size_t>(source)]; }
   /// Index of the layer0 tile that message \p message from \p source feeds.
   int tile_of_message(int source, int message) const;
-  /// Number of layer0 tiles of (\p source, \p chunk) (its layer1 tiles wait for all of them).
+  /// Number of layer0 tiles of (\p source, \p chunk) (all experts).
   int layer0_tiles_of(int source, int chunk) const;
+  /// Number of layer0 tiles of (\p source, \p chunk, \p expert) (its layer1 tiles wait for all of them).
+  int layer0_tiles_of(int source, int chunk, int expert) const;
   /// Rows of \p source before its (chunk, expert) rows (a source's rows are chunk-major, then expert-major).
   std::int64_t row_offset(int source, int chunk, int expert) const;
   /// Rows of (\p source, \p chunk) for all experts; source_rows(s) for all chunks.
@@ -106,7 +114,7 @@ private:
   std::vector<int> _source_order;
   std::vector<std::int64_t> _split_cols;
   std::vector<int> _messages;
-  std::vector<std::vector<int>> _layer0_count; // [source][chunk]
+  std::vector<std::vector<int>> _layer0_count; // [source][chunk * experts + expert]
   std::vector<std::vector<int>> _message_tile;
 };
 
@@ -135,7 +143,8 @@ public:
   void finish(int tile);
   bool all_started() const { return _started == static_cast<int>(_state.size()); }
   bool all_finished() const { return _finished == static_cast<int>(_state.size()); }
-  /// True when tile \p tile's inputs are ready (its message landed, or its (source, chunk)'s layer0 is done).
+  /// True when tile \p tile's inputs are ready: its message landed (layer0); its expert's layer0 rows and the
+  /// previous expert's slice of its block are done (layer1).
   bool ready(int tile) const;
 
 private:
@@ -145,7 +154,8 @@ private:
   OverlapPlan const *_plan;
   std::vector<std::uint8_t> _state; // 0 waiting, 1 started, 2 finished
   std::vector<std::vector<std::uint8_t>> _landed;
-  std::vector<std::vector<int>> _layer0_done; // [source][chunk]
+  std::vector<std::vector<int>> _layer0_done; // [source][chunk * experts + expert]
+  std::vector<std::vector<int>> _layer1_done; // [source][chunk * n_splits + block]: experts added so far
   int _first_open = 0;
   int _started = 0, _finished = 0;
   std::int64_t _min_batch_rows = 0;
