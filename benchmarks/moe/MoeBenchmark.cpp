@@ -153,7 +153,8 @@ struct Point {
   int best_chunks = 0;
   std::vector<std::pair<int, double>> t_pipe_by_chunks;
   int attempts = 0;
-  double t_comm = 0, t_comp = 0; ///< alone, measured in the timed loop
+  double t_comm = 0, t_comp = 0; ///< alone, measured in the timed loop (medians)
+  double t_comp_min = 0;         ///< fastest computation-alone run of the loop
   double cpu[3] = {0, 0, 0};     ///< CPU seconds (all threads) per forward, summed over ranks: seq, best pipe, comet
   long wrong = 0;
   double max_diff = 0;
@@ -246,7 +247,7 @@ int main(int argc, char **argv) {
                              static_cast<std::size_t>(base.hidden));
         layer.forward(space, tokens, gate_input, out_seq, Schedule::sequential);
         p.imbalance = layer.routing().imbalance_std(world);
-        p.cal = calibrate_comm_share(space, layer, tokens, gate_input, o.share, o.latency_us * 1e-6, 3, say);
+        p.cal = calibrate_comm_share(space, layer, tokens, gate_input, o.share, o.latency_us * 1e-6, 5, say);
         if (o.tune) {
           auto const result = tune_comet(space, layer, tokens, gate_input, 3, say);
           p.comet = result.best;
@@ -318,22 +319,26 @@ int main(int argc, char **argv) {
           p.t_comet = median(times[static_cast<std::size_t>(variants - 3)]);
           p.t_comm = median(times[static_cast<std::size_t>(variants - 2)]);
           p.t_comp = median(times[static_cast<std::size_t>(variants - 1)]);
+          p.t_comp_min = *std::min_element(times[static_cast<std::size_t>(variants - 1)].begin(),
+                                           times[static_cast<std::size_t>(variants - 1)].end());
           p.cpu[0] = cpu[0];
           p.cpu[2] = cpu[static_cast<std::size_t>(variants - 3)];
-          double const share = p.t_comm / (p.t_comm + p.t_comp);
+          // The link is judged against the fastest computation-alone run (the least disturbed by other
+          // processes); the table reports medians.
+          double const share = p.t_comm / (p.t_comm + p.t_comp_min);
           if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0)
             break;
           // T_comm is affine in 1/bandwidth, with the latency-only intercept found by the calibration.
           double const intercept = std::min(p.cal.t_comm_unlimited, 0.5 * p.t_comm);
-          double const target = std::max(o.share / (1.0 - o.share) * p.t_comp, 1.5 * intercept);
+          double const target = std::max(o.share / (1.0 - o.share) * p.t_comp_min, 1.5 * intercept);
           double const slope = (p.t_comm - intercept) * p.cal.link.bandwidth;
           auto link = p.cal.link;
           link.bandwidth = world.allreduce_value(me == 0 ? slope / (target - intercept) : 0.0, tessel::ReduceOp::sum);
           tessel::paced_backend_of(paced)->set_link(link);
           p.cal.link = link;
           std::ostringstream os;
-          os << "   measured share " << share << " (T_comm " << 1e3 * p.t_comm << " ms, T_comp " << 1e3 * p.t_comp
-             << " ms): link refitted to " << link.bandwidth / 1e6 << " MB/s, measuring again";
+          os << "   measured share " << share << " (T_comm " << 1e3 * p.t_comm << " ms, fastest T_comp "
+             << 1e3 * p.t_comp_min << " ms): link refitted to " << link.bandwidth / 1e6 << " MB/s, measuring again";
           say(os.str());
         }
         p.wrong =
@@ -385,9 +390,10 @@ int main(int argc, char **argv) {
              << ", \"K\": " << p.config.ffn << ", \"E\": " << p.config.experts << ", \"topk\": " << p.config.topk
              << ", \"imbalance_std\": " << p.imbalance << ", \"zipf_alpha\": " << p.alpha
              << ", \"bandwidth_Bps\": " << p.cal.link.bandwidth << ", \"t_comp_s\": " << p.t_comp
-             << ", \"t_comm_s\": " << p.t_comm << ", \"share\": " << p.t_comm / (p.t_comm + p.t_comp)
-             << ", \"sequential_s\": " << p.t_seq << ", \"pipelined_s\": " << p.t_pipe
-             << ", \"pipelined_best_chunks\": " << p.best_chunks << ", \"pipelined_by_chunks_s\": {";
+             << ", \"t_comm_s\": " << p.t_comm << ", \"t_comp_min_s\": " << p.t_comp_min
+             << ", \"share\": " << p.t_comm / (p.t_comm + p.t_comp) << ", \"sequential_s\": " << p.t_seq
+             << ", \"pipelined_s\": " << p.t_pipe << ", \"pipelined_best_chunks\": " << p.best_chunks
+             << ", \"pipelined_by_chunks_s\": {";
           for (std::size_t c = 0; c < p.t_pipe_by_chunks.size(); ++c)
             js << (c ? ", " : "") << "\"" << p.t_pipe_by_chunks[c].first << "\": " << p.t_pipe_by_chunks[c].second;
           js << "}, \"attempts\": " << p.attempts << ", \"comet_s\": " << p.t_comet

@@ -23,8 +23,10 @@ Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, Co
   Calibration cal;
   // Latency only: the intercept of T_comm(1/B), and computation alone.
   paced->set_link(LinkModel{0.0, latency});
+  // Computation alone: the fastest repetition, the one least disturbed by other processes on a shared machine
+  // (communication on the emulated link is paced by sleeps and barely varies).
   auto const base = layer.measure_alone(space, tokens, gate, repeats, true, true);
-  cal.t_comp = base.comp;
+  cal.t_comp = base.comp_min;
   double const intercept = base.comm;
   cal.t_comm_unlimited = intercept;
   double const target = share / (1.0 - share) * cal.t_comp;

@@ -922,7 +922,8 @@ AloneTimes MoeLayer::measure_alone(HostExecSpace const &space, ConstHostMatrix t
   HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::measure_out"), tokens.extent(0),
                  tokens.extent(1));
   forward(space, tokens, gate, out, Schedule::sequential); // fills the buffers both measurements reuse
-  auto const median_of_max = [&](auto &&body) {
+  // Median and minimum over the repetitions of the slowest rank's time.
+  auto const median_of_max = [&](double &minimum, auto &&body) {
     std::vector<double> times;
     for (int r = 0; r < repeats; ++r) {
       st.comm.barrier();
@@ -932,18 +933,19 @@ AloneTimes MoeLayer::measure_alone(HostExecSpace const &space, ConstHostMatrix t
       times.push_back(st.comm.allreduce_value(mine, ReduceOp::max));
     }
     std::sort(times.begin(), times.end());
+    minimum = times.front();
     return times[times.size() / 2];
   };
   AloneTimes result;
   if (comp)
-    result.comp = median_of_max([&] {
+    result.comp = median_of_max(result.comp_min, [&] {
       st.prelude(space, tokens, gate, 1, false);
       st.metas.resize(1);
       st.baseline_compute(space, 0, st.sequential_sources());
       st.final_sum(space, out, {0, st.config.hidden}, false);
     });
   if (comm)
-    result.comm = median_of_max([&] {
+    result.comm = median_of_max(result.comm_min, [&] {
       with_context(st.context(Schedule::sequential), [&] {
         st.exchange_routes(0);
         st.dispatch_alltoallv();

@@ -72,12 +72,15 @@ std::string TuningKey::describe() const {
 
 CometParams fallback_params(MoeConfig const &config) {
   CometParams p;
+  // Rows one source sends for one expert; half of them per message keeps two messages per (source, expert)
+  // while the GEMMs stay large enough for the BLAS to amortize packing the expert's weights.
   std::int64_t const per_pair = config.tokens * config.topk / std::max(config.experts, 1);
-  std::int64_t tile = 64;
-  while (tile * 2 <= per_pair / 4 && tile < 512)
+  std::int64_t tile = 128;
+  while (tile * 2 <= per_pair / 2 && tile < 1024)
     tile *= 2;
   p.tile_m = tile;
-  p.n_splits = static_cast<int>(std::clamp<std::int64_t>(config.hidden / 128, 1, 8));
+  p.n_splits = config.hidden >= 256 ? 2 : 1;
+  p.m_splits = 1;
   p.comm_workers = 1;
   p.in_flight = 0;
   p.policy = PlanPolicy::critical_path;

@@ -40,16 +40,19 @@ TEST(Tuning, m_bucket_is_the_next_power_of_two) {
 }
 
 TEST(Tuning, fallback_rule) {
-  auto const p = fallback_params(mixtral(4096)); // 1024 rows per (source, expert): tile 256
-  EXPECT_EQ(p.tile_m, 256);
-  EXPECT_EQ(p.n_splits, 4); // 512 / 128
+  auto const p = fallback_params(mixtral(4096)); // 1024 rows per (source, expert): tile 512
+  EXPECT_EQ(p.tile_m, 512);
+  EXPECT_EQ(p.n_splits, 2);
+  EXPECT_EQ(p.m_splits, 1);
   EXPECT_EQ(p.comm_workers, 1);
   EXPECT_EQ(p.in_flight, 0);
   EXPECT_EQ(p.policy, PlanPolicy::critical_path);
+  EXPECT_EQ(fallback_params(mixtral(1024)).tile_m, 128);
+  EXPECT_EQ(fallback_params(mixtral(65536)).tile_m, 1024);
   auto small = mixtral(16);
   small.hidden = 64;
   auto const q = fallback_params(small);
-  EXPECT_EQ(q.tile_m, 64);
+  EXPECT_EQ(q.tile_m, 128);
   EXPECT_EQ(q.n_splits, 1);
   EXPECT_NO_THROW(q.validate(small));
 }

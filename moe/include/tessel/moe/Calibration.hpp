@@ -25,7 +25,8 @@ struct Calibration {
   int measurements = 0;
 };
 
-/// \brief Measures \p layer's computation alone and its communication alone, then sets the bandwidth of the
+/// \brief Measures \p layer's computation alone (the fastest of \p repeats runs: on a shared machine, the one
+/// least disturbed by other processes) and its communication alone, then sets the bandwidth of the
 /// layer's paced communicator so that communication is the fraction \p share of the sequential layer
 /// (T_comm = share / (1 - share) x T_comp), with \p latency seconds per message. The communication time is
 /// affine in 1/bandwidth; the fit is refined until within 5% (at most 4 rounds). When latency alone already

@@ -63,6 +63,8 @@ struct ForwardStats {
 struct AloneTimes {
   double comm = 0.0;
   double comp = 0.0;
+  /// Minimum over the repetitions (of the maximum over ranks): the time least disturbed by other processes.
+  double comm_min = 0.0, comp_min = 0.0;
 };
 
 /// \brief One MoE layer on a communicator of EP x TP ranks.

@@ -59,9 +59,10 @@ struct TuningKey {
   std::string describe() const;
 };
 
-/// \brief The documented rule for shapes the registry does not know (never an error):
-/// tile_m = rows per (source, expert) pair / 4, rounded down to a power of two and clamped to [64, 512];
-/// n_splits = N / 128 clamped to [1, 8]; one communication worker; no in-flight limit; critical_path.
+/// \brief The documented rule for shapes the registry does not know (never an error): tile_m = half the rows one
+/// source sends one expert (M topk / E / 2), rounded down to a power of two and clamped to [128, 1024];
+/// n_splits = 2 when N >= 256, else 1; m_splits = 1; one communication worker; no in-flight limit;
+/// critical_path. (On the host, every GEMM call packs the expert's weights: fewer, larger calls win.)
 CometParams fallback_params(MoeConfig const &config);
 
 struct TuningEntry {
