@@ -132,7 +132,7 @@ public:
   }
   std::string describe() const override {
     if (!arrival_known.load())
-      return _what + " (header not received)";
+      return _what + (header_request.is_null() ? " (header received but not processed)" : " (header not received)");
     auto const due = std::chrono::duration<double, std::milli>(arrival - Clock::now()).count();
     return tessel::Impl::concat(_what, " (", payload.is_null() ? "bytes received" : "bytes pending", ", ",
                                 due > 0 ? tessel::Impl::concat("arrives in ", due, " ms") : "arrival time passed", ")");

@@ -457,7 +457,7 @@ struct MoeLayer::State {
         auto &buf = route_out[static_cast<std::size_t>(c * w + d)];
         buf = encode_route(plan, c, group_of(d));
         engine.send(d, tag_route + c, buf.data(), buf.size(), DataType::int32,
-                    tessel::Impl::concat("route message of chunk ", c));
+                    tessel::Impl::concat("route message of chunk ", c), {}, Impl::CommEngine::SendClass::control);
       }
     for (int c = 0; c < chunks; ++c)
       for (int k = 1; k < w; ++k) {
@@ -522,6 +522,7 @@ struct MoeLayer::State {
       }
 
     for (int c = 0; c < chunks; ++c) {
+      engine.progress();
       auto const wait0 = Clock::now();
       engine.wait([&] { return data_left[static_cast<std::size_t>(c)].load() == 0; });
       stats.compute_wait += since(wait0);
@@ -617,7 +618,7 @@ struct MoeLayer::State {
         auto &buf = route_out[sz(c * w + d)];
         buf = encode_route(plan, c, group_of(d));
         engine.send(d, tag_route + c, buf.data(), buf.size(), DataType::int32,
-                    tessel::Impl::concat("route message ", c));
+                    tessel::Impl::concat("route message ", c), {}, Impl::CommEngine::SendClass::control);
       }
     }
     for (int k = 1; k < w; ++k) {
@@ -733,6 +734,7 @@ struct MoeLayer::State {
     scheduler.set_min_batch_rows(merge_rows);
     std::vector<std::pair<int, int>> drained;
     while (!scheduler.all_finished()) {
+      engine.progress(); // the communication thread may be waiting for a core: progress from here too
       {
         std::lock_guard<std::mutex> lock(engine.notify_mutex());
         drained.swap(landed_queue);
@@ -783,7 +785,8 @@ struct MoeLayer::State {
         if (tile.completes_block && s != me && ms.slot_count > 0)
           engine.send(s, tag_combine + c * n_splits + tile.split, block + ms.slot_begin * width,
                       static_cast<std::size_t>(ms.slot_count * width), DataType::float32,
-                      tessel::Impl::concat("combine block ", tile.split, " of chunk ", c), {}, /*urgent=*/true);
+                      tessel::Impl::concat("combine block ", tile.split, " of chunk ", c), {},
+                      Impl::CommEngine::SendClass::urgent);
       }
       compat::fence(space, "Tessel::moe::tile");
       stats.compute_busy += since(tile_start);
@@ -886,8 +889,7 @@ void MoeLayer::forward(HostExecSpace const &space, ConstHostMatrix tokens, GateI
     int const needed =
         schedule == Schedule::comet && st.comet.comm_workers > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
     TESSEL_REQUIRE(level < 0 || level >= needed, "MoeLayer::forward (", name_of(schedule),
-                   "): its communication threads need MPI thread support ",
-                   needed == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED",
+                   "): its communication threads need MPI thread support ", "MPI_THREAD_SERIALIZED",
                    ", MPI granted level ", level);
 #endif
   }
