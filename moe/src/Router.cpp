@@ -81,21 +81,25 @@ void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix 
         }
         for (int e = 0; e < e_count; ++e)
           probs(t, e) /= sum;
-        // Repeated arg-max: topk is small; strict '>' keeps the lower index on ties.
-        float chosen = 0.0f;
-        for (int k = 0; k < topk; ++k) {
-          int best = -1;
-          for (int e = 0; e < e_count; ++e) {
-            bool taken = false;
-            for (int j = 0; j < k; ++j)
-              taken = taken || experts(t, j) == e;
-            if (!taken && (best < 0 || probs(t, e) > probs(t, best)))
-              best = e;
+        // One pass with an insertion-sorted list of the best topk: an expert enters only when strictly more
+        // probable than the entry it passes, so ties keep the lower index first.
+        int filled = 0;
+        for (int e = 0; e < e_count; ++e) {
+          float const p = probs(t, e);
+          if (filled == topk && !(p > weights(t, topk - 1)))
+            continue;
+          int j = filled < topk ? filled++ : topk - 1;
+          while (j > 0 && p > weights(t, j - 1)) {
+            experts(t, j) = experts(t, j - 1);
+            weights(t, j) = weights(t, j - 1);
+            --j;
           }
-          experts(t, k) = best;
-          weights(t, k) = probs(t, best);
-          chosen += probs(t, best);
+          experts(t, j) = e;
+          weights(t, j) = p;
         }
+        float chosen = 0.0f;
+        for (int k = 0; k < topk; ++k)
+          chosen += weights(t, k);
         if (normalize)
           for (int k = 0; k < topk; ++k)
             weights(t, k) /= chosen;
