@@ -46,6 +46,7 @@ struct Options {
   std::string json;
   double timeout_s = 0.0;
   bool stats = false;
+  bool verbose = false;
 };
 
 void usage() {
@@ -69,6 +70,7 @@ void usage() {
       "  --timeout SEC     communication timeout (default: TESSEL_COMM_TIMEOUT or 120 s)\n"
       "  --json FILE       write the results as JSON\n"
       "  --stats           print each rank's phase times of the last run of every schedule\n"
+      "  --verbose         also print Kokkos' configuration\n"
       "  --version         print the version and exit; --help this text\n"
       "Kokkos options (--kokkos-help) are accepted too.\n");
 }
@@ -120,6 +122,8 @@ Options parse(int argc, char **argv) {
       o.tuning = next();
     } else if (a == "--json") {
       o.json = next();
+    } else if (a == "--verbose") {
+      o.verbose = true;
     } else if (a == "--stats") {
       o.stats = true;
     } else if (a == "--timeout") {
@@ -160,7 +164,7 @@ int run(Options const &o) {
     }
   };
   say("tessel-moe " + tessel::build_summary());
-  if (me == 0)
+  if (me == 0 && o.verbose)
     Kokkos::print_configuration(std::cout, false);
 
   // Loading may fail on some ranks only (a NaN in one rank's tokens): every rank learns it and stops, instead of
