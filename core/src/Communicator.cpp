@@ -63,7 +63,9 @@ void Request::wait() { wait(_default_timeout); }
 void Request::wait(Timeout timeout) {
   if (!_impl)
     return;
-  if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), [this] { return _impl->test(); })) {
+  if (!tessel::Impl::progress_until(
+          tessel::Impl::deadline_after(timeout), [this] { return _impl->test(); },
+          [this] { return _impl->not_before(); })) {
     std::string const what = _impl->describe();
     int const peer = _impl->peer();
     _impl->cancel();
@@ -88,7 +90,23 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
       }
     return false;
   };
-  if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done)) {
+  // Bytes moving beat unknown, which beats the earliest known completion.
+  auto const not_before = [&] {
+    auto earliest = std::chrono::steady_clock::time_point::max();
+    bool unknown = false;
+    for (auto &r : requests)
+      if (!r.is_null()) {
+        auto const t = r._impl->not_before();
+        if (t == not_before_moving)
+          return not_before_moving;
+        if (t == not_before_unknown)
+          unknown = true;
+        else
+          earliest = std::min(earliest, t);
+      }
+    return unknown ? not_before_unknown : earliest;
+  };
+  if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
     os << "tessel::Request::wait_any: none of the pending requests completed within " << timeout.count()
        << " ms; pending:";
@@ -110,7 +128,24 @@ void Request::wait_all(std::vector<Request> &requests, Timeout timeout) {
       all = r.test() && all;
     return all;
   };
-  if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done)) {
+  // All must complete: bytes moving anywhere need polling; sleeping until the latest known completion is safe
+  // only when every one is known.
+  auto const not_before = [&] {
+    auto latest = not_before_unknown;
+    bool unknown = false;
+    for (auto &r : requests)
+      if (!r.is_null()) {
+        auto const t = r._impl->not_before();
+        if (t == not_before_moving)
+          return not_before_moving;
+        if (t == not_before_unknown)
+          unknown = true;
+        else
+          latest = std::max(latest, t);
+      }
+    return unknown ? not_before_unknown : latest;
+  };
+  if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
     os << "tessel::Request::wait_all: requests still pending after " << timeout.count() << " ms:";
     int first_peer = -1;

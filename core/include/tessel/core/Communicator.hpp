@@ -28,6 +28,11 @@ char const *name_of(ReduceOp op);
 enum class CommBackend : int { self, mpi, nccl };
 char const *name_of(CommBackend backend);
 
+/// \brief Values of Request::Impl::not_before() other than a time: unknown (poll with a growing backoff) and
+/// bytes moving now (poll briskly). Both lie before any real time point.
+inline constexpr std::chrono::steady_clock::time_point not_before_unknown{};
+inline constexpr std::chrono::steady_clock::time_point not_before_moving{std::chrono::steady_clock::duration(1)};
+
 /// \brief Handle of one non-blocking message. Move-only; a default-constructed (null) request is complete.
 class Request {
 public:
@@ -43,6 +48,11 @@ public:
     virtual std::string describe() const = 0;
     /// The peer rank of the message.
     virtual int peer() const = 0;
+    /// What completion waits for, when the backend knows it (link emulation does): a time is the earliest at
+    /// which test() can succeed (waits sleep until then); not_before_moving means bytes are moving now (waits
+    /// poll briskly, since MPI progresses a transfer only inside its calls); the default, not_before_unknown,
+    /// means unknown (waits poll with a growing backoff).
+    virtual std::chrono::steady_clock::time_point not_before() const { return not_before_unknown; }
   };
 
   Request() = default;
@@ -62,6 +72,10 @@ public:
   bool is_null() const noexcept { return _impl == nullptr; }
   /// The peer rank, or -1 for a null request.
   int peer() const { return _impl ? _impl->peer() : -1; }
+  /// What the request waits for ("irecv of 4096 bytes from rank 3 (tag 7)"), for error messages.
+  std::string describe() const { return _impl ? _impl->describe() : std::string("completed request"); }
+  /// Earliest time the request can complete if the backend knows it, else the clock's epoch (see Impl).
+  std::chrono::steady_clock::time_point not_before() const { return _impl ? _impl->not_before() : not_before_unknown; }
 
   /// \brief Waits until one request completes, makes it null and returns its index.
   /// Null requests are skipped; throws if all are null, and TimeoutError naming the pending peers on timeout.

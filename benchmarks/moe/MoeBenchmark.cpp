@@ -1,0 +1,429 @@
+// tessel-moe-bench: sequential vs pipelined vs comet MoE layers, side by side in one run, on an emulated link
+// calibrated so that communication is the share S of the sequential layer (COMET measured 47% on 8 x H800).
+//
+//   mpiexec -n 4 tessel-moe-bench --models mixtral,qwen2,phi35 --tokens 1024,4096 --share 0.47 --json moe.json
+//
+// For every (model, M): the three models' shapes from COMET's Table 2 with N and K divided by --scale, E and
+// topk unchanged, EP = ranks / TP; tokens per rank differ, routing skewed by a Zipf gate bias tuned to
+// --imbalance (std of the per-expert token fractions). The link is calibrated per point (T_comm alone =
+// S / (1 - S) x T_comp alone). Each schedule is timed --iters times (median; a run lasts until the slowest
+// rank returns), rotating the order of the schedules between iterations. hidden = (T_seq - T) / T_comm.
+// #wrong counts output elements of pipelined and comet that differ from sequential by more than 1e-5 relative.
+#include <tessel/moe/Calibration.hpp>
+#include <tessel/moe/MoeLayer.hpp>
+#include <tessel/moe/Synthetic.hpp>
+
+#include <tessel/core/Config.hpp>
+#include <tessel/core/PacedCommunicator.hpp>
+#include <tessel/core/ScopeGuard.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace tessel::moe;
+using tessel::Communicator;
+
+struct Options {
+  std::vector<std::string> models{"mixtral", "qwen2", "phi35"};
+  std::vector<std::int64_t> tokens{1024, 4096};
+  double scale = 8.0;
+  int tp = 1;
+  double share = 0.47;
+  double latency_us = 10.0;
+  double imbalance = 0.04;
+  std::vector<int> chunks{2, 4};
+  int iters = 5;
+  int warmup = 1;
+  std::string json;
+  bool tune = false;
+  std::string registry = "moe/tuning/host.registry";
+  std::uint64_t seed = 2025;
+  std::string trace; ///< write each rank's comet timeline of the last run per point to TRACE.<model>.<M>.rank<r>
+};
+
+std::vector<std::string> split_list(std::string const &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+void usage() {
+  std::printf(
+      "usage: mpiexec -n W tessel-moe-bench [options]\n"
+      "  --models LIST     models (mixtral, qwen2, phi35; default all three)\n"
+      "  --tokens LIST     tokens per rank M (default 1024,4096)\n"
+      "  --scale F         divide N and K by F (default 8)\n"
+      "  --tp T            tensor-parallel size; EP = W / T (default 1)\n"
+      "  --share S         communication share of the sequential layer on the emulated link (default 0.47)\n"
+      "  --latency US      link latency per message in microseconds (default 10)\n"
+      "  --imbalance STD   routing imbalance (std of per-expert token fractions; default 0.04)\n"
+      "  --chunks LIST     chunk counts of the pipelined schedule; each is measured, the fastest reported\n"
+      "                    (default 2,4)\n"
+      "  --iters N         timed runs per schedule (default 5), --warmup N (default 1)\n"
+      "  --json FILE       write the results as JSON\n"
+      "  --tune            tune the comet parameters per point and merge them into --registry FILE\n"
+      "  --registry FILE   registry written by --tune (default moe/tuning/host.registry)\n"
+      "  --trace PREFIX    write each rank's comet timeline (tiles, landings, waits) to PREFIX.<model>.<M>.rank<r>\n"
+      "  --smoke           tiny sizes, one iteration (for CI)\n");
+}
+
+Options parse(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto next = [&]() -> std::string {
+      TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--models") {
+      o.models = split_list(next());
+    } else if (a == "--tokens") {
+      o.tokens.clear();
+      for (auto const &t : split_list(next()))
+        o.tokens.push_back(std::stoll(t));
+    } else if (a == "--scale") {
+      o.scale = std::stod(next());
+    } else if (a == "--tp") {
+      o.tp = std::stoi(next());
+    } else if (a == "--share") {
+      o.share = std::stod(next());
+    } else if (a == "--latency") {
+      o.latency_us = std::stod(next());
+    } else if (a == "--imbalance") {
+      o.imbalance = std::stod(next());
+    } else if (a == "--chunks") {
+      o.chunks.clear();
+      for (auto const &c : split_list(next()))
+        o.chunks.push_back(std::stoi(c));
+    } else if (a == "--iters") {
+      o.iters = std::stoi(next());
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(next());
+    } else if (a == "--json") {
+      o.json = next();
+    } else if (a == "--tune") {
+      o.tune = true;
+    } else if (a == "--registry") {
+      o.registry = next();
+    } else if (a == "--trace") {
+      o.trace = next();
+    } else if (a == "--seed") {
+      o.seed = std::stoull(next());
+    } else if (a == "--smoke") {
+      o.models = {"mixtral", "qwen2"};
+      o.tokens = {64};
+      o.scale = 64;
+      o.iters = 1;
+      o.warmup = 0;
+    } else if (a == "-h" || a == "--help") {
+      usage();
+      std::exit(0);
+    } else {
+      TESSEL_THROW("unknown option '", a, "' (see --help)");
+    }
+  }
+  TESSEL_REQUIRE(o.share > 0 && o.share < 1, "--share must be in (0, 1), got ", o.share);
+  TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
+  return o;
+}
+
+struct Point {
+  std::string model;
+  MoeConfig config;
+  double alpha = 0, imbalance = 0;
+  Calibration cal;
+  CometParams comet;
+  std::string comet_source;
+  double t_seq = 0, t_pipe = 0, t_comet = 0;
+  int best_chunks = 0;
+  std::vector<std::pair<int, double>> t_pipe_by_chunks;
+  int attempts = 0;
+  double t_comm = 0, t_comp = 0; ///< alone, measured in the timed loop (medians)
+  double t_comp_min = 0;         ///< fastest computation-alone run of the loop
+  double cpu[3] = {0, 0, 0};     ///< CPU seconds (all threads) per forward, summed over ranks: seq, best pipe, comet
+  long wrong = 0;
+  double max_diff = 0;
+};
+
+// Elements of \p a that differ from \p b by more than 1e-5 of max |b| (summed over ranks).
+long count_wrong(Communicator const &comm, HostMatrix a, HostMatrix b, double &max_rel) {
+  double scale = 0, diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::abs(b.data()[i])));
+    diff = std::max(diff, static_cast<double>(std::abs(a.data()[i] - b.data()[i])));
+  }
+  scale = comm.allreduce_value(scale, tessel::ReduceOp::max);
+  long wrong = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    wrong += std::abs(a.data()[i] - b.data()[i]) > 1e-5 * scale ? 1 : 0;
+  max_rel = std::max(max_rel, comm.allreduce_value(scale > 0 ? diff / scale : diff, tessel::ReduceOp::max));
+  return comm.allreduce_value(wrong, tessel::ReduceOp::sum);
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+double hidden(Point const &p, double t) { return (p.t_seq - t) / p.t_comm; }
+
+} // namespace
+
+int main(int argc, char **argv) {
+  tessel::ScopeGuard guard(argc, argv);
+  int status = 0;
+  try {
+    auto const o = parse(argc, argv);
+    auto const world = Communicator::world();
+    int const w = world.size(), me = world.rank();
+    TESSEL_REQUIRE(w % o.tp == 0, "--tp ", o.tp, " does not divide the ", w, " ranks");
+    auto const say = [&](std::string const &line) {
+      if (me == 0) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      }
+    };
+    say("# tessel-moe-bench: " + tessel::build_summary());
+    {
+      std::ostringstream os;
+      os << "# ranks " << w << " (EP " << w / o.tp << " x TP " << o.tp << "), scale 1/" << o.scale << ", share "
+         << o.share << ", latency " << o.latency_us << " us, imbalance std " << o.imbalance << ", pipelined chunks";
+      for (int c : o.chunks)
+        os << " " << c;
+      os << ", " << o.iters << " timed runs (median)";
+      say(os.str());
+    }
+    auto const paced = tessel::make_paced_communicator(world.split(0, me), tessel::LinkModel{0.0, 0.0});
+    HostExecSpace space;
+    std::vector<Point> points;
+    TuningRegistry tuned;
+    for (auto const &name : o.models) {
+      auto const &model = find_model(name);
+      auto base = scaled_config(model, o.scale, 1);
+      base.ep = w / o.tp;
+      base.tp = o.tp;
+      auto const sample = make_tokens(base, 4096, o.seed + 7);
+      double const alpha = zipf_alpha_for(base, sample, o.seed + 11, o.imbalance);
+      auto const gate = make_gate(base, alpha, o.seed + 11);
+      GateInput const gate_input = GateInput::from_weight(gate.weight, gate.bias);
+      auto const dense = make_weights(base, o.seed + 13);
+      for (auto m : o.tokens) {
+        Point p;
+        p.model = model.name;
+        p.config = base;
+        p.config.tokens = m;
+        p.alpha = alpha;
+        say("## " + model.name + " " + p.config.describe());
+        auto const tokens = make_tokens(p.config, m, o.seed + 100 + static_cast<std::uint64_t>(me));
+        LayerOptions options;
+        options.check_finite = false; // checked once below, not inside the timed runs
+        options.pipeline_chunks = o.chunks.front();
+        options.trace = !o.trace.empty();
+        MoeLayer layer(p.config, paced, shard_weights(p.config, me, dense), options);
+        p.comet = layer.comet_params();
+        p.comet_source = layer.comet_params_source();
+        HostMatrix out_seq("Tessel::bench::out_seq", static_cast<std::size_t>(m),
+                           static_cast<std::size_t>(base.hidden));
+        HostMatrix out_pipe("Tessel::bench::out_pipe", static_cast<std::size_t>(m),
+                            static_cast<std::size_t>(base.hidden));
+        HostMatrix out_comet("Tessel::bench::out_comet", static_cast<std::size_t>(m),
+                             static_cast<std::size_t>(base.hidden));
+        layer.forward(space, tokens, gate_input, out_seq, Schedule::sequential);
+        p.imbalance = layer.routing().imbalance_std(world);
+        p.cal = calibrate_comm_share(space, layer, tokens, gate_input, o.share, o.latency_us * 1e-6, 5, say);
+        if (o.tune) {
+          auto const result = tune_comet(space, layer, tokens, gate_input, 3, say);
+          p.comet = result.best;
+          p.comet_source = "tuned";
+          std::ostringstream note;
+          note << p.model << " W=" << w << ": comet " << 1e3 * result.best_seconds << " ms at share " << o.share;
+          tuned.set(TuningKey::of(p.config), result.best, note.str());
+        }
+        // Timed loop: sequential, pipelined at each chunk count, comet, communication alone and computation
+        // alone, interleaved in an order rotated every iteration so that load from other processes (the machine
+        // is shared) hits all of them alike. When the share measured in the loop misses the target by more than
+        // 0.05, the link is refitted from the loop's own medians and the loop runs again (at most 3 times).
+        auto const median = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        int const variants = 2 + static_cast<int>(o.chunks.size()) + 2; // seq, pipe..., comet, comm, comp
+        for (int i = 0; i < o.warmup; ++i) {
+          layer.forward(space, tokens, gate_input, out_seq, Schedule::sequential);
+          for (int c : o.chunks) {
+            layer.set_pipeline_chunks(c);
+            layer.forward(space, tokens, gate_input, out_pipe, Schedule::pipelined);
+          }
+          layer.forward(space, tokens, gate_input, out_comet, Schedule::comet);
+        }
+        for (p.attempts = 1;; ++p.attempts) {
+          std::vector<std::vector<double>> times(static_cast<std::size_t>(variants));
+          std::vector<double> cpu(static_cast<std::size_t>(variants), 0.0);
+          for (int i = 0; i < o.iters; ++i)
+            for (int j = 0; j < variants; ++j) {
+              int const what = (i + j) % variants;
+              auto &slot = times[static_cast<std::size_t>(what)];
+              if (what == variants - 2) {
+                slot.push_back(layer.measure_alone(space, tokens, gate_input, 1, true, false).comm);
+                continue;
+              }
+              if (what == variants - 1) {
+                slot.push_back(layer.measure_alone(space, tokens, gate_input, 1, false, true).comp);
+                continue;
+              }
+              Schedule const s = what == 0              ? Schedule::sequential
+                                 : what == variants - 3 ? Schedule::comet
+                                                        : Schedule::pipelined;
+              if (s == Schedule::pipelined)
+                layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
+              auto out = s == Schedule::sequential ? out_seq : s == Schedule::pipelined ? out_pipe : out_comet;
+              paced.barrier();
+              double const c0 = cpu_seconds();
+              auto const t0 = std::chrono::steady_clock::now();
+              layer.forward(space, tokens, gate_input, out, s);
+              double const t = world.allreduce_value(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tessel::ReduceOp::max);
+              cpu[static_cast<std::size_t>(what)] +=
+                  world.allreduce_value(cpu_seconds() - c0, tessel::ReduceOp::sum) / o.iters;
+              slot.push_back(t);
+            }
+          p.t_seq = median(times[0]);
+          p.t_pipe_by_chunks.clear();
+          p.t_pipe = 1e300;
+          for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+            double const t = median(times[c + 1]);
+            p.t_pipe_by_chunks.emplace_back(o.chunks[c], t);
+            if (t < p.t_pipe) {
+              p.t_pipe = t;
+              p.best_chunks = o.chunks[c];
+              p.cpu[1] = cpu[c + 1];
+            }
+          }
+          p.t_comet = median(times[static_cast<std::size_t>(variants - 3)]);
+          p.t_comm = median(times[static_cast<std::size_t>(variants - 2)]);
+          p.t_comp = median(times[static_cast<std::size_t>(variants - 1)]);
+          p.t_comp_min = *std::min_element(times[static_cast<std::size_t>(variants - 1)].begin(),
+                                           times[static_cast<std::size_t>(variants - 1)].end());
+          p.cpu[0] = cpu[0];
+          p.cpu[2] = cpu[static_cast<std::size_t>(variants - 3)];
+          // The link is judged against the fastest computation-alone run (the least disturbed by other
+          // processes); the table reports medians.
+          double const share = p.t_comm / (p.t_comm + p.t_comp_min);
+          if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0)
+            break;
+          // T_comm is affine in 1/bandwidth, with the latency-only intercept found by the calibration.
+          double const intercept = std::min(p.cal.t_comm_unlimited, 0.5 * p.t_comm);
+          double const target = std::max(o.share / (1.0 - o.share) * p.t_comp_min, 1.5 * intercept);
+          double const slope = (p.t_comm - intercept) * p.cal.link.bandwidth;
+          auto link = p.cal.link;
+          link.bandwidth = world.allreduce_value(me == 0 ? slope / (target - intercept) : 0.0, tessel::ReduceOp::sum);
+          tessel::paced_backend_of(paced)->set_link(link);
+          p.cal.link = link;
+          std::ostringstream os;
+          os << "   measured share " << share << " (T_comm " << 1e3 * p.t_comm << " ms, fastest T_comp "
+             << 1e3 * p.t_comp_min << " ms): link refitted to " << link.bandwidth / 1e6 << " MB/s, measuring again";
+          say(os.str());
+        }
+        p.wrong =
+            count_wrong(world, out_pipe, out_seq, p.max_diff) + count_wrong(world, out_comet, out_seq, p.max_diff);
+        if (!o.trace.empty()) {
+          layer.forward(space, tokens, gate_input, out_comet, Schedule::comet);
+          std::ofstream tf(o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me));
+          auto const &st = layer.stats();
+          tf << "# total " << st.total << " busy " << st.compute_busy << " wait " << st.compute_wait << "\n";
+          for (auto const &e : st.trace)
+            tf << e.begin << " " << e.end << " " << e.what << "\n";
+        }
+        std::ostringstream os;
+        os << "   seq " << 1e3 * p.t_seq << " ms, pipelined " << 1e3 * p.t_pipe << " ms, comet " << 1e3 * p.t_comet
+           << " ms [" << p.comet.describe() << ", " << p.comet_source << "]; comet/seq " << p.t_seq / p.t_comet
+           << "x, CPU s/forward (all ranks) seq " << p.cpu[0] << " pipelined " << p.cpu[1] << " comet " << p.cpu[2]
+           << ", comet/pipelined " << p.t_pipe / p.t_comet << "x, hidden pipelined " << 100 * hidden(p, p.t_pipe)
+           << "%, comet " << 100 * hidden(p, p.t_comet) << "%";
+        say(os.str());
+        points.push_back(p);
+      }
+    }
+
+    if (me == 0) {
+      std::printf(
+          "\n# MoE layer, %d ranks (EP %d x TP %d), link calibrated to share %.2f; times in ms (median of %d)\n", w,
+          w / o.tp, o.tp, o.share, o.iters);
+      std::printf("%-13s %6s %5s %6s %3s %4s %6s %9s %9s %6s %9s %9s %2s %9s %8s %8s %9s %9s %7s\n", "model", "M", "N",
+                  "K", "E", "topk", "imbal", "T_comp", "T_comm", "share", "seq", "pipelined", "C", "comet", "c/seq",
+                  "c/pipe", "hid_pipe", "hid_comet", "#wrong");
+      for (auto const &p : points)
+        std::printf("%-13s %6lld %5lld %6lld %3d %4d %6.3f %9.2f %9.2f %6.2f %9.2f %9.2f %2d %9.2f %7.2fx %7.2fx "
+                    "%8.1f%% %8.1f%% "
+                    "%7ld\n",
+                    p.model.c_str(), static_cast<long long>(p.config.tokens), static_cast<long long>(p.config.hidden),
+                    static_cast<long long>(p.config.ffn), p.config.experts, p.config.topk, p.imbalance, 1e3 * p.t_comp,
+                    1e3 * p.t_comm, p.t_comm / (p.t_comm + p.t_comp), 1e3 * p.t_seq, 1e3 * p.t_pipe, p.best_chunks,
+                    1e3 * p.t_comet, p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe),
+                    100 * hidden(p, p.t_comet), p.wrong);
+      if (!o.json.empty()) {
+        std::ofstream js(o.json);
+        js << "{\n  \"benchmark\": \"tessel-moe-bench\",\n  \"build\": \"" << tessel::build_summary() << "\",\n"
+           << "  \"ranks\": " << w << ", \"ep\": " << w / o.tp << ", \"tp\": " << o.tp << ", \"share\": " << o.share
+           << ", \"latency_us\": " << o.latency_us << ", \"scale\": " << o.scale << ", \"iters\": " << o.iters
+           << ",\n  \"points\": [\n";
+        for (std::size_t i = 0; i < points.size(); ++i) {
+          auto const &p = points[i];
+          js << "    {\"model\": \"" << p.model << "\", \"M\": " << p.config.tokens << ", \"N\": " << p.config.hidden
+             << ", \"K\": " << p.config.ffn << ", \"E\": " << p.config.experts << ", \"topk\": " << p.config.topk
+             << ", \"imbalance_std\": " << p.imbalance << ", \"zipf_alpha\": " << p.alpha
+             << ", \"bandwidth_Bps\": " << p.cal.link.bandwidth << ", \"t_comp_s\": " << p.t_comp
+             << ", \"t_comm_s\": " << p.t_comm << ", \"t_comp_min_s\": " << p.t_comp_min
+             << ", \"share\": " << p.t_comm / (p.t_comm + p.t_comp) << ", \"sequential_s\": " << p.t_seq
+             << ", \"pipelined_s\": " << p.t_pipe << ", \"pipelined_best_chunks\": " << p.best_chunks
+             << ", \"pipelined_by_chunks_s\": {";
+          for (std::size_t c = 0; c < p.t_pipe_by_chunks.size(); ++c)
+            js << (c ? ", " : "") << "\"" << p.t_pipe_by_chunks[c].first << "\": " << p.t_pipe_by_chunks[c].second;
+          js << "}, \"attempts\": " << p.attempts << ", \"comet_s\": " << p.t_comet
+             << ", \"speedup_comet_vs_sequential\": " << p.t_seq / p.t_comet
+             << ", \"speedup_comet_vs_pipelined\": " << p.t_pipe / p.t_comet
+             << ", \"hidden_pipelined\": " << hidden(p, p.t_pipe) << ", \"hidden_comet\": " << hidden(p, p.t_comet)
+             << ", \"comet_params\": \"" << p.comet.describe() << "\", \"comet_params_source\": \"" << p.comet_source
+             << "\", \"cpu_s_per_forward\": {\"sequential\": " << p.cpu[0] << ", \"pipelined\": " << p.cpu[1]
+             << ", \"comet\": " << p.cpu[2] << "}, \"wrong\": " << p.wrong << ", \"max_rel_diff\": " << p.max_diff
+             << "}" << (i + 1 < points.size() ? "," : "") << "\n";
+        }
+        js << "  ]\n}\n";
+        std::printf("# results written to %s\n", o.json.c_str());
+      }
+      if (o.tune) {
+        TuningRegistry reg;
+        std::ifstream exists(o.registry);
+        if (exists.good())
+          reg = TuningRegistry::load(o.registry);
+        reg.merge(tuned);
+        reg.save(o.registry);
+        std::printf("# %zu tuned entries merged into %s\n", tuned.entries().size(), o.registry.c_str());
+      }
+    }
+    for (auto const &p : points)
+      if (p.wrong != 0)
+        status = 1;
+  } catch (std::exception const &e) {
+    std::fprintf(stderr, "tessel-moe-bench: %s\n", e.what());
+    status = 2;
+  }
+  return status;
+}

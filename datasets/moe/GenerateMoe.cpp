@@ -1,0 +1,136 @@
+// tessel-moe-gen: writes an MoE layer file (schema tessel.moe.layer, see datasets/moe/README.md) for one of
+// COMET's model shapes (Table 2) with N and K divided by --scale, random tokens and experts, and a gate whose
+// Zipf bias skews routing to a target imbalance (std of the per-expert token fractions).
+//
+//   tessel-moe-gen --model mixtral --scale 8 --tokens 8192 --imbalance 0.04 --out mixtral.h5
+#include <tessel/moe/MoeFile.hpp>
+#include <tessel/moe/Synthetic.hpp>
+
+#include <tessel/core/Config.hpp>
+#include <tessel/core/ScopeGuard.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace {
+
+void usage() {
+  std::printf("usage: tessel-moe-gen --model NAME --tokens T --out FILE [options]\n"
+              "  --model NAME       mixtral (Mixtral-8x7B: E=8 topk=2), qwen2 (Qwen2-MoE: E=64 topk=4),\n"
+              "                     phi35 (Phi-3.5-MoE: E=16 topk=2)\n"
+              "  --scale F          divide the model's N and K by F (default 8)\n"
+              "  --tokens T         tokens in the file (all ranks together; a run on W ranks needs T %% W == 0)\n"
+              "  --imbalance STD    target routing imbalance: std of the per-expert token fractions (default 0.04)\n"
+              "  --zipf-alpha A     use this Zipf exponent instead of searching one for --imbalance\n"
+              "  --logits           store gate logits [T, E] instead of the gate weight [N, E] and bias [E]\n"
+              "  --activation NAME  silu (default) or gelu\n"
+              "  --seed S           random seed (default 1)\n"
+              "  --nan-token R,C    put a NaN at token R, column C (to exercise error reports)\n"
+              "  --out FILE         output HDF5 file\n");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  tessel::ScopeGuard guard(argc, argv);
+  try {
+    std::string model = "mixtral", out;
+    double scale = 8.0, imbalance = 0.04, alpha = -1.0;
+    std::int64_t tokens = 0;
+    bool logits = false;
+    std::uint64_t seed = 1;
+    std::string activation = "silu";
+    std::int64_t nan_row = -1, nan_col = -1;
+    for (int i = 1; i < argc; ++i) {
+      std::string const a = argv[i];
+      auto next = [&]() -> std::string {
+        TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
+        return argv[++i];
+      };
+      if (a == "--model")
+        model = next();
+      else if (a == "--scale")
+        scale = std::stod(next());
+      else if (a == "--tokens")
+        tokens = std::stoll(next());
+      else if (a == "--imbalance")
+        imbalance = std::stod(next());
+      else if (a == "--zipf-alpha")
+        alpha = std::stod(next());
+      else if (a == "--logits")
+        logits = true;
+      else if (a == "--activation")
+        activation = next();
+      else if (a == "--seed")
+        seed = std::stoull(next());
+      else if (a == "--out")
+        out = next();
+      else if (a == "--nan-token") {
+        auto const v = next();
+        auto const comma = v.find(',');
+        TESSEL_REQUIRE(comma != std::string::npos, "--nan-token expects ROW,COL, got '", v, "'");
+        nan_row = std::stoll(v.substr(0, comma));
+        nan_col = std::stoll(v.substr(comma + 1));
+      } else if (a == "-h" || a == "--help") {
+        usage();
+        return 0;
+      } else
+        TESSEL_THROW("unknown option '", a, "' (see --help)");
+    }
+    TESSEL_REQUIRE(!out.empty(), "--out FILE is required (see --help)");
+    TESSEL_REQUIRE(tokens > 0, "--tokens must be positive (see --help)");
+    TESSEL_REQUIRE(imbalance >= 0, "--imbalance must be >= 0");
+    auto const &shape = tessel::moe::find_model(model);
+    auto config = tessel::moe::scaled_config(shape, scale, tokens);
+    config.activation = tessel::moe::parse_activation(activation);
+    std::printf("tessel-moe-gen (%s): %s, N and K divided by %g: %s\n", tessel::build_summary().c_str(),
+                shape.name.c_str(), scale, config.describe().c_str());
+
+    auto const all_tokens = tessel::moe::make_tokens(config, tokens, seed * 1000 + 1);
+    if (alpha < 0) {
+      auto const sample = tessel::moe::make_tokens(config, std::min<std::int64_t>(tokens, 8192), seed * 1000 + 2);
+      alpha = tessel::moe::zipf_alpha_for(config, sample, seed * 1000 + 3, imbalance);
+    }
+    auto const gate = tessel::moe::make_gate(config, alpha, seed * 1000 + 3);
+    tessel::moe::GateData data;
+    tessel::moe::GateInput const input = tessel::moe::GateInput::from_weight(gate.weight, gate.bias);
+    if (logits) {
+      tessel::moe::Routing routing;
+      auto c = config;
+      c.ep = c.tp = 1;
+      tessel::moe::route(tessel::moe::HostExecSpace(), c, all_tokens, input, routing);
+      data.logits = routing.logits;
+    } else {
+      data.weight = gate.weight;
+      data.bias = gate.bias;
+    }
+    double const achieved = tessel::moe::routing_imbalance(config, all_tokens, input);
+    tessel::moe::MoeFileInfo info;
+    info.config = config;
+    info.total_tokens = tokens;
+    info.model = shape.name;
+    info.scale = scale;
+    std::ostringstream source;
+    source << "tessel-moe-gen " << TESSEL_VERSION_STRING << " (" << TESSEL_GIT_HASH << "): --model " << model
+           << " --scale " << scale << " --tokens " << tokens << " --zipf-alpha " << alpha << " --seed " << seed
+           << (logits ? " --logits" : "");
+    info.source = source.str();
+    auto const weights = tessel::moe::make_weights(config, seed * 1000 + 4);
+    if (nan_row >= 0) {
+      TESSEL_REQUIRE(nan_row < tokens && nan_col >= 0 && nan_col < config.hidden, "--nan-token ", nan_row, ",", nan_col,
+                     " is outside the ", tokens, " x ", config.hidden, " tokens");
+      all_tokens(nan_row, nan_col) = std::nanf("");
+    }
+    tessel::moe::MoeFile::write(out, info, all_tokens, data, weights);
+    std::printf("wrote %s: %lld tokens, gate %s, Zipf alpha %.4f, routing imbalance std %.4f (target %.4f)\n",
+                out.c_str(), static_cast<long long>(tokens), logits ? "logits" : "weight + bias", alpha, achieved,
+                imbalance);
+    return 0;
+  } catch (std::exception const &e) {
+    std::fprintf(stderr, "tessel-moe-gen: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,61 @@
+#ifndef TESSEL_MOE_CALIBRATION_HPP
+#define TESSEL_MOE_CALIBRATION_HPP
+
+/// \file Calibration.hpp
+/// \brief Sets an emulated link so that communication is a chosen share of a layer's sequential time.
+
+#include <tessel/moe/MoeLayer.hpp>
+
+#include <tessel/core/PacedCommunicator.hpp>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessel::moe {
+
+/// \brief Result of a calibration (times in seconds, maximum over ranks).
+struct Calibration {
+  LinkModel link;                ///< the link set on the layer's communicator
+  double t_comp = 0.0;           ///< computation alone
+  double t_comm = 0.0;           ///< communication alone at \p link
+  double t_comm_unlimited = 0.0; ///< communication alone at unlimited bandwidth (latency and software only)
+  double share = 0.0;            ///< t_comm / (t_comp + t_comm) achieved
+  int measurements = 0;
+};
+
+/// \brief Measures \p layer's computation alone (the fastest of \p repeats runs: on a shared machine, the one
+/// least disturbed by other processes) and its communication alone, then sets the bandwidth of the
+/// layer's paced communicator so that communication is the fraction \p share of the sequential layer
+/// (T_comm = share / (1 - share) x T_comp), with \p latency seconds per message. The communication time is
+/// affine in 1/bandwidth; the fit is refined until within 5% (at most 4 rounds). When latency alone already
+/// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
+/// \pre layer.communicator() is paced (make_paced_communicator)
+Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
+                                 GateInput const &gate, double share, double latency, int repeats = 3,
+                                 std::function<void(std::string const &)> const &progress = {});
+
+/// \brief Median over \p iters runs of the layer time of \p schedule: each run starts after a barrier and lasts
+/// until the slowest rank returns (maximum over ranks). \p warmup runs are not timed. Collective.
+double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                     HostMatrix out, Schedule schedule, int iters, int warmup = 1);
+
+/// \brief Result of tune_comet().
+struct TuneResult {
+  CometParams best;
+  double best_seconds = 0.0;
+  /// Every candidate measured, with its median time.
+  std::vector<std::pair<CometParams, double>> measured;
+};
+
+/// \brief Measures comet parameter candidates on \p layer (its current communicator and link) by coordinate
+/// descent from the layer's current parameters: N-split count, M tile, plan policy, communication workers and
+/// sends in flight, one knob at a time, each candidate timed with time_schedule(\p iters). Leaves the best
+/// parameters set on the layer. Collective.
+TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                      int iters = 3, std::function<void(std::string const &)> const &progress = {});
+
+} // namespace tessel::moe
+
+#endif

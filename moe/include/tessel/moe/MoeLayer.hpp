@@ -1,0 +1,117 @@
+#ifndef TESSEL_MOE_MOELAYER_HPP
+#define TESSEL_MOE_MOELAYER_HPP
+
+/// \file MoeLayer.hpp
+/// \brief A distributed MoE layer (routing, dispatch, expert FFN, combine) with three schedules that compute
+/// the same function: sequential (Megatron), pipelined (Tutel / FasterMoE) and comet (COMET).
+
+#include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/Router.hpp>
+#include <tessel/moe/Tuning.hpp>
+
+#include <tessel/core/Communicator.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessel::moe {
+
+/// \brief Options of a layer.
+struct LayerOptions {
+  /// Parameters of the comet schedule; unset: looked up in \p registry (see Tuning.hpp).
+  std::optional<CometParams> comet;
+  /// Registry for the lookup; nullptr: TuningRegistry::builtin().
+  TuningRegistry const *registry = nullptr;
+  /// Backend name of the registry key.
+  std::string backend = "host";
+  /// Token chunks of the pipelined schedule (Tutel's a2a_ffn_overlap_degree).
+  int pipeline_chunks = 4;
+  /// Check the tokens for NaN and infinity before each forward (collective: every rank reports the first bad
+  /// value of any rank).
+  bool check_finite = true;
+  /// Record a timeline of the overlapped schedules' tiles and messages in ForwardStats::trace (for analysis).
+  bool trace = false;
+};
+
+/// \brief One interval of a forward's timeline (seconds since the forward started, this rank).
+struct TraceEvent {
+  double begin = 0.0, end = 0.0;
+  std::string what; ///< "layer0 s=1 e=3 rows 0-255", "layer1 s=1 block 2", "landed s=1 m=4", "wait"
+};
+
+/// \brief Where the last forward spent its time on this rank (seconds).
+struct ForwardStats {
+  Schedule schedule = Schedule::sequential;
+  double total = 0.0;
+  /// Sequential: the phases in order. Overlapped schedules: route covers routing and packing; the others stay 0.
+  double route = 0.0, dispatch = 0.0, experts = 0.0, combine = 0.0, reduce = 0.0;
+  /// Overlapped schedules: time the compute thread computed, and time it waited for data.
+  double compute_busy = 0.0, compute_wait = 0.0;
+  /// Overlapped schedules: CPU seconds the communication threads used (they should mostly sleep).
+  double comm_cpu = 0.0;
+  /// Expert rows this rank computed (sum over sources and local experts).
+  std::int64_t rows = 0;
+  /// Timeline, when LayerOptions::trace is set.
+  std::vector<TraceEvent> trace;
+};
+
+/// \brief Communication alone and computation alone of one layer (seconds, maximum over ranks, median over
+/// repetitions): the denominators of the hidden-communication fraction (T_sequential - T) / T_comm.
+struct AloneTimes {
+  double comm = 0.0;
+  double comp = 0.0;
+  /// Minimum over the repetitions (of the maximum over ranks): the time least disturbed by other processes.
+  double comm_min = 0.0, comp_min = 0.0;
+};
+
+/// \brief One MoE layer on a communicator of EP x TP ranks.
+///
+/// Construction is collective: it validates the configuration and checks that it is the same on every rank.
+/// forward() is collective too. Every rank brings M tokens and receives their outputs; the schedules differ
+/// only in how they overlap communication with computation, and exchange the same messages (the expert side
+/// top-k-reduces its outputs per token before the combine in all three).
+class MoeLayer {
+public:
+  MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights weights, LayerOptions options = {});
+  ~MoeLayer();
+  MoeLayer(MoeLayer &&) noexcept;
+  MoeLayer &operator=(MoeLayer &&) noexcept;
+
+  /// \brief out = sum over each token's top-k experts of weight x FFN_e(token), for this rank's \p tokens
+  /// [M, N]; \p out is [M, N]. Runs on \p space (and, for the overlapped schedules, on communication threads
+  /// that only move bytes). Throws TimeoutError naming the silent peers when a peer never answers.
+  void forward(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
+               Schedule schedule = Schedule::comet);
+
+  MoeConfig const &config() const;
+  Communicator const &communicator() const;
+  /// Routing of the last forward.
+  Routing const &routing() const;
+  ForwardStats const &stats() const;
+
+  CometParams const &comet_params() const;
+  /// Where the comet parameters came from ("given", "registry", "fallback rule", ...).
+  std::string const &comet_params_source() const;
+  /// Changes the comet parameters (all ranks must pass the same; checked at the next forward).
+  void set_comet_params(CometParams const &params);
+  int pipeline_chunks() const;
+  void set_pipeline_chunks(int chunks);
+
+  /// \brief Measures the layer's communication alone (route exchange, dispatch and combine all-to-alls with no
+  /// computation between them) and computation alone (routing, packing, expert GEMMs, top-k reduction and
+  /// final sum with no communication), \p repeats times each; either may be skipped (left 0). Collective.
+  AloneTimes measure_alone(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int repeats = 3,
+                           bool comm = true, bool comp = true);
+
+  struct State;
+
+private:
+  std::unique_ptr<State> _state;
+};
+
+} // namespace tessel::moe
+
+#endif

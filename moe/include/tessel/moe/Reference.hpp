@@ -1,0 +1,50 @@
+#ifndef TESSEL_MOE_REFERENCE_HPP
+#define TESSEL_MOE_REFERENCE_HPP
+
+/// \file Reference.hpp
+/// \brief Full (unsharded) expert weights and the dense single-process reference the schedules are checked
+/// against: no communication, no sharding, no tiling, double precision.
+
+#include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/Router.hpp>
+
+#include <string>
+
+namespace tessel::moe {
+
+/// \brief All experts' full weights: w0 [E, N, (gated ? 2 : 1) K] (gated: [gate | up]), w1 [E, K, N].
+struct DenseWeights {
+  HostTensor w0;
+  HostTensor w1;
+};
+
+/// \brief Allocates (uninitialized) dense weights for \p config (EP and TP are ignored).
+DenseWeights allocate_dense_weights(MoeConfig const &config);
+
+/// \brief The shard rank \p rank holds under \p config.
+ExpertWeights shard_weights(MoeConfig const &config, int rank, DenseWeights const &dense);
+
+using HostMatrix64 = Kokkos::View<double **, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+/// \brief The reference's output and its check of the router's decisions.
+struct ReferenceResult {
+  HostMatrix64 out; ///< [T, N]
+  /// Tokens whose chosen experts are not a top-k of the double-precision probabilities (by more than 1e-5).
+  std::int64_t routing_violations = 0;
+  std::string first_violation;
+};
+
+/// \brief Dense reference for \p tokens [T, N]: logits (from \p gate, in double), softmax, and for each token the
+/// weighted sum over the experts \p chosen [T, topk] of FFN_e in double with the full weights. The expert
+/// choice is taken from the router under test (so near-ties cannot flip it) and checked against the
+/// double-precision probabilities; the combine weights are recomputed in double.
+ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                  HostIndexMatrix chosen, DenseWeights const &weights);
+
+/// \brief max |y - ref| / max |ref| (0 when both are zero).
+double max_relative_error(ConstHostMatrix y, HostMatrix64 ref);
+
+} // namespace tessel::moe
+
+#endif

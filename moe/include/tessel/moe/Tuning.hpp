@@ -1,0 +1,105 @@
+#ifndef TESSEL_MOE_TUNING_HPP
+#define TESSEL_MOE_TUNING_HPP
+
+/// \file Tuning.hpp
+/// \brief Adaptive workload assignment of the comet schedule: the split of workers between communication and
+/// computation (host: communication threads and requests in flight; CUDA: communication thread blocks), the
+/// N-split count and the M tile, looked up in a registry of measured settings keyed by the layer's shape.
+///
+/// Lookup: the exact key (M bucket, N, K, E, topk, EP, TP, backend); else an entry with the same key except
+/// the M bucket, the nearest bucket in log scale (ties: the larger); else fallback_params(), a rule that never
+/// fails. `tessel-moe --tune` and `tessel-moe-bench --tune` measure the candidates and write the registry
+/// file; the committed file moe/tuning/host.registry is compiled in, and TESSEL_MOE_TUNING=FILE adds entries
+/// that take precedence.
+
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/OverlapPlan.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::moe {
+
+/// \brief The knobs of the comet schedule.
+struct CometParams {
+  int comm_workers = 1;      ///< communication threads (host) / communication blocks (CUDA)
+  int in_flight = 0;         ///< sends each communication worker keeps outstanding; 0: no limit
+  int n_splits = 4;          ///< column blocks of layer1 (N-split)
+  int m_splits = 1;          ///< token ranges per source, each with its own layer1 and combine (1: COMET)
+  std::int64_t tile_m = 128; ///< rows of a layer0 tile and of a dispatch message
+  PlanPolicy policy = PlanPolicy::critical_path;
+
+  /// "workers=1 in_flight=0 n_splits=4 m_splits=1 tile_m=128 policy=critical_path"
+  std::string describe() const;
+  /// Throws naming the parameter that does not fit \p config.
+  void validate(MoeConfig const &config) const;
+  /// Order-independent hash (for checking that all ranks use the same parameters).
+  std::uint64_t hash() const;
+  bool operator==(CometParams const &o) const {
+    return comm_workers == o.comm_workers && in_flight == o.in_flight && n_splits == o.n_splits &&
+           m_splits == o.m_splits && tile_m == o.tile_m && policy == o.policy;
+  }
+};
+
+/// \brief Smallest power of two >= m (1 for m <= 1): the M bucket of the registry.
+std::int64_t m_bucket(std::int64_t m);
+
+/// \brief Registry key.
+struct TuningKey {
+  std::string backend = "host";
+  std::int64_t m_bucket = 1;
+  std::int64_t n = 0, k = 0;
+  int e = 0, topk = 0, ep = 1, tp = 1;
+  static TuningKey of(MoeConfig const &config, std::string backend = "host");
+  bool same_shape(TuningKey const &o) const {
+    return backend == o.backend && n == o.n && k == o.k && e == o.e && topk == o.topk && ep == o.ep && tp == o.tp;
+  }
+  bool operator==(TuningKey const &o) const { return same_shape(o) && m_bucket == o.m_bucket; }
+  std::string describe() const;
+};
+
+/// \brief The documented rule for shapes the registry does not know (never an error): tile_m = half the rows one
+/// source sends one expert (M topk / E / 2), rounded down to a power of two and clamped to [128, 1024];
+/// n_splits = 2 when N >= 256, else 1; m_splits = 1; one communication worker; no in-flight limit;
+/// critical_path. (On the host, every GEMM call packs the expert's weights: fewer, larger calls win.)
+CometParams fallback_params(MoeConfig const &config);
+
+struct TuningEntry {
+  TuningKey key;
+  CometParams params;
+  std::string note; ///< what was measured (free text)
+};
+
+/// \brief A set of tuned entries, read from and written to a line-based text file.
+///
+/// Format, one entry per line ('#' starts a comment):
+///   backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note
+class TuningRegistry {
+public:
+  /// The committed registry (moe/tuning/host.registry), plus TESSEL_MOE_TUNING's entries when set.
+  static TuningRegistry const &builtin();
+  /// Parses registry text; errors name \p origin, the line and the field.
+  static TuningRegistry parse(std::string const &text, std::string const &origin);
+  static TuningRegistry load(std::string const &path);
+  /// Writes the registry (entries sorted by key), with a header naming the format.
+  void save(std::string const &path) const;
+  std::string to_string() const;
+
+  /// Adds or replaces the entry of \p key.
+  void set(TuningKey const &key, CometParams const &params, std::string note = {});
+  /// Entries of \p other replace entries of this registry with equal keys.
+  void merge(TuningRegistry const &other);
+  std::vector<TuningEntry> const &entries() const { return _entries; }
+
+  /// \brief The parameters for \p config: exact entry, nearest M bucket, or fallback_params(). \p how (when
+  /// given) receives "registry", "registry (M bucket 4096 for 2048)" or "fallback rule".
+  CometParams lookup(MoeConfig const &config, std::string const &backend = "host", std::string *how = nullptr) const;
+
+private:
+  std::vector<TuningEntry> _entries;
+};
+
+} // namespace tessel::moe
+
+#endif

@@ -1,0 +1,26 @@
+#ifndef TESSEL_MOE_TYPES_HPP
+#define TESSEL_MOE_TYPES_HPP
+
+/// \file Types.hpp
+/// \brief View types of the host path (row-major float32 in HostSpace).
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace tessel::moe {
+
+/// \brief The execution space of the host path.
+using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
+/// \brief Row-major matrix (tokens, logits, activations).
+using HostMatrix = Kokkos::View<float **, Kokkos::LayoutRight, Kokkos::HostSpace>;
+using ConstHostMatrix = Kokkos::View<float const **, Kokkos::LayoutRight, Kokkos::HostSpace>;
+/// \brief Row-major stack of matrices (expert weights, [expert][rows][cols]).
+using HostTensor = Kokkos::View<float ***, Kokkos::LayoutRight, Kokkos::HostSpace>;
+using HostVector = Kokkos::View<float *, Kokkos::HostSpace>;
+using ConstHostVector = Kokkos::View<float const *, Kokkos::HostSpace>;
+using HostIndexMatrix = Kokkos::View<std::int32_t **, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+} // namespace tessel::moe
+
+#endif

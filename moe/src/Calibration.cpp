@@ -1,0 +1,148 @@
+#include <tessel/moe/Calibration.hpp>
+
+#include <tessel/core/Error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+namespace tessel::moe {
+
+Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
+                                 GateInput const &gate, double share, double latency, int repeats,
+                                 std::function<void(std::string const &)> const &progress) {
+  TESSEL_REQUIRE(share > 0.0 && share < 1.0, "calibrate_comm_share: share must be in (0, 1), got ", share);
+  auto *paced = paced_backend_of(layer.communicator());
+  TESSEL_REQUIRE(paced != nullptr, "calibrate_comm_share: the layer's communicator is not paced "
+                                   "(wrap it with tessel::make_paced_communicator)");
+  auto const say = [&](std::string const &what) {
+    if (progress)
+      progress(what);
+  };
+  Calibration cal;
+  // Latency only: the intercept of T_comm(1/B), and computation alone.
+  paced->set_link(LinkModel{0.0, latency});
+  // Computation alone: the fastest repetition, the one least disturbed by other processes on a shared machine
+  // (communication on the emulated link is paced by sleeps and barely varies).
+  auto const base = layer.measure_alone(space, tokens, gate, repeats, true, true);
+  cal.t_comp = base.comp_min;
+  double const intercept = base.comm;
+  cal.t_comm_unlimited = intercept;
+  double const target = share / (1.0 - share) * cal.t_comp;
+  cal.measurements = 1;
+  {
+    std::ostringstream os;
+    os << "calibration: compute alone " << 1e3 * cal.t_comp << " ms, communication at unlimited bandwidth "
+       << 1e3 * intercept << " ms, target communication " << 1e3 * target << " ms (share " << share << ")";
+    say(os.str());
+  }
+  if (intercept >= 0.95 * target) {
+    cal.link = LinkModel{0.0, latency};
+    cal.t_comm = intercept;
+    cal.share = intercept / (intercept + cal.t_comp);
+    say("calibration: latency alone exceeds the target share; bandwidth left unlimited");
+    return cal;
+  }
+  // Slope estimate from a first guess: 10 MB/s, refined by the secant through (0, intercept).
+  double bandwidth = 1e7;
+  double t_comm = 0.0;
+  for (int round = 0; round < 4; ++round) {
+    paced->set_link(LinkModel{bandwidth, latency});
+    t_comm = layer.measure_alone(space, tokens, gate, repeats, true, false).comm;
+    ++cal.measurements;
+    {
+      std::ostringstream os;
+      os << "calibration: " << bandwidth / 1e6 << " MB/s -> communication " << 1e3 * t_comm << " ms";
+      say(os.str());
+    }
+    if (std::abs(t_comm - target) <= 0.05 * target)
+      break;
+    double const slope = (t_comm - intercept) * bandwidth; // seconds x bytes/s
+    TESSEL_REQUIRE(slope > 0.0, "calibrate_comm_share: communication time does not grow as bandwidth shrinks (", t_comm,
+                   " s at ", bandwidth, " B/s, ", intercept, " s unlimited)");
+    double const next = slope / (target - intercept);
+    // All ranks must set the same link: agree on rank 0's value.
+    bandwidth = layer.communicator().allreduce_value(layer.communicator().rank() == 0 ? next : 0.0, ReduceOp::sum);
+  }
+  cal.link = LinkModel{bandwidth, latency};
+  paced->set_link(cal.link);
+  cal.t_comm = t_comm;
+  cal.share = t_comm / (t_comm + cal.t_comp);
+  return cal;
+}
+
+double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                     HostMatrix out, Schedule schedule, int iters, int warmup) {
+  TESSEL_REQUIRE(iters >= 1 && warmup >= 0, "time_schedule: need iters >= 1 and warmup >= 0");
+  auto const &comm = layer.communicator();
+  for (int i = 0; i < warmup; ++i)
+    layer.forward(space, tokens, gate, out, schedule);
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    comm.barrier();
+    auto const t0 = std::chrono::steady_clock::now();
+    layer.forward(space, tokens, gate, out, schedule);
+    double const mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times.push_back(comm.allreduce_value(mine, ReduceOp::max));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                      int iters, std::function<void(std::string const &)> const &progress) {
+  auto const &config = layer.config();
+  HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::tune_out"), tokens.extent(0),
+                 tokens.extent(1));
+  TuneResult result;
+  auto const measure = [&](CometParams const &p) {
+    layer.set_comet_params(p);
+    double const t = time_schedule(space, layer, tokens, gate, out, Schedule::comet, iters, 1);
+    result.measured.emplace_back(p, t);
+    if (progress) {
+      std::ostringstream os;
+      os << "tune: " << p.describe() << " -> " << 1e3 * t << " ms";
+      progress(os.str());
+    }
+    return t;
+  };
+  result.best = layer.comet_params();
+  result.best_seconds = measure(result.best);
+  auto const try_values = [&](auto set, auto const &values) {
+    for (auto v : values) {
+      auto p = result.best;
+      set(p, v);
+      if (p == result.best)
+        continue;
+      try {
+        p.validate(config);
+      } catch (Exception const &) {
+        continue;
+      }
+      double const t = measure(p);
+      if (t < result.best_seconds) {
+        result.best = p;
+        result.best_seconds = t;
+      }
+    }
+  };
+  std::vector<int> splits;
+  for (int s : {1, 2, 4, 8})
+    if (config.hidden / s >= 32)
+      splits.push_back(s);
+  std::vector<std::int64_t> tiles{128, 256, 512, 1024};
+  try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
+  try_values([](CometParams &p, int v) { p.m_splits = v; }, std::vector<int>{1, 2, 4});
+  try_values([](CometParams &p, std::int64_t v) { p.tile_m = v; }, tiles);
+  try_values([](CometParams &p, PlanPolicy v) { p.policy = v; },
+             std::vector<PlanPolicy>{PlanPolicy::critical_path, PlanPolicy::local_first});
+  try_values([](CometParams &p, int v) { p.comm_workers = v; }, std::vector<int>{1, 2});
+  try_values([](CometParams &p, int v) { p.in_flight = v; }, std::vector<int>{0, 4});
+  // A second look at the split count, which interacts with the tile size.
+  try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
+  layer.set_comet_params(result.best);
+  return result;
+}
+
+} // namespace tessel::moe

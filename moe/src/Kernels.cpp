@@ -1,0 +1,204 @@
+#include "Kernels.hpp"
+
+#include <tessel/core/Execution.hpp>
+
+#include <cmath>
+
+namespace tessel::moe::Impl {
+
+namespace {
+
+KOKKOS_INLINE_FUNCTION float silu(float x) { return x / (1.0f + std::exp(-x)); }
+KOKKOS_INLINE_FUNCTION float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+
+} // namespace
+
+void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch) {
+  std::int64_t const rows = x.rows, kp = config.ffn_per_rank(), n = config.hidden;
+  if (rows == 0)
+    return;
+  std::int64_t const cols0 = config.gemm0_cols();
+  MatRef<float const> const w0{&weights.w0(expert, 0, 0), n, cols0, cols0};
+  bool const silu_act = config.activation == Activation::silu;
+  compat::fence(space, "Tessel::moe::layer0");
+  if (!config.gated) {
+    gemm(x, w0, 0.0f, h);
+    float *const hd = h.data;
+    std::int64_t const ld = h.ld;
+    Kokkos::parallel_for(
+        "Tessel::moe::activation", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
+          float *row = hd + i * ld;
+          for (std::int64_t j = 0; j < kp; ++j)
+            row[j] = silu_act ? silu(row[j]) : gelu(row[j]);
+        });
+    return;
+  }
+  if (static_cast<std::int64_t>(scratch.pre.extent(0)) < rows ||
+      static_cast<std::int64_t>(scratch.pre.extent(1)) != cols0)
+    scratch.pre = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::layer0_scratch"),
+                             static_cast<std::size_t>(rows), static_cast<std::size_t>(cols0));
+  MatRef<float> const pre{scratch.pre.data(), rows, cols0, cols0};
+  gemm(x, w0, 0.0f, pre);
+  float const *const pd = pre.data;
+  float *const hd = h.data;
+  std::int64_t const ld = h.ld;
+  Kokkos::parallel_for(
+      "Tessel::moe::gated_activation", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        float const *gate = pd + i * cols0;
+        float const *up = gate + kp;
+        float *out = hd + i * ld;
+        for (std::int64_t j = 0; j < kp; ++j)
+          out[j] = (silu_act ? silu(gate[j]) : gelu(gate[j])) * up[j];
+      });
+}
+
+void layer1_block(MoeConfig const &config, ExpertWeights const &weights, int expert, MatRef<float const> h,
+                  std::int64_t col_begin, std::int64_t col_end, MatRef<float> y) {
+  std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
+  MatRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
+  gemm(h, w1, 0.0f, y);
+}
+
+SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row_slot, std::vector<float> const &weight,
+                        std::int64_t row_offset) {
+  SlotRows out;
+  out.ptr.assign(static_cast<std::size_t>(slots) + 1, 0);
+  for (auto s : row_slot) {
+    auto const u = static_cast<std::int64_t>(s) - row_offset;
+    TESSEL_REQUIRE(u >= 0 && u < slots, "routing metadata names slot ", s, ", outside [", row_offset, ", ",
+                   row_offset + slots, ")");
+    out.ptr[static_cast<std::size_t>(u) + 1] += 1;
+  }
+  for (std::size_t u = 0; u < static_cast<std::size_t>(slots); ++u)
+    out.ptr[u + 1] += out.ptr[u];
+  out.row.resize(row_slot.size());
+  out.weight.resize(row_slot.size());
+  std::vector<std::int64_t> cursor(out.ptr.begin(), out.ptr.end() - 1);
+  for (std::size_t r = 0; r < row_slot.size(); ++r) {
+    auto const i = static_cast<std::size_t>(cursor[static_cast<std::size_t>(row_slot[r] - row_offset)]++);
+    out.row[i] = static_cast<std::int64_t>(r);
+    out.weight[i] = weight[r];
+  }
+  return out;
+}
+
+void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
+                 MatRef<float const> y, MatRef<float> out) {
+  std::int64_t const cols = out.cols;
+  TESSEL_REQUIRE(y.cols == cols, "topk_reduce: ", y.cols, " columns in, ", cols, " out");
+  std::int64_t const *const ptr = slots.ptr.data();
+  std::int64_t const *const row = slots.row.data();
+  float const *const weight = slots.weight.data();
+  std::int64_t const *const map = row_map.empty() ? nullptr : row_map.data();
+  float const *const yd = y.data;
+  float *const od = out.data;
+  std::int64_t const yld = y.ld, old = out.ld;
+  Kokkos::parallel_for(
+      "Tessel::moe::topk_reduce", Kokkos::RangePolicy<HostExecSpace>(space, 0, slots.slots()),
+      KOKKOS_LAMBDA(std::int64_t u) {
+        float *o = od + u * old;
+        for (std::int64_t j = 0; j < cols; ++j)
+          o[j] = 0.0f;
+        for (std::int64_t i = ptr[u]; i < ptr[u + 1]; ++i) {
+          std::int64_t const r = map ? map[row[i]] : row[i];
+          float const w = weight[i];
+          float const *src = yd + r * yld;
+          for (std::int64_t j = 0; j < cols; ++j)
+            o[j] += w * src[j];
+        }
+      });
+}
+
+namespace {
+template <class Index>
+void gather_rows_impl(HostExecSpace const &space, MatRef<float const> src, Index const *index, std::int64_t count,
+                      MatRef<float> dst) {
+  std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;
+  float const *const sd = src.data;
+  float *const dd = dst.data;
+  Kokkos::parallel_for(
+      "Tessel::moe::gather_rows", Kokkos::RangePolicy<HostExecSpace>(space, 0, count), KOKKOS_LAMBDA(std::int64_t i) {
+        float const *s = sd + static_cast<std::int64_t>(index[i]) * sld;
+        float *d = dd + i * dld;
+        for (std::int64_t j = 0; j < cols; ++j)
+          d[j] = s[j];
+      });
+}
+} // namespace
+
+void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
+                 float const *weight, MatRef<float const> y, MatRef<float> out) {
+  std::int64_t const cols = out.cols, yld = y.ld, old = out.ld;
+  TESSEL_REQUIRE(y.cols == cols, "scatter_add: ", y.cols, " columns in, ", cols, " out");
+  float const *const yd = y.data;
+  float *const od = out.data;
+  Kokkos::parallel_for(
+      "Tessel::moe::scatter_add", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t j) {
+        float *o = od + (static_cast<std::int64_t>(slot[j]) - slot_base) * old;
+        float const *src = yd + j * yld;
+        float const w = weight[j];
+        for (std::int64_t c = 0; c < cols; ++c)
+          o[c] += w * src[c];
+      });
+}
+
+void zero(HostExecSpace const &space, float *dst, std::int64_t count) {
+  Kokkos::parallel_for(
+      "Tessel::moe::zero", Kokkos::RangePolicy<HostExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(std::int64_t i) { dst[i] = 0.0f; });
+}
+
+void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float> dst) {
+  TESSEL_REQUIRE(src.rows == dst.rows && src.cols == dst.cols, "copy_rows: shapes differ");
+  std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;
+  float const *const sd = src.data;
+  float *const dd = dst.data;
+  Kokkos::parallel_for(
+      "Tessel::moe::copy_rows", Kokkos::RangePolicy<HostExecSpace>(space, 0, dst.rows), KOKKOS_LAMBDA(std::int64_t i) {
+        float const *s = sd + i * sld;
+        float *d = dd + i * dld;
+        for (std::int64_t j = 0; j < cols; ++j)
+          d[j] = s[j];
+      });
+}
+
+void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
+                 MatRef<float> dst) {
+  gather_rows_impl(space, src, index, count, dst);
+}
+void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
+                 MatRef<float> dst) {
+  gather_rows_impl(space, src, index, count, dst);
+}
+
+void combine_sum(HostExecSpace const &space, std::vector<Contribution> const &parts,
+                 std::vector<std::int64_t> const &split_cols, MatRef<float> out) {
+  std::int64_t const n = out.cols, ld = out.ld;
+  auto const nparts = static_cast<std::int64_t>(parts.size());
+  auto const nblocks = static_cast<std::int64_t>(split_cols.size()) - 1;
+  Contribution const *const p = parts.data();
+  std::int64_t const *const cols = split_cols.data();
+  float *const od = out.data;
+  Kokkos::parallel_for(
+      "Tessel::moe::combine_sum", Kokkos::RangePolicy<HostExecSpace>(space, 0, out.rows),
+      KOKKOS_LAMBDA(std::int64_t t) {
+        float *o = od + t * ld;
+        for (std::int64_t j = 0; j < n; ++j)
+          o[j] = 0.0f;
+        for (std::int64_t q = 0; q < nparts; ++q) {
+          std::int64_t const slot = p[q].token_slot[t];
+          if (slot < 0)
+            continue;
+          for (std::int64_t b = 0; b < nblocks; ++b) {
+            std::int64_t const cb = cols[b], width = cols[b + 1] - cols[b];
+            float const *src = p[q].data + p[q].slots * cb + slot * width;
+            for (std::int64_t j = 0; j < width; ++j)
+              o[cb + j] += src[j];
+          }
+        }
+      });
+}
+
+} // namespace tessel::moe::Impl

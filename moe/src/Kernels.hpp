@@ -1,0 +1,75 @@
+#ifndef TESSEL_MOE_SRC_KERNELS_HPP
+#define TESSEL_MOE_SRC_KERNELS_HPP
+
+// Host kernels shared by the schedules: GEMM0 + activation on a row tile, GEMM1 on a column block, the top-k
+// reduction per slot, row gathers and the final sum over contributing ranks. Every kernel is labelled
+// Tessel::moe:: and runs on the given execution space instance.
+
+#include "Gemm.hpp"
+
+#include <tessel/moe/ExpertFfn.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace tessel::moe::Impl {
+
+/// Scratch of one layer0 tile: [rows, gemm0_cols] before the activation (gated layers only).
+struct Layer0Scratch {
+  HostMatrix pre;
+};
+
+/// h[rows] = act(x[rows] W0_e) (gated: act(x Wg) * (x Wu)); x is [rows, N], h is [rows, K/TP].
+void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch);
+
+/// y[rows, cols) = h[rows] W1_e[:, cols) (h: [rows, K/TP], y: [rows, col_end - col_begin]).
+void layer1_block(MoeConfig const &config, ExpertWeights const &weights, int expert, MatRef<float const> h,
+                  std::int64_t col_begin, std::int64_t col_end, MatRef<float> y);
+
+/// Slots of one source with the rows to reduce: rows of slot u are row_index[ptr[u], ptr[u+1]) with weights.
+struct SlotRows {
+  std::vector<std::int64_t> ptr;
+  std::vector<std::int64_t> row;
+  std::vector<float> weight;
+  std::int64_t slots() const { return static_cast<std::int64_t>(ptr.size()) - 1; }
+};
+/// Groups rows by slot (counting sort), \p row_slot being relative to the first slot.
+SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row_slot, std::vector<float> const &weight,
+                        std::int64_t row_offset = 0);
+
+/// out[u, :] = sum over the rows r of slot u of w_r y[map(r), :] (map = identity when \p row_map is empty).
+void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
+                 MatRef<float const> y, MatRef<float> out);
+
+/// out[slot[j] - slot_base, :] += weight[j] y[j, :] for the \p rows rows of one expert (its rows name distinct
+/// slots, so rows never collide).
+void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
+                 float const *weight, MatRef<float const> y, MatRef<float> out);
+
+/// dst = 0.
+void zero(HostExecSpace const &space, float *dst, std::int64_t count);
+
+/// dst = src (same shape).
+void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float> dst);
+
+/// dst[i, :] = src[index[i], :].
+void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
+                 MatRef<float> dst);
+void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
+                 MatRef<float> dst);
+
+/// One rank's contribution to this rank's tokens: slot-indexed rows stored block-major by column split
+/// (block b holds [slots, col_end_b - col_begin_b] at offset slots * col_begin_b).
+struct Contribution {
+  float const *data = nullptr;
+  std::int64_t slots = 0;
+  std::int32_t const *token_slot = nullptr; // [M] slot of each token, -1 when absent
+};
+/// out[t, :] = sum over contributions (in the given order) of their rows for token t.
+void combine_sum(HostExecSpace const &space, std::vector<Contribution> const &parts,
+                 std::vector<std::int64_t> const &split_cols, MatRef<float> out);
+
+} // namespace tessel::moe::Impl
+
+#endif

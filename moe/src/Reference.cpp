@@ -1,0 +1,164 @@
+#include <tessel/moe/Reference.hpp>
+
+#include "Gemm.hpp"
+
+#include <tessel/core/Error.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+namespace tessel::moe {
+
+DenseWeights allocate_dense_weights(MoeConfig const &config) {
+  auto const e = static_cast<std::size_t>(config.experts), n = static_cast<std::size_t>(config.hidden),
+             k = static_cast<std::size_t>(config.ffn);
+  DenseWeights w;
+  w.w0 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::dense_w0"), e, n,
+                    (config.gated ? 2 : 1) * k);
+  w.w1 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::dense_w1"), e, k, n);
+  return w;
+}
+
+ExpertWeights shard_weights(MoeConfig const &config, int rank, DenseWeights const &dense) {
+  TESSEL_REQUIRE(static_cast<int>(dense.w0.extent(0)) == config.experts &&
+                     static_cast<std::int64_t>(dense.w0.extent(1)) == config.hidden &&
+                     static_cast<std::int64_t>(dense.w0.extent(2)) == (config.gated ? 2 : 1) * config.ffn &&
+                     static_cast<std::int64_t>(dense.w1.extent(1)) == config.ffn,
+                 "shard_weights: dense weights do not match ", config.describe());
+  auto weights = allocate_expert_weights(config);
+  for (int e = 0; e < config.experts; ++e)
+    set_expert_weights(config, rank, e, &dense.w0(e, 0, 0), &dense.w1(e, 0, 0), weights);
+  return weights;
+}
+
+ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                  HostIndexMatrix chosen, DenseWeights const &weights) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
+  int const e_count = config.experts, topk = config.topk;
+  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == n, "reference: tokens have ", tokens.extent(1),
+                 " columns, expected N=", n);
+  TESSEL_REQUIRE(static_cast<std::int64_t>(chosen.extent(0)) == t_count && static_cast<int>(chosen.extent(1)) == topk,
+                 "reference: expert choice is ", chosen.extent(0), " x ", chosen.extent(1), ", expected ", t_count,
+                 " x ", topk);
+  ReferenceResult result;
+  result.out =
+      HostMatrix64("Tessel::moe::reference_out", static_cast<std::size_t>(t_count), static_cast<std::size_t>(n));
+
+  // Logits and softmax in double.
+  std::vector<double> probs(static_cast<std::size_t>(t_count * e_count));
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    double *p = probs.data() + t * e_count;
+    for (int e = 0; e < e_count; ++e) {
+      if (gate.kind == GateInput::Kind::logits) {
+        p[e] = gate.logits(t, e);
+      } else {
+        double acc = gate.bias.data() ? static_cast<double>(gate.bias(e)) : 0.0;
+        for (std::int64_t i = 0; i < n; ++i)
+          acc += static_cast<double>(tokens(t, i)) * static_cast<double>(gate.weight(i, e));
+        p[e] = acc;
+      }
+    }
+    double top = p[0];
+    for (int e = 1; e < e_count; ++e)
+      top = std::max(top, p[e]);
+    double sum = 0.0;
+    for (int e = 0; e < e_count; ++e)
+      sum += (p[e] = std::exp(p[e] - top));
+    for (int e = 0; e < e_count; ++e)
+      p[e] /= sum;
+  }
+
+  // Combine weights of the chosen experts, and the check that they are a top-k.
+  std::vector<double> weight(static_cast<std::size_t>(t_count * topk));
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    double const *p = probs.data() + t * e_count;
+    double chosen_min = 2.0, other_max = -1.0, chosen_sum = 0.0;
+    bool distinct = true;
+    for (int j = 0; j < topk; ++j) {
+      int const e = chosen(t, j);
+      TESSEL_REQUIRE(e >= 0 && e < e_count, "reference: token ", t, " is routed to expert ", e);
+      for (int i = 0; i < j; ++i)
+        distinct = distinct && chosen(t, i) != e;
+      chosen_min = std::min(chosen_min, p[e]);
+      chosen_sum += p[e];
+    }
+    for (int e = 0; e < e_count; ++e) {
+      bool is_chosen = false;
+      for (int j = 0; j < topk; ++j)
+        is_chosen = is_chosen || chosen(t, j) == e;
+      if (!is_chosen)
+        other_max = std::max(other_max, p[e]);
+    }
+    if (!distinct || other_max > chosen_min + 1e-5) {
+      if (result.routing_violations++ == 0) {
+        std::ostringstream os;
+        os << "token " << t << ": chosen experts have min probability " << chosen_min << " but an unchosen expert has "
+           << other_max << (distinct ? "" : " (an expert is chosen twice)");
+        result.first_violation = os.str();
+      }
+    }
+    for (int j = 0; j < topk; ++j) {
+      double const pe = p[chosen(t, j)];
+      weight[static_cast<std::size_t>(t * topk + j)] = config.normalize_topk ? pe / chosen_sum : pe;
+    }
+  }
+
+  // Per expert: gather its tokens, GEMM0, activation, GEMM1, weighted scatter-add (double, full K).
+  std::vector<double> w0(static_cast<std::size_t>(n * k0)), w1(static_cast<std::size_t>(k * n));
+  for (int e = 0; e < e_count; ++e) {
+    std::vector<std::int64_t> rows;
+    std::vector<double> row_weight;
+    for (std::int64_t t = 0; t < t_count; ++t)
+      for (int j = 0; j < topk; ++j)
+        if (chosen(t, j) == e) {
+          rows.push_back(t);
+          row_weight.push_back(weight[static_cast<std::size_t>(t * topk + j)]);
+        }
+    if (rows.empty())
+      continue;
+    auto const r = static_cast<std::int64_t>(rows.size());
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < k0; ++j)
+        w0[static_cast<std::size_t>(i * k0 + j)] = weights.w0(e, i, j);
+    for (std::int64_t i = 0; i < k; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        w1[static_cast<std::size_t>(i * n + j)] = weights.w1(e, i, j);
+    std::vector<double> a(static_cast<std::size_t>(r * n)), pre(static_cast<std::size_t>(r * k0)),
+        hid(static_cast<std::size_t>(r * k)), y(static_cast<std::size_t>(r * n));
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        a[static_cast<std::size_t>(i * n + j)] = tokens(rows[static_cast<std::size_t>(i)], j);
+    Impl::gemm({a.data(), r, n, n}, {w0.data(), n, k0, k0}, 0.0, {pre.data(), r, k0, k0});
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < k; ++j) {
+        double const g = pre[static_cast<std::size_t>(i * k0 + j)];
+        double const act = config.activation == Activation::silu ? g / (1.0 + std::exp(-g))
+                                                                 : 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0)));
+        hid[static_cast<std::size_t>(i * k + j)] =
+            config.gated ? act * pre[static_cast<std::size_t>(i * k0 + k + j)] : act;
+      }
+    Impl::gemm({hid.data(), r, k, k}, {w1.data(), k, n, n}, 0.0, {y.data(), r, n, n});
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        result.out(rows[static_cast<std::size_t>(i)], j) +=
+            row_weight[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(i * n + j)];
+  }
+  return result;
+}
+
+double max_relative_error(ConstHostMatrix y, HostMatrix64 ref) {
+  TESSEL_REQUIRE(y.extent(0) == ref.extent(0) && y.extent(1) == ref.extent(1), "max_relative_error: shapes differ (",
+                 y.extent(0), " x ", y.extent(1), " vs ", ref.extent(0), " x ", ref.extent(1), ")");
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < y.extent(0); ++i)
+    for (std::size_t j = 0; j < y.extent(1); ++j) {
+      double const d = std::abs(static_cast<double>(y(i, j)) - ref(i, j));
+      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+      scale = std::max(scale, std::abs(ref(i, j)));
+    }
+  return scale > 0.0 ? diff / scale : diff;
+}
+
+} // namespace tessel::moe

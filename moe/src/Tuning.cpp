@@ -1,0 +1,271 @@
+#include <tessel/moe/Tuning.hpp>
+
+#include <tessel/core/Error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+namespace tessel::moe {
+
+namespace Impl {
+// Generated from moe/tuning/host.registry at configure time (BuiltinRegistry.cpp).
+extern char const *const builtin_registry_text;
+} // namespace Impl
+
+std::string CometParams::describe() const {
+  std::ostringstream os;
+  os << "workers=" << comm_workers << " in_flight=" << in_flight << " n_splits=" << n_splits << " m_splits=" << m_splits
+     << " tile_m=" << tile_m << " policy=" << name_of(policy);
+  return os.str();
+}
+
+void CometParams::validate(MoeConfig const &config) const {
+  TESSEL_REQUIRE(comm_workers >= 1 && comm_workers <= 8, "CometParams: comm_workers must be in [1, 8], got ",
+                 comm_workers);
+  TESSEL_REQUIRE(in_flight >= 0, "CometParams: in_flight must be >= 0 (0: no limit), got ", in_flight);
+  TESSEL_REQUIRE(n_splits >= 1 && n_splits <= config.hidden, "CometParams: n_splits must be in [1, N=", config.hidden,
+                 "], got ", n_splits);
+  TESSEL_REQUIRE(m_splits >= 1 && m_splits <= 64, "CometParams: m_splits must be in [1, 64], got ", m_splits);
+  TESSEL_REQUIRE(n_splits * m_splits < 16384, "CometParams: n_splits x m_splits = ", n_splits * m_splits,
+                 " exceeds the 16383 combine messages a source can tell apart");
+  TESSEL_REQUIRE(tile_m >= 1, "CometParams: tile_m must be positive, got ", tile_m);
+}
+
+std::uint64_t CometParams::hash() const {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint64_t v : {static_cast<std::uint64_t>(comm_workers), static_cast<std::uint64_t>(in_flight),
+                          static_cast<std::uint64_t>(n_splits), static_cast<std::uint64_t>(m_splits),
+                          static_cast<std::uint64_t>(tile_m), static_cast<std::uint64_t>(policy)})
+    h = (h ^ v) * 1099511628211ull;
+  return h;
+}
+
+std::int64_t m_bucket(std::int64_t m) {
+  std::int64_t b = 1;
+  while (b < m)
+    b *= 2;
+  return b;
+}
+
+TuningKey TuningKey::of(MoeConfig const &config, std::string backend) {
+  TuningKey key;
+  key.backend = std::move(backend);
+  key.m_bucket = moe::m_bucket(config.tokens);
+  key.n = config.hidden;
+  key.k = config.ffn;
+  key.e = config.experts;
+  key.topk = config.topk;
+  key.ep = config.ep;
+  key.tp = config.tp;
+  return key;
+}
+
+std::string TuningKey::describe() const {
+  std::ostringstream os;
+  os << backend << " " << m_bucket << " " << n << " " << k << " " << e << " " << topk << " " << ep << " " << tp;
+  return os.str();
+}
+
+CometParams fallback_params(MoeConfig const &config) {
+  CometParams p;
+  // Rows one source sends for one expert; half of them per message keeps two messages per (source, expert)
+  // while the GEMMs stay large enough for the BLAS to amortize packing the expert's weights.
+  std::int64_t const per_pair = config.tokens * config.topk / std::max(config.experts, 1);
+  std::int64_t tile = 128;
+  while (tile * 2 <= per_pair / 2 && tile < 1024)
+    tile *= 2;
+  p.tile_m = tile;
+  p.n_splits = config.hidden >= 256 ? 2 : 1;
+  p.m_splits = 1;
+  p.comm_workers = 1;
+  p.in_flight = 0;
+  p.policy = PlanPolicy::critical_path;
+  return p;
+}
+
+namespace {
+
+std::string trim(std::string const &s) {
+  auto const b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos)
+    return {};
+  auto const e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> words(std::string const &s) {
+  std::istringstream is(s);
+  std::vector<std::string> out;
+  std::string w;
+  while (is >> w)
+    out.push_back(w);
+  return out;
+}
+
+std::int64_t parse_int(std::string const &text, std::string const &where, char const *field) {
+  char *end = nullptr;
+  long long const v = std::strtoll(text.c_str(), &end, 10);
+  TESSEL_REQUIRE(end != text.c_str() && *end == '\0', where, ": field '", field, "' is not an integer: '", text, "'");
+  return static_cast<std::int64_t>(v);
+}
+
+bool key_less(TuningKey const &a, TuningKey const &b) {
+  return std::tie(a.backend, a.n, a.k, a.e, a.topk, a.ep, a.tp, a.m_bucket) <
+         std::tie(b.backend, b.n, b.k, b.e, b.topk, b.ep, b.tp, b.m_bucket);
+}
+
+} // namespace
+
+TuningRegistry TuningRegistry::parse(std::string const &text, std::string const &origin) {
+  TuningRegistry reg;
+  std::istringstream is(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(is, line)) {
+    ++number;
+    auto const where = origin + ":" + std::to_string(number);
+    std::string body = line;
+    auto const hash = body.find('#');
+    if (hash != std::string::npos)
+      body = body.substr(0, hash);
+    if (trim(body).empty())
+      continue;
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (true) {
+      auto const bar = body.find('|', start);
+      parts.push_back(trim(body.substr(start, bar == std::string::npos ? std::string::npos : bar - start)));
+      if (bar == std::string::npos)
+        break;
+      start = bar + 1;
+    }
+    TESSEL_REQUIRE(
+        parts.size() == 2 || parts.size() == 3, where,
+        ": expected 'backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note'");
+    auto const k = words(parts[0]);
+    auto const p = words(parts[1]);
+    TESSEL_REQUIRE(k.size() == 8, where, ": the key needs 8 fields (backend m_bucket N K E topk EP TP), got ",
+                   k.size());
+    TESSEL_REQUIRE(p.size() == 6, where,
+                   ": the parameters need 6 fields (workers in_flight n_splits m_splits tile_m policy), got ",
+                   p.size());
+    TuningEntry entry;
+    entry.key.backend = k[0];
+    entry.key.m_bucket = parse_int(k[1], where, "m_bucket");
+    entry.key.n = parse_int(k[2], where, "N");
+    entry.key.k = parse_int(k[3], where, "K");
+    entry.key.e = static_cast<int>(parse_int(k[4], where, "E"));
+    entry.key.topk = static_cast<int>(parse_int(k[5], where, "topk"));
+    entry.key.ep = static_cast<int>(parse_int(k[6], where, "EP"));
+    entry.key.tp = static_cast<int>(parse_int(k[7], where, "TP"));
+    TESSEL_REQUIRE(entry.key.m_bucket >= 1 && moe::m_bucket(entry.key.m_bucket) == entry.key.m_bucket, where,
+                   ": m_bucket must be a power of two, got ", entry.key.m_bucket);
+    entry.params.comm_workers = static_cast<int>(parse_int(p[0], where, "workers"));
+    entry.params.in_flight = static_cast<int>(parse_int(p[1], where, "in_flight"));
+    entry.params.n_splits = static_cast<int>(parse_int(p[2], where, "n_splits"));
+    entry.params.m_splits = static_cast<int>(parse_int(p[3], where, "m_splits"));
+    entry.params.tile_m = parse_int(p[4], where, "tile_m");
+    try {
+      entry.params.policy = parse_plan_policy(p[5]);
+    } catch (Exception const &e) {
+      TESSEL_THROW(where, ": ", e.what());
+    }
+    TESSEL_REQUIRE(
+        entry.params.comm_workers >= 1 && entry.params.in_flight >= 0 && entry.params.n_splits >= 1 &&
+            entry.params.m_splits >= 1 && entry.params.tile_m >= 1,
+        where, ": parameters out of range (workers >= 1, in_flight >= 0, n_splits >= 1, m_splits >= 1, tile_m >= 1)");
+    entry.note = parts.size() == 3 ? parts[2] : std::string();
+    reg.set(entry.key, entry.params, entry.note);
+  }
+  return reg;
+}
+
+TuningRegistry TuningRegistry::load(std::string const &path) {
+  std::ifstream in(path);
+  TESSEL_REQUIRE(in.good(), "cannot open tuning registry '", path, "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return parse(os.str(), path);
+}
+
+std::string TuningRegistry::to_string() const {
+  std::ostringstream os;
+  os << "# Tessel moe tuning registry (written by --tune; see moe/README.md)\n"
+     << "# backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note\n";
+  for (auto const &e : _entries)
+    os << e.key.describe() << " | " << e.params.comm_workers << " " << e.params.in_flight << " " << e.params.n_splits
+       << " " << e.params.m_splits << " " << e.params.tile_m << " " << name_of(e.params.policy) << " | " << e.note
+       << "\n";
+  return os.str();
+}
+
+void TuningRegistry::save(std::string const &path) const {
+  std::ofstream out(path);
+  TESSEL_REQUIRE(out.good(), "cannot write tuning registry '", path, "'");
+  out << to_string();
+  TESSEL_REQUIRE(out.good(), "error while writing tuning registry '", path, "'");
+}
+
+void TuningRegistry::set(TuningKey const &key, CometParams const &params, std::string note) {
+  for (auto &e : _entries)
+    if (e.key == key) {
+      e.params = params;
+      e.note = std::move(note);
+      return;
+    }
+  _entries.push_back({key, params, std::move(note)});
+  std::sort(_entries.begin(), _entries.end(),
+            [](TuningEntry const &a, TuningEntry const &b) { return key_less(a.key, b.key); });
+}
+
+void TuningRegistry::merge(TuningRegistry const &other) {
+  for (auto const &e : other._entries)
+    set(e.key, e.params, e.note);
+}
+
+CometParams TuningRegistry::lookup(MoeConfig const &config, std::string const &backend, std::string *how) const {
+  auto const key = TuningKey::of(config, backend);
+  TuningEntry const *nearest = nullptr;
+  double best = 0.0;
+  for (auto const &e : _entries) {
+    if (e.key == key) {
+      if (how)
+        *how = "registry";
+      return e.params;
+    }
+    if (!e.key.same_shape(key))
+      continue;
+    double const d =
+        std::abs(std::log2(static_cast<double>(e.key.m_bucket)) - std::log2(static_cast<double>(key.m_bucket)));
+    if (!nearest || d < best || (d == best && e.key.m_bucket > nearest->key.m_bucket)) {
+      nearest = &e;
+      best = d;
+    }
+  }
+  if (nearest) {
+    if (how)
+      *how =
+          "registry (M bucket " + std::to_string(nearest->key.m_bucket) + " for " + std::to_string(key.m_bucket) + ")";
+    return nearest->params;
+  }
+  if (how)
+    *how = "fallback rule";
+  return fallback_params(config);
+}
+
+TuningRegistry const &TuningRegistry::builtin() {
+  static TuningRegistry const registry = [] {
+    auto reg = parse(Impl::builtin_registry_text, "moe/tuning/host.registry (built in)");
+    if (char const *path = std::getenv("TESSEL_MOE_TUNING"))
+      if (*path)
+        reg.merge(load(path));
+    return reg;
+  }();
+  return registry;
+}
+
+} // namespace tessel::moe
