@@ -81,8 +81,10 @@ std::string SpmmPlan::to_json() const {
      << ", \"frozen\": " << (frozen ? "true" : "false") << ", \"rest_kernel\": " << json_string(rest_kernel)
      << ", \"backend\": " << json_string(backend) << ", \"dense_engine\": " << json_string(dense_engine)
      << ", \"reason\": " << json_string(reason) << ", \"preprocess_seconds\": " << json_number(preprocess_seconds)
-     << ", \"tuning_seconds\": " << json_number(tuning_seconds) << ", \"tuning_applies\": " << tuning_applies
-     << ", \"final_measured\": " << Impl::json_pairs(final_measured) << ", \"classes\": [";
+     << ", \"probe_seconds\": " << json_number(probe_seconds) << ", \"tuning_seconds\": " << json_number(tuning_seconds)
+     << ", \"tuning_build_seconds\": " << json_number(tuning_build_seconds)
+     << ", \"tuning_applies\": " << tuning_applies << ", \"final_measured\": " << Impl::json_pairs(final_measured)
+     << ", \"classes\": [";
   for (std::size_t c = 0; c < classes.size(); ++c) {
     auto const &k = classes[c];
     os << (c ? ", " : "") << "{\"intra\": " << (k.intra ? "true" : "false") << ", \"density\": ["
@@ -163,7 +165,7 @@ public:
     _graphs[0] = original.to(_space);
     _graphs[1] = reordered.to(_space);
   }
-  double seconds(int which, int f) override {
+  double seconds(int which, int f, int kernel) override {
     auto const rows = static_cast<std::size_t>(_graphs[0].num_rows());
     if (_x.extent(1) != static_cast<std::size_t>(f)) {
       _x = Matrix<M>(Kokkos::view_alloc(_space, "Tessel::gnn::Spmm::probe_x"), rows, static_cast<std::size_t>(f));
@@ -172,7 +174,10 @@ public:
     }
     auto const &a = _graphs[which];
     Timer<ExecSpace> timer(_space, "Tessel::gnn::Spmm::probe");
-    spmm_csr<ExecSpace, Index, M>(_space, a.row_map(), a.entries(), a.values(), {}, _x, _y, false);
+    if (kernel == 1)
+      spmm_csr_feature_tiled<ExecSpace, Index, M>(_space, a.row_map(), a.entries(), a.values(), _x, _y, false);
+    else
+      spmm_csr<ExecSpace, Index, M>(_space, a.row_map(), a.entries(), a.values(), {}, _x, _y, false);
     return timer.seconds();
   }
 
@@ -208,20 +213,31 @@ template <class Index, class ExecSpace> struct SpmmState {
   std::vector<TileSet<Index, M>> class_tiles;
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
 
-  struct Width {
-    WidthSelection sel;
-    // Final structures.
-    bool built = false;
-    bool rest_feature_tiled = false;
+  /// The structure of a final plan: the CSR remainder (all rows), the tiles and the dense blocks of its classes.
+  struct Final {
     CsrPiece<Index, M> rest;
     TileSet<Index, M> tiles;
     std::vector<DenseBlock<Index, M>> dense;
     bool has_tiles = false;
   };
+  struct Width : Final {
+    WidthSelection sel;
+    bool built = false;
+    bool rest_feature_tiled = false;
+  };
   std::map<int, Width> widths;
+  double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
+  /// Final structures already built, by class choice: widths that choose alike share one.
+  std::vector<std::pair<std::vector<BlockKernel>, Final>> finals;
   double tuning_seconds = 0;
 
   Partition const &partition() const { return dec ? dec->partition : identity; }
+
+  void add_build_seconds(std::chrono::steady_clock::time_point t0) {
+    double const t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tuning_seconds += t;
+    tuning_build_seconds += t;
+  }
 
   // ---------------------------------------------------------------------------------------------------------
   // Setup
@@ -298,26 +314,46 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     auto const t0 = std::chrono::steady_clock::now();
     auto const &d = *dec;
-    tuning_rest = to_memory<Index, M>(d.csr(d.tuning_rest_mask(), /*compressed=*/false));
+    // One pass over the entries for every CSR piece (group 0: the classes without a choice, all rows; then one
+    // compressed piece per class timed apart), one for every tile set.
+    std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1), tile_group = csr_group;
+    std::vector<char> compressed{0};
+    int tile_groups = 0;
+    for (int c = 0; c < d.num_classes; ++c) {
+      auto const cc = static_cast<std::size_t>(c);
+      if (!d.separate(c)) {
+        csr_group[cc] = 0;
+        continue;
+      }
+      for (auto kernel : d.candidates[cc]) {
+        if (kernel == BlockKernel::csr) {
+          csr_group[cc] = static_cast<int>(compressed.size());
+          compressed.push_back(1);
+        } else if (kernel == BlockKernel::tiles) {
+          tile_group[cc] = tile_groups++;
+        }
+      }
+    }
+    auto pieces = d.csr_groups(csr_group, compressed);
+    auto tile_sets = d.tiles_groups(tile_group, tile_groups);
+    tuning_rest = to_memory<Index, M>(pieces[0]);
     class_csr.assign(static_cast<std::size_t>(d.num_classes), {});
     class_tiles.assign(static_cast<std::size_t>(d.num_classes), {});
     class_dense.assign(static_cast<std::size_t>(d.num_classes), {});
     for (int c = 0; c < d.num_classes; ++c) {
       if (!d.separate(c))
         continue;
-      auto const keep = d.class_mask(c);
       auto const cc = static_cast<std::size_t>(c);
-      for (auto kernel : d.candidates[cc]) {
-        if (kernel == BlockKernel::csr)
-          class_csr[cc] = to_memory<Index, M>(d.csr(keep, /*compressed=*/true));
-        else if (kernel == BlockKernel::tiles)
-          class_tiles[cc] = to_memory<Index, M>(d.tiles(keep));
-        else
-          class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)));
-      }
+      if (csr_group[cc] > 0)
+        class_csr[cc] = to_memory<Index, M>(pieces[static_cast<std::size_t>(csr_group[cc])]);
+      if (tile_group[cc] >= 0)
+        class_tiles[cc] = to_memory<Index, M>(tile_sets[static_cast<std::size_t>(tile_group[cc])]);
+      auto const &cand = d.candidates[cc];
+      if (std::find(cand.begin(), cand.end(), BlockKernel::dense) != cand.end())
+        class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)));
     }
     structures_ready = true;
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    add_build_seconds(t0);
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -355,13 +391,33 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     auto const &d = *dec;
     auto const &choice = w.sel.choice;
-    w.rest = to_memory<Index, M>(d.csr(d.choice_mask(choice, BlockKernel::csr), /*compressed=*/false));
-    auto const tile_mask = d.choice_mask(choice, BlockKernel::tiles);
-    w.has_tiles = std::find(tile_mask.begin(), tile_mask.end(), 1) != tile_mask.end();
-    if (w.has_tiles)
-      w.tiles = to_memory<Index, M>(d.tiles(tile_mask));
-    w.dense = to_memory<Index, M>(d.dense(d.choice_blocks(choice, BlockKernel::dense)));
     w.built = true;
+    if (!d.mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
+      build_all_csr();
+      static_cast<Final &>(w) = Final{all_csr, {}, {}, false};
+      return;
+    }
+    for (auto const &[c, f] : finals)
+      if (c == choice) {
+        static_cast<Final &>(w) = f;
+        return;
+      }
+    std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1), tile_group = csr_group;
+    for (int c = 0; c < d.num_classes; ++c) {
+      auto const k = choice[static_cast<std::size_t>(c)];
+      if (k == BlockKernel::csr)
+        csr_group[static_cast<std::size_t>(c)] = 0;
+      else if (k == BlockKernel::tiles && d.classes[static_cast<std::size_t>(c)].nnz > 0)
+        tile_group[static_cast<std::size_t>(c)] = 0;
+    }
+    Final f;
+    f.rest = to_memory<Index, M>(d.csr_groups(csr_group, {0})[0]);
+    f.has_tiles = std::find(tile_group.begin(), tile_group.end(), 0) != tile_group.end();
+    if (f.has_tiles)
+      f.tiles = to_memory<Index, M>(d.tiles_groups(tile_group, 1)[0]);
+    f.dense = to_memory<Index, M>(d.dense(d.choice_blocks(choice, BlockKernel::dense)));
+    finals.emplace_back(choice, f);
+    static_cast<Final &>(w) = f;
   }
 
   void run_final(ExecSpace const &space, Width const &w, ConstMatrix<M> const &x, Matrix<M> const &y,
@@ -393,14 +449,25 @@ template <class Index, class ExecSpace> struct SpmmState {
     d.choose(w.sel);
     auto const t0 = std::chrono::steady_clock::now();
     build_final(w);
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // The mixed plan must also beat plain CSR on the reordered graph as a whole: class timings of small classes
-    // are dominated by call overheads that only the whole apply shows.
+    add_build_seconds(t0);
+    // The mixed plan must also beat plain CSR on the handle's vertex order as a whole: class timings of small
+    // classes are dominated by call overheads that only the whole apply shows. The feature-tiled remainder is a
+    // variant only where it differs from row-parallel CSR (F > its slice width).
+    bool const tiled = w.sel.plan.features > feature_tile_width;
+    std::vector<std::string> names;
     if (d.mixed(w.sel) && options.force_kernel < 0) {
       build_all_csr();
-      d.start_final(w.sel, {"all_csr", "all_csr+feature_tiled", "plan", "plan+feature_tiled_rest"});
-    } else {
-      d.start_final(w.sel, {"plan", "plan+feature_tiled_rest"});
+      names.push_back("all_csr");
+      if (tiled)
+        names.push_back("all_csr+feature_tiled");
+    }
+    names.push_back("plan");
+    if (tiled)
+      names.push_back("plan+feature_tiled_rest");
+    d.start_final(w.sel, names);
+    if (names.size() == 1) { // nothing to compare
+      d.freeze(w.sel);
+      frozen(w);
     }
   }
 
@@ -409,20 +476,22 @@ template <class Index, class ExecSpace> struct SpmmState {
     auto const &winner = w.sel.winner;
     w.rest_feature_tiled = winner.find("feature_tiled") != std::string::npos;
     w.sel.plan.rest_kernel = w.rest_feature_tiled ? "csr_feature_tiled" : "csr";
-    if (winner.rfind("all_csr", 0) == 0) {
-      w.rest = all_csr;
-      w.has_tiles = false;
-      w.dense.clear();
-    }
+    if (winner.rfind("all_csr", 0) == 0)
+      static_cast<Final &>(w) = Final{all_csr, {}, {}, false};
   }
 
   void build_all_csr() {
     if (all_csr_ready)
       return;
     auto const t0 = std::chrono::steady_clock::now();
-    all_csr = to_memory<Index, M>(dec->csr(std::vector<char>(static_cast<std::size_t>(nnz), 1), /*compressed=*/false));
+    // The reordered graph itself (no copy where the handle's memory space is the host's).
+    auto const g = dec->permuted.to(ExecSpace());
+    all_csr.row_map = g.row_map();
+    all_csr.entries = g.entries();
+    all_csr.values = g.values();
+    all_csr.nnz = g.nnz();
     all_csr_ready = true;
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    add_build_seconds(t0);
   }
 
   void apply(ExecSpace const &space, ConstMatrix<M> const &x, Matrix<M> const &y) {
@@ -484,7 +553,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       for (int c = 0; c < d.num_classes; ++c) {
         if (!d.separate(c))
           continue;
-        BlockKernel const use = d.round_kernel(c, kernel);
+        BlockKernel const use = d.round_kernel(sel, c, kernel);
         double const start = timer.seconds();
         run_class(space, c, use, x, y);
         double const t = timer.seconds() - start;
@@ -493,9 +562,12 @@ template <class Index, class ExecSpace> struct SpmmState {
       }
       tuning_seconds += timer.seconds();
       ++sel.plan.tuning_applies;
-      if (++sel.round == sel.rounds.size())
+      ++sel.round;
+      d.after_round(sel);
+      if (sel.round >= sel.rounds.size())
         start_final(w);
       sel.plan.tuning_seconds = tuning_seconds;
+      sel.plan.tuning_build_seconds = tuning_build_seconds;
       return;
     }
     // Stage 1: the final structure with either remainder kernel, interleaved.
@@ -512,6 +584,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     if (d.record_final(sel, t))
       frozen(w);
     sel.plan.tuning_seconds = tuning_seconds;
+    sel.plan.tuning_build_seconds = tuning_build_seconds;
   }
 };
 

@@ -110,8 +110,10 @@ struct SpmmPlan {
   std::string dense_engine;        ///< device handle: how dense blocks run (wmma or cublas); empty on the host
   std::vector<std::pair<std::string, double>> final_measured; ///< median seconds of the final candidates
   std::string reason;
-  double preprocess_seconds = 0; ///< partition + decomposition (shared by all widths)
-  double tuning_seconds = 0;     ///< time spent inside tuning applies plus building their structures
+  double preprocess_seconds = 0;   ///< partition + reordering probe + decomposition (shared by all widths)
+  double probe_seconds = 0;        ///< of preprocess_seconds, the reordering probe's share
+  double tuning_seconds = 0;       ///< time spent inside tuning applies plus building their structures
+  double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
   int tuning_applies = 0;
   /// JSON object (no trailing newline).
   std::string to_json() const;
