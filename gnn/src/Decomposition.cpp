@@ -352,15 +352,15 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
 /// candidate twice, in mirrored order (A B B A, or A B C D D C B A), so that each candidate runs once right after
 /// itself and once after another kernel, and drifting load hits all alike; per round and order the faster kernel
 /// counts, and the round's ratio partitioned / original compares runs made within milliseconds of each other, so
-/// that load from other processes, which comes in bursts on a shared machine, mostly cancels. After two rounds the
-/// probe stops if the ratios agree (all below reorder_margin, or all above); otherwise it runs up to five and takes
-/// the median. The partitioned order is kept only when it is faster by reorder_margin (widths weighted by their
+/// that load from other processes, which comes in bursts on a shared machine, mostly cancels. After three rounds
+/// the probe stops if the ratios agree (all below reorder_margin, or all above); otherwise it runs up to five and
+/// takes the median. The partitioned order is kept only when it is faster by reorder_margin (widths weighted by their
 /// time): the original order's best single kernel is the baseline the handle must not lose to, and reordering pays
 /// when X spills from cache, not for narrow X.
 template <class Index>
 void Decomposition<Index>::probe_reordering(Graph<Index> const &g, std::int64_t part_size, CsrProbe<Index> &probe) {
   probe.prepare(g, permuted);
-  constexpr int min_rounds = 2, max_rounds = 5;
+  constexpr int min_rounds = 3, max_rounds = 5;
   double weighted = 0, weight = 0;
   std::ostringstream note;
   note << "reordering probe (best whole-graph csr kernel per order, median of mirrored rounds):";
