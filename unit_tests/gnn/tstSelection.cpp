@@ -110,6 +110,28 @@ TEST(gnn_selection, one_burst_of_load_does_not_decide_the_order) {
   EXPECT_GT(probe.calls, 1 + 3 * 2 * 2) << "the rounds disagreed, so the probe must have run more of them";
 }
 
+TEST(gnn_selection, one_burst_of_load_does_not_hide_a_clear_gain) {
+  auto const g = community_graph();
+  FakeProbe probe; // reordering halves the time, but its first timed run (call 2) is 5x slower
+  probe.time[1][0] = 0.5e-3;
+  probe.bursts[2] = 5.0;
+  Decomposition<std::int32_t> d(g, timed({16}), nullptr, &probe);
+  EXPECT_EQ(d.partition.method, PartitionMethod::label_propagation) << d.ordering;
+  EXPECT_EQ(probe.calls, 1 + 5 * 2 * 2) << "the first round disagreed: five rounds";
+}
+
+TEST(gnn_selection, a_gain_seen_in_some_rounds_only_is_not_taken) {
+  auto const g = community_graph();
+  FakeProbe probe; // 15% faster in three rounds of five, 6% slower in the other two (rounds 0 and 3)
+  probe.time[1][0] = 0.85e-3;
+  for (int round : {0, 3})
+    for (int call : {2, 3}) // the reordered runs of the round: calls 1 + 4 round + (1, 2)
+      probe.bursts[4 * round + call] = 1.25;
+  Decomposition<std::int32_t> d(g, timed({16}), nullptr, &probe);
+  EXPECT_EQ(probe.calls, 1 + 5 * 2 * 2);
+  EXPECT_EQ(d.partition.method, PartitionMethod::none) << d.ordering;
+}
+
 TEST(gnn_selection, timing_off_or_no_probe_keeps_the_partition) {
   auto const g = community_graph();
   auto o = timed({16});
