@@ -745,33 +745,47 @@ template <class Index> void Decomposition<Index>::start_final(WidthSelection &w,
   w.stage = 1;
 }
 
+namespace {
+/// Variant of whole-apply number \p round: mirrored rounds (A B C C B A ...), so that every variant runs once right
+/// after itself and once after another one, as the rounds of the reordering probe.
+std::size_t mirrored(std::size_t round, std::size_t n) {
+  std::size_t const p = round % (2 * n);
+  return p < n ? p : 2 * n - 1 - p;
+}
+} // namespace
+
 template <class Index> std::string const &Decomposition<Index>::current_final(WidthSelection const &w) const {
-  return w.final_names[w.final_round % w.final_names.size()];
+  return w.final_names[mirrored(w.final_round, w.final_names.size())];
 }
 
 template <class Index> bool Decomposition<Index>::record_final(WidthSelection &w, double seconds) const {
-  w.final_samples[w.final_round % w.final_names.size()].push_back(seconds);
-  if (++w.final_round < w.final_names.size() * static_cast<std::size_t>(options.tuning_repeats))
+  auto const n = w.final_names.size();
+  w.final_samples[mirrored(w.final_round, n)].push_back(seconds);
+  // tuning_repeats samples per variant at least, in whole mirrored rounds.
+  auto const rounds = static_cast<std::size_t>(std::max(1, (options.tuning_repeats + 1) / 2));
+  if (++w.final_round < 2 * n * rounds)
     return false;
   freeze(w);
   return true;
 }
 
 template <class Index> void Decomposition<Index>::freeze(WidthSelection &w) const {
-  // Within a level the fastest variant (they run the same entries with different loop orders); the mixed plan
-  // replaces csr only when faster by the switch margin, so that noise does not pick a more complex plan.
-  std::size_t best_level[2] = {w.final_names.size(), w.final_names.size()};
+  // Names come simplest first: within a level (csr on the whole graph; the mixed plan) the first variant stays
+  // unless another is faster by the switch margin (row-parallel before feature-tiled csr, whose samples in tuning
+  // were not always borne out later), and the mixed plan must beat the csr variant by the margin as well.
+  std::size_t const none = w.final_names.size();
+  std::size_t best_level[2] = {none, none};
   w.plan.final_measured.clear();
   for (std::size_t i = 0; i < w.final_names.size(); ++i) {
     double const t = best_of(w.final_samples[i]);
     if (!w.final_samples[i].empty())
       w.plan.final_measured.emplace_back(w.final_names[i], t);
     auto &b = best_level[w.final_levels[i]];
-    if (b == w.final_names.size() || t < best_of(w.final_samples[b]))
+    if (b == none || t < switch_margin * best_of(w.final_samples[b]))
       b = i;
   }
-  std::size_t best = best_level[0] < w.final_names.size() ? best_level[0] : best_level[1];
-  if (best_level[0] < w.final_names.size() && best_level[1] < w.final_names.size() &&
+  std::size_t best = best_level[0] != none ? best_level[0] : best_level[1];
+  if (best_level[0] != none && best_level[1] != none &&
       best_of(w.final_samples[best_level[1]]) < switch_margin * best_of(w.final_samples[best_level[0]]))
     best = best_level[1];
   w.winner = w.final_names[best];

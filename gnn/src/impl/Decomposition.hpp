@@ -175,9 +175,10 @@ public:
   /// Starts the whole-apply stage with \p names (the simplest first). Names starting with "all_csr", and every
   /// name when the plan is not mixed, run csr on the whole graph (level 0); the others run the mixed plan (level 1).
   void start_final(WidthSelection &w, std::vector<std::string> names) const;
-  /// Records one whole-apply sample of the current variant (final_round cycles through final_names); freezes the
-  /// plan after tuning_repeats rounds and returns true then: the fastest variant of each level, and the mixed plan
-  /// only when it beats the fastest csr variant by switch_margin.
+  /// Records one whole-apply sample of the current variant (final_round runs through final_names in mirrored
+  /// rounds); freezes the plan after tuning_repeats samples per variant and returns true then: per level the first
+  /// variant unless another beats it by switch_margin, and the mixed plan only when it beats the csr variant by
+  /// switch_margin.
   bool record_final(WidthSelection &w, double seconds) const;
   /// The variant the next stage-1 apply runs.
   std::string const &current_final(WidthSelection const &w) const;
