@@ -209,10 +209,12 @@ int cmd_train(Args const &a) {
   double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
   std::printf("finished after %d epochs%s: val accuracy %.4f, test accuracy %.4f\n", result.epochs_run,
               result.early_stopped ? " (early stop)" : "", result.val_acc, result.test_acc);
+  double const train_s = std::max(1e-12, result.train_seconds);
   std::printf("time per epoch %.3f ms: aggregation %.3f ms, rest %.3f ms; setup %.3f s; selection overhead %.3f s "
-              "(%.2f%% of training)\n",
+              "(%.2f%% of training; %.3f s = %.2f%% net of the tuning applies' share of the aggregation)\n",
               ms, agg, ms - agg, result.setup_seconds, result.selection_seconds,
-              100 * result.selection_seconds / std::max(1e-12, result.train_seconds));
+              100 * result.selection_seconds / train_s, result.selection_net_seconds,
+              100 * result.selection_net_seconds / train_s);
   for (auto const &p : result.plans)
     print_plan(p);
   if (a.has("--json")) {
@@ -228,6 +230,7 @@ int cmd_train(Args const &a) {
         << ", \"aggregation_ms_per_epoch\": " << num(agg) << ", \"rest_ms_per_epoch\": " << num(ms - agg)
         << ", \"setup_seconds\": " << num(result.setup_seconds)
         << ", \"selection_seconds\": " << num(result.selection_seconds)
+        << ", \"selection_net_seconds\": " << num(result.selection_net_seconds)
         << ", \"train_seconds\": " << num(result.train_seconds) << ",\n  \"plans\": [";
     for (std::size_t i = 0; i < result.plans.size(); ++i)
       out << (i ? ",\n    " : "\n    ") << result.plans[i].to_json();

@@ -41,8 +41,14 @@ namespace {
 /// de-duplicated with a stamp per column rather than sorting the window's entries.
 template <class Index, class GroupOf>
 std::vector<HostTileSet<Index>> build_tiles(Graph<Index> const &g, GroupOf group_of, int groups,
-                                            std::vector<std::int64_t> const &part_offsets, bool keep_empty_windows) {
+                                            std::vector<std::int64_t> const &part_offsets, bool keep_empty_windows,
+                                            std::vector<std::int64_t> const &expected_tiles = {}) {
   std::vector<HostTileSet<Index>> out(static_cast<std::size_t>(groups));
+  // Exact sizes where the caller knows the tile counts: growing the value array reallocated and re-zeroed it.
+  for (std::size_t gi = 0; gi < expected_tiles.size() && gi < out.size(); ++gi) {
+    out[gi].tile_col.reserve(static_cast<std::size_t>(expected_tiles[gi]) * tile_cols);
+    out[gi].tile_val.reserve(static_cast<std::size_t>(expected_tiles[gi]) * tile_cols * tile_rows);
+  }
   auto const *rm = g.row_map().data();
   auto const *ent = g.entries().data();
   auto const *val = g.values().data();
@@ -352,15 +358,15 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
 /// candidate twice, in mirrored order (A B B A, or A B C D D C B A), so that each candidate runs once right after
 /// itself and once after another kernel, and drifting load hits all alike; per round and order the faster kernel
 /// counts, and the round's ratio partitioned / original compares runs made within milliseconds of each other, so
-/// that load from other processes, which comes in bursts on a shared machine, mostly cancels. After three rounds
+/// that load from other processes, which comes in bursts on a shared machine, mostly cancels. After two rounds
 /// the probe stops if the ratios agree (all below reorder_margin, or all above); otherwise it runs up to five. The
-/// partitioned order is kept only when it is faster by reorder_margin in all rounds but one (per width the second
-/// largest ratio; widths weighted by their time): the original order's best single kernel is the baseline the
-/// handle must not lose to, and reordering pays when X spills from cache, not for narrow X.
+/// partitioned order is kept only when it is faster by reorder_margin in every round, or in all but one of three
+/// or more (per width the second largest ratio; widths weighted by their time): the original order's best single kernel
+/// is the baseline the handle must not lose to, and reordering pays when X spills from cache, not for narrow X.
 template <class Index>
 void Decomposition<Index>::probe_reordering(Graph<Index> const &g, std::int64_t part_size, CsrProbe<Index> &probe) {
   probe.prepare(g, permuted);
-  constexpr int min_rounds = 3, max_rounds = 5;
+  constexpr int min_rounds = 2, max_rounds = 5;
   double weighted = 0, weight = 0;
   std::ostringstream note;
   note << "reordering probe (best whole-graph csr kernel per order, median of mirrored rounds):";
@@ -569,10 +575,15 @@ std::vector<HostCsrPiece<Index>> Decomposition<Index>::csr_groups(std::vector<in
 template <class Index>
 std::vector<HostTileSet<Index>> Decomposition<Index>::tiles_groups(std::vector<int> const &group_of_class,
                                                                    int groups) const {
+  std::vector<std::int64_t> expected(static_cast<std::size_t>(groups), 0);
+  for (int c = 0; c < num_classes; ++c)
+    if (group_of_class[static_cast<std::size_t>(c)] >= 0)
+      expected[static_cast<std::size_t>(group_of_class[static_cast<std::size_t>(c)])] +=
+          classes[static_cast<std::size_t>(c)].tiles;
   return build_tiles(
       permuted,
       [&](offset_type k) { return group_of_class[static_cast<std::size_t>(entry_class[static_cast<std::size_t>(k)])]; },
-      groups, partition.part_offsets, /*keep_empty_windows=*/false);
+      groups, partition.part_offsets, /*keep_empty_windows=*/false, expected);
 }
 
 template <class Index> SpmmPlan Decomposition<Index>::base_plan(int f) const {
@@ -754,16 +765,23 @@ std::size_t mirrored(std::size_t round, std::size_t n) {
 }
 } // namespace
 
+template <class Index>
+std::string const &Decomposition<Index>::final_variant(WidthSelection const &w, std::size_t k) const {
+  return w.final_names[mirrored(k, w.final_names.size())];
+}
+
+template <class Index> std::size_t Decomposition<Index>::final_applies(WidthSelection const &w) const {
+  // tuning_repeats samples per variant at least, in whole mirrored rounds.
+  return 2 * w.final_names.size() * static_cast<std::size_t>(std::max(1, (options.tuning_repeats + 1) / 2));
+}
+
 template <class Index> std::string const &Decomposition<Index>::current_final(WidthSelection const &w) const {
-  return w.final_names[mirrored(w.final_round, w.final_names.size())];
+  return final_variant(w, w.final_round);
 }
 
 template <class Index> bool Decomposition<Index>::record_final(WidthSelection &w, double seconds) const {
-  auto const n = w.final_names.size();
-  w.final_samples[mirrored(w.final_round, n)].push_back(seconds);
-  // tuning_repeats samples per variant at least, in whole mirrored rounds.
-  auto const rounds = static_cast<std::size_t>(std::max(1, (options.tuning_repeats + 1) / 2));
-  if (++w.final_round < 2 * n * rounds)
+  w.final_samples[mirrored(w.final_round, w.final_names.size())].push_back(seconds);
+  if (++w.final_round < final_applies(w))
     return false;
   freeze(w);
   return true;

@@ -83,8 +83,8 @@ std::string SpmmPlan::to_json() const {
      << ", \"reason\": " << json_string(reason) << ", \"preprocess_seconds\": " << json_number(preprocess_seconds)
      << ", \"probe_seconds\": " << json_number(probe_seconds) << ", \"tuning_seconds\": " << json_number(tuning_seconds)
      << ", \"tuning_build_seconds\": " << json_number(tuning_build_seconds)
-     << ", \"tuning_applies\": " << tuning_applies << ", \"final_measured\": " << Impl::json_pairs(final_measured)
-     << ", \"classes\": [";
+     << ", \"tuning_applies\": " << tuning_applies << ", \"apply_seconds\": " << json_number(apply_seconds)
+     << ", \"final_measured\": " << Impl::json_pairs(final_measured) << ", \"classes\": [";
   for (std::size_t c = 0; c < classes.size(); ++c) {
     auto const &k = classes[c];
     os << (c ? ", " : "") << "{\"intra\": " << (k.intra ? "true" : "false") << ", \"density\": ["
@@ -99,6 +99,10 @@ std::string SpmmPlan::to_json() const {
 
 namespace Impl {
 
+/// Host vectors that views of the handle point into: where the handle's memory space is the host's, the built
+/// structures are used in place (no second allocation and copy, which cost as much as building them).
+using HostStorage = std::vector<std::shared_ptr<void>>;
+
 namespace {
 template <class T, class M> Kokkos::View<T *, M> to_device(std::string const &label, std::vector<T> const &v) {
   Kokkos::View<T *, M> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), v.size());
@@ -106,6 +110,18 @@ template <class T, class M> Kokkos::View<T *, M> to_device(std::string const &la
   std::copy(v.begin(), v.end(), h.data());
   Kokkos::deep_copy(d, h);
   return d;
+}
+
+template <class T, class M>
+Kokkos::View<T *, M> to_device(std::string const &label, std::vector<T> &&v, HostStorage &keep) {
+  if constexpr (std::is_same_v<M, Kokkos::HostSpace>) {
+    auto held = std::make_shared<std::vector<T>>(std::move(v));
+    keep.push_back(held);
+    return Kokkos::View<T *, M>(held->data(), held->size());
+  } else {
+    (void)keep;
+    return to_device<T, M>(label, v);
+  }
 }
 } // namespace
 
@@ -123,35 +139,43 @@ template <class Index, class M> struct DenseBlock {
   Matrix<M> values;
 };
 
-template <class Index, class M> CsrPiece<Index, M> to_memory(HostCsrPiece<Index> const &h) {
+template <class Index, class M> CsrPiece<Index, M> to_memory(HostCsrPiece<Index> &&h, HostStorage &keep) {
   CsrPiece<Index, M> piece;
-  piece.row_map = to_device<offset_type, M>("Tessel::gnn::Spmm::row_map", h.row_map);
-  piece.entries = to_device<Index, M>("Tessel::gnn::Spmm::entries", h.entries);
-  piece.values = to_device<float, M>("Tessel::gnn::Spmm::values", h.values);
-  piece.row_ids = to_device<Index, M>("Tessel::gnn::Spmm::row_ids", h.row_ids);
   piece.nnz = h.nnz;
+  piece.row_map = to_device<offset_type, M>("Tessel::gnn::Spmm::row_map", std::move(h.row_map), keep);
+  piece.entries = to_device<Index, M>("Tessel::gnn::Spmm::entries", std::move(h.entries), keep);
+  piece.values = to_device<float, M>("Tessel::gnn::Spmm::values", std::move(h.values), keep);
+  piece.row_ids = to_device<Index, M>("Tessel::gnn::Spmm::row_ids", std::move(h.row_ids), keep);
   return piece;
 }
 
-template <class Index, class M> TileSet<Index, M> to_memory(HostTileSet<Index> const &h) {
+template <class Index, class M> TileSet<Index, M> to_memory(HostTileSet<Index> &&h, HostStorage &keep) {
   TileSet<Index, M> t;
-  t.row0 = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_row0", h.row0);
-  t.nrows = to_device<int, M>("Tessel::gnn::Spmm::tile_nrows", h.nrows);
-  t.tile_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_begin", h.tile_begin);
-  t.tile_col = to_device<Index, M>("Tessel::gnn::Spmm::tile_col", h.tile_col);
-  t.tile_val = to_device<float, M>("Tessel::gnn::Spmm::tile_val", h.tile_val);
+  t.row0 = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_row0", std::move(h.row0), keep);
+  t.nrows = to_device<int, M>("Tessel::gnn::Spmm::tile_nrows", std::move(h.nrows), keep);
+  t.tile_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_begin", std::move(h.tile_begin), keep);
+  t.tile_col = to_device<Index, M>("Tessel::gnn::Spmm::tile_col", std::move(h.tile_col), keep);
+  t.tile_val = to_device<float, M>("Tessel::gnn::Spmm::tile_val", std::move(h.tile_val), keep);
   return t;
 }
 
-template <class Index, class M> std::vector<DenseBlock<Index, M>> to_memory(std::vector<HostDenseBlock> const &h) {
+template <class Index, class M>
+std::vector<DenseBlock<Index, M>> to_memory(std::vector<HostDenseBlock> &&h, HostStorage &keep) {
   std::vector<DenseBlock<Index, M>> out;
-  for (auto const &b : h) {
+  for (auto &b : h) {
     DenseBlock<Index, M> d{b.row0, b.rows, b.col0, b.cols, {}};
-    d.values = Matrix<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Spmm::dense_block"),
-                         static_cast<std::size_t>(b.rows), static_cast<std::size_t>(b.cols));
-    auto hv = Kokkos::create_mirror_view(d.values);
-    std::copy(b.values.begin(), b.values.end(), hv.data());
-    Kokkos::deep_copy(d.values, hv);
+    auto const rows = static_cast<std::size_t>(b.rows), cols = static_cast<std::size_t>(b.cols);
+    if constexpr (std::is_same_v<M, Kokkos::HostSpace>) {
+      auto held = std::make_shared<std::vector<float>>(std::move(b.values));
+      keep.push_back(held);
+      d.values = Matrix<M>(held->data(), rows, cols);
+    } else {
+      d.values =
+          Matrix<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Spmm::dense_block"), rows, cols);
+      auto hv = Kokkos::create_mirror_view(d.values);
+      std::copy(b.values.begin(), b.values.end(), hv.data());
+      Kokkos::deep_copy(d.values, hv);
+    }
     out.push_back(d);
   }
   return out;
@@ -212,18 +236,21 @@ template <class Index, class ExecSpace> struct SpmmState {
   std::vector<CsrPiece<Index, M>> class_csr;
   std::vector<TileSet<Index, M>> class_tiles;
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
+  std::vector<char> class_tiles_ready, class_dense_ready;
+  HostStorage storage; // host vectors behind the views above (host memory space only)
 
-  /// The structure of a final plan: the CSR remainder (all rows), the tiles and the dense blocks of its classes.
+  /// The structure of a final plan: the CSR remainder (all rows), then the tile sets and the dense blocks of the
+  /// classes that run those kernels (the classes' own structures, shared with tuning).
   struct Final {
     CsrPiece<Index, M> rest;
-    TileSet<Index, M> tiles;
+    std::vector<TileSet<Index, M>> tiles;
     std::vector<DenseBlock<Index, M>> dense;
-    bool has_tiles = false;
   };
   struct Width : Final {
     WidthSelection sel;
     bool built = false;
     bool rest_feature_tiled = false;
+    std::vector<double> frozen_samples; ///< the first applies after tuning (plan.apply_seconds)
   };
   std::map<int, Width> widths;
   double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
@@ -280,7 +307,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
     case SpmmAlgorithm::tiles:
       tiles = to_memory<Index, M>(
-          make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, /*keep_empty_windows=*/true));
+          make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, /*keep_empty_windows=*/true), storage);
       break;
     case SpmmAlgorithm::dense: {
       double const bytes = 4.0 * static_cast<double>(rows) * static_cast<double>(cols);
@@ -307,6 +334,12 @@ template <class Index, class ExecSpace> struct SpmmState {
   void setup_adaptive(HostGraph const &g, Partition const *given) {
     HostCsrProbe<Index, ExecSpace> probe;
     dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe);
+    auto const classes = static_cast<std::size_t>(dec->num_classes);
+    class_csr.assign(classes, {});
+    class_tiles.assign(classes, {});
+    class_dense.assign(classes, {});
+    class_tiles_ready.assign(classes, 0);
+    class_dense_ready.assign(classes, 0);
   }
 
   void build_tuning_structures() {
@@ -329,31 +362,45 @@ template <class Index, class ExecSpace> struct SpmmState {
         if (kernel == BlockKernel::csr) {
           csr_group[cc] = static_cast<int>(compressed.size());
           compressed.push_back(1);
-        } else if (kernel == BlockKernel::tiles) {
+        } else if (kernel == BlockKernel::tiles && !class_tiles_ready[cc]) {
           tile_group[cc] = tile_groups++;
         }
       }
     }
     auto pieces = d.csr_groups(csr_group, compressed);
     auto tile_sets = d.tiles_groups(tile_group, tile_groups);
-    tuning_rest = to_memory<Index, M>(pieces[0]);
-    class_csr.assign(static_cast<std::size_t>(d.num_classes), {});
-    class_tiles.assign(static_cast<std::size_t>(d.num_classes), {});
-    class_dense.assign(static_cast<std::size_t>(d.num_classes), {});
+    tuning_rest = to_memory<Index, M>(std::move(pieces[0]), storage);
     for (int c = 0; c < d.num_classes; ++c) {
       if (!d.separate(c))
         continue;
       auto const cc = static_cast<std::size_t>(c);
       if (csr_group[cc] > 0)
-        class_csr[cc] = to_memory<Index, M>(pieces[static_cast<std::size_t>(csr_group[cc])]);
-      if (tile_group[cc] >= 0)
-        class_tiles[cc] = to_memory<Index, M>(tile_sets[static_cast<std::size_t>(tile_group[cc])]);
+        class_csr[cc] = to_memory<Index, M>(std::move(pieces[static_cast<std::size_t>(csr_group[cc])]), storage);
+      if (tile_group[cc] >= 0) {
+        class_tiles[cc] = to_memory<Index, M>(std::move(tile_sets[static_cast<std::size_t>(tile_group[cc])]), storage);
+        class_tiles_ready[cc] = 1;
+      }
       auto const &cand = d.candidates[cc];
       if (std::find(cand.begin(), cand.end(), BlockKernel::dense) != cand.end())
-        class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)));
+        ensure_class(c, BlockKernel::dense);
     }
     structures_ready = true;
     add_build_seconds(t0);
+  }
+
+  /// The tile set or the dense blocks of class \p c, built once (for tuning, or for a plan decided without it).
+  void ensure_class(int c, BlockKernel kernel) {
+    auto const &d = *dec;
+    auto const cc = static_cast<std::size_t>(c);
+    if (kernel == BlockKernel::tiles && !class_tiles_ready[cc]) {
+      std::vector<int> group(static_cast<std::size_t>(d.num_classes), -1);
+      group[cc] = 0;
+      class_tiles[cc] = to_memory<Index, M>(std::move(d.tiles_groups(group, 1)[0]), storage);
+      class_tiles_ready[cc] = 1;
+    } else if (kernel == BlockKernel::dense && !class_dense_ready[cc]) {
+      class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)), storage);
+      class_dense_ready[cc] = 1;
+    }
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -394,7 +441,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     w.built = true;
     if (!d.mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
       build_all_csr();
-      static_cast<Final &>(w) = Final{all_csr, {}, {}, false};
+      static_cast<Final &>(w) = Final{all_csr, {}, {}};
       return;
     }
     for (auto const &[c, f] : finals)
@@ -402,20 +449,23 @@ template <class Index, class ExecSpace> struct SpmmState {
         static_cast<Final &>(w) = f;
         return;
       }
-    std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1), tile_group = csr_group;
+    // Only the remainder is new: one CSR over all rows with the entries of every csr class.
+    std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1);
+    Final f;
     for (int c = 0; c < d.num_classes; ++c) {
       auto const k = choice[static_cast<std::size_t>(c)];
-      if (k == BlockKernel::csr)
+      if (k == BlockKernel::csr) {
         csr_group[static_cast<std::size_t>(c)] = 0;
-      else if (k == BlockKernel::tiles && d.classes[static_cast<std::size_t>(c)].nnz > 0)
-        tile_group[static_cast<std::size_t>(c)] = 0;
+      } else if (d.classes[static_cast<std::size_t>(c)].nnz > 0) {
+        ensure_class(c, k);
+        if (k == BlockKernel::tiles)
+          f.tiles.push_back(class_tiles[static_cast<std::size_t>(c)]);
+        else
+          for (auto const &block : class_dense[static_cast<std::size_t>(c)])
+            f.dense.push_back(block);
+      }
     }
-    Final f;
-    f.rest = to_memory<Index, M>(d.csr_groups(csr_group, {0})[0]);
-    f.has_tiles = std::find(tile_group.begin(), tile_group.end(), 0) != tile_group.end();
-    if (f.has_tiles)
-      f.tiles = to_memory<Index, M>(d.tiles_groups(tile_group, 1)[0]);
-    f.dense = to_memory<Index, M>(d.dense(d.choice_blocks(choice, BlockKernel::dense)));
+    f.rest = to_memory<Index, M>(std::move(d.csr_groups(csr_group, {0})[0]), storage);
     finals.emplace_back(choice, f);
     static_cast<Final &>(w) = f;
   }
@@ -423,8 +473,8 @@ template <class Index, class ExecSpace> struct SpmmState {
   void run_final(ExecSpace const &space, Width const &w, ConstMatrix<M> const &x, Matrix<M> const &y,
                  bool feature_tiled) const {
     run_csr(space, w.rest, x, y, /*accumulate=*/false, feature_tiled);
-    if (w.has_tiles)
-      spmm_tiles<ExecSpace, Index, M>(space, w.tiles, x, y, /*accumulate=*/true);
+    for (auto const &t : w.tiles)
+      spmm_tiles<ExecSpace, Index, M>(space, t, x, y, /*accumulate=*/true);
     run_dense(space, w.dense, x, y);
   }
 
@@ -477,7 +527,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     w.rest_feature_tiled = winner.find("feature_tiled") != std::string::npos;
     w.sel.plan.rest_kernel = w.rest_feature_tiled ? "csr_feature_tiled" : "csr";
     if (winner.rfind("all_csr", 0) == 0)
-      static_cast<Final &>(w) = Final{all_csr, {}, {}, false};
+      static_cast<Final &>(w) = Final{all_csr, {}, {}};
   }
 
   void build_all_csr() {
@@ -541,6 +591,15 @@ template <class Index, class ExecSpace> struct SpmmState {
     auto &sel = w.sel;
     if (sel.stage == 2) {
       build_final(w);
+      if (sel.plan.tuning_applies > 0 && w.frozen_samples.size() < 5) {
+        Timer<ExecSpace> timer(space, "Tessel::gnn::Spmm::frozen");
+        run_final(space, w, x, y, w.rest_feature_tiled);
+        w.frozen_samples.push_back(timer.seconds());
+        auto sorted = w.frozen_samples;
+        std::sort(sorted.begin(), sorted.end());
+        sel.plan.apply_seconds = sorted[sorted.size() / 2];
+        return;
+      }
       run_final(space, w, x, y, w.rest_feature_tiled);
       return;
     }

@@ -876,14 +876,14 @@ template <class Index> struct DeviceSpmmState {
     // Stage 1: the whole-apply variants in turn.
     if (w.warmed_stage != 1)
       warm_up(stream, w, x, y);
-    std::string const variant = sel.final_names[w.issued % sel.final_names.size()];
+    std::string const variant = d.final_variant(sel, w.issued);
     std::size_t const e0 = w.event(), e1 = w.event();
     w.events[e0].record(stream);
     run_variant(stream, w, variant, x, y);
     w.events[e1].record(stream);
     w.pending.push_back({-1, BlockKernel::csr, e0, e1});
     ++sel.plan.tuning_applies;
-    if (++w.issued == sel.final_names.size() * static_cast<std::size_t>(options.tuning_repeats))
+    if (++w.issued == d.final_applies(sel))
       resolve(w);
   }
 

@@ -182,6 +182,10 @@ public:
   bool record_final(WidthSelection &w, double seconds) const;
   /// The variant the next stage-1 apply runs.
   std::string const &current_final(WidthSelection const &w) const;
+  /// The variant of the k-th whole apply of stage 1 (backends that issue several before recording), and how many
+  /// whole applies stage 1 takes.
+  std::string const &final_variant(WidthSelection const &w, std::size_t k) const;
+  std::size_t final_applies(WidthSelection const &w) const;
   /// The cost model's kernel per class for width \p f (w.choice and the class plans' predictions).
   void predict(WidthSelection &w, int f) const;
 
