@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -208,10 +209,12 @@ int cmd_train(Args const &a) {
   double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
   std::printf("finished after %d epochs%s: val accuracy %.4f, test accuracy %.4f\n", result.epochs_run,
               result.early_stopped ? " (early stop)" : "", result.val_acc, result.test_acc);
+  double const train_s = std::max(1e-12, result.train_seconds);
   std::printf("time per epoch %.3f ms: aggregation %.3f ms, rest %.3f ms; setup %.3f s; selection overhead %.3f s "
-              "(%.2f%% of training)\n",
+              "(%.2f%% of training; %.3f s = %.2f%% net of the tuning applies' share of the aggregation)\n",
               ms, agg, ms - agg, result.setup_seconds, result.selection_seconds,
-              100 * result.selection_seconds / std::max(1e-12, result.train_seconds));
+              100 * result.selection_seconds / train_s, result.selection_net_seconds,
+              100 * result.selection_net_seconds / train_s);
   for (auto const &p : result.plans)
     print_plan(p);
   if (a.has("--json")) {
@@ -227,6 +230,7 @@ int cmd_train(Args const &a) {
         << ", \"aggregation_ms_per_epoch\": " << num(agg) << ", \"rest_ms_per_epoch\": " << num(ms - agg)
         << ", \"setup_seconds\": " << num(result.setup_seconds)
         << ", \"selection_seconds\": " << num(result.selection_seconds)
+        << ", \"selection_net_seconds\": " << num(result.selection_net_seconds)
         << ", \"train_seconds\": " << num(result.train_seconds) << ",\n  \"plans\": [";
     for (std::size_t i = 0; i < result.plans.size(); ++i)
       out << (i ? ",\n    " : "\n    ") << result.plans[i].to_json();
@@ -354,19 +358,37 @@ int cmd_bench(Args const &a) {
                 "max rel err", "note");
     // Every kernel is prepared (built, tuned, warmed up) first; then the timed rounds run all kernels in turn, so
     // that drifting machine load affects them alike. Each timed sample is a batch of applies of >= 2 ms, after one
-    // untimed apply of the same kernel.
+    // untimed apply of the same kernel. All kernels of one vertex order read the same X and write the same Y: with
+    // a Y per kernel, the placement of the buffers alone made identical loops differ by up to 30% here (csr and
+    // csr_feature_tiled at F <= 32), which would be credited to the kernels. Each result is checked right after
+    // the kernel's own applies (before the rounds and after them).
     struct Entry {
       std::string label;
       std::unique_ptr<SpmmHandle<std::int32_t, Exec>> handle;
       Permutation const *perm = nullptr;
       Matrix<Mem> xin, y;
-      double setup = 0;
+      double setup = 0, err = 0;
       int tuning = 0, inner = 1;
       std::vector<double> t;
     };
     std::vector<Entry> entries;
     Permutation adaptive_perm;
     bool have_perm = false;
+    Matrix<Mem> y_shared("Tessel::gnn::bench::y", n, static_cast<std::size_t>(f)), x_perm, y_perm;
+    // Relative error of the entry's Y (in its vertex order) against the reference; the largest seen counts.
+    auto check = [&](Entry &e) {
+      Matrix<Mem> yout = e.y;
+      if (e.perm) {
+        yout = Matrix<Mem>("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
+        unpermute_rows(space, *e.perm, ConstMatrix<Mem>(e.y), yout);
+      }
+      double err = 0, scale = 0;
+      for (std::size_t k = 0; k < ref.size(); ++k) {
+        err = std::max(err, static_cast<double>(std::abs(yout.data()[k] - ref.data()[k])));
+        scale = std::max(scale, static_cast<double>(std::abs(ref.data()[k])));
+      }
+      e.err = std::max(e.err, err / std::max(scale, 1e-30));
+    };
     auto add = [&](std::string const &label, std::unique_ptr<SpmmHandle<std::int32_t, Exec>> h, Permutation const *perm,
                    double setup) {
       Entry e;
@@ -375,10 +397,15 @@ int cmd_bench(Args const &a) {
       e.perm = perm;
       e.setup = setup;
       e.xin = x;
-      e.y = Matrix<Mem>("Tessel::gnn::bench::y", n, static_cast<std::size_t>(f));
+      e.y = y_shared;
       if (perm) {
-        e.xin = Matrix<Mem>("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f));
-        permute_rows(space, *perm, ConstMatrix<Mem>(x), e.xin);
+        if (x_perm.extent(0) == 0) { // adaptive and csr(reordered) share the permutation and its buffers
+          x_perm = Matrix<Mem>("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f));
+          y_perm = Matrix<Mem>("Tessel::gnn::bench::yp", n, static_cast<std::size_t>(f));
+          permute_rows(space, *perm, ConstMatrix<Mem>(x), x_perm);
+        }
+        e.xin = x_perm;
+        e.y = y_perm;
       }
       while (!e.handle->tuned(f) && e.tuning < 1000) {
         e.handle->apply(space, e.xin, e.y);
@@ -386,9 +413,11 @@ int cmd_bench(Args const &a) {
       }
       for (int r = 0; r < warmup; ++r)
         e.handle->apply(space, e.xin, e.y);
+      Kokkos::deep_copy(e.y, 1e30f); // the buffer is shared: nothing left over may pass for a result
       tessel::Timer<Exec> timer(space);
       e.handle->apply(space, e.xin, e.y);
       e.inner = static_cast<int>(std::min(1000.0, std::max(1.0, std::ceil(2e-3 / std::max(timer.seconds(), 1e-9)))));
+      check(e);
       entries.push_back(std::move(e));
     };
     for (auto const &k : kernels) {
@@ -399,8 +428,9 @@ int cmd_bench(Args const &a) {
         options.probe_features = {f}; // this handle serves width f only
         auto h = std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, op, options);
         double const setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        bool const permuted = algorithm == SpmmAlgorithm::adaptive;
-        if (permuted) {
+        // A handle that kept the original order reads X and writes Y in place, like the single kernels.
+        bool const permuted = algorithm == SpmmAlgorithm::adaptive && !h->permutation().is_identity();
+        if (algorithm == SpmmAlgorithm::adaptive) {
           adaptive_perm = h->permutation();
           have_perm = true;
         }
@@ -414,12 +444,18 @@ int cmd_bench(Args const &a) {
       add("csr(reordered)",
           std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, permute(op, adaptive_perm),
                                                            fixed(SpmmAlgorithm::csr)),
-          &adaptive_perm, 0.0);
-    // The kernel order rotates from round to round: the first kernel of a round runs measurably slower here (the
-    // cause is not ours to control), and rotation spreads that over all kernels.
-    for (int r = 0; r < reps; ++r)
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        auto &e = entries[(i + static_cast<std::size_t>(r)) % entries.size()];
+          adaptive_perm.is_identity() ? nullptr : &adaptive_perm, 0.0);
+    // The kernel order changes from round to round (a fixed-seed shuffle): the first kernel of a round runs
+    // measurably slower here, and so does a kernel that follows the dense GEMM or Kokkos Kernels (their memory sweeps
+    // and wide vector code), whatever its own cost; with a plain rotation every kernel kept the same predecessor,
+    // which biased identical loops by up to 7%. Shuffling spreads both effects over all kernels.
+    std::vector<std::size_t> order(entries.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::mt19937 shuffle_rng(12345);
+    for (int r = 0; r < reps; ++r) {
+      std::shuffle(order.begin(), order.end(), shuffle_rng);
+      for (std::size_t i : order) {
+        auto &e = entries[i];
         // One untimed apply first: the previous kernel (the dense one sweeps a huge matrix) left the caches cold,
         // and training repeats the same aggregation back to back.
         e.handle->apply(space, e.xin, e.y);
@@ -428,18 +464,12 @@ int cmd_bench(Args const &a) {
           e.handle->apply(space, e.xin, e.y);
         e.t.push_back(timer.seconds() / e.inner);
       }
+    }
     for (auto &e : entries) {
-      Matrix<Mem> yout = e.y;
-      if (e.perm) {
-        yout = Matrix<Mem>("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
-        unpermute_rows(space, *e.perm, ConstMatrix<Mem>(e.y), yout);
-      }
-      double err = 0, scale = 0;
-      for (std::size_t k = 0; k < ref.size(); ++k) {
-        err = std::max(err, static_cast<double>(std::abs(yout.data()[k] - ref.data()[k])));
-        scale = std::max(scale, static_cast<double>(std::abs(ref.data()[k])));
-      }
-      double const rel = err / std::max(scale, 1e-30);
+      Kokkos::deep_copy(e.y, 1e30f); // nothing left over from the kernel before
+      e.handle->apply(space, e.xin, e.y);
+      check(e);
+      double const rel = e.err;
       double const med = median(e.t);
       ms[e.label] = 1e3 * med;
       std::string note = e.tuning ? std::to_string(e.tuning) + " tuning applies" : "";
@@ -455,7 +485,7 @@ int cmd_bench(Args const &a) {
         print_plan(e.handle->plan(f));
       }
     }
-    if (have_perm) {
+    if (have_perm && !adaptive_perm.is_identity()) {
       // Moving X into the handle's order and Y back, once per apply (not needed in training).
       Matrix<Mem> xp("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f)),
           yo("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));

@@ -34,48 +34,93 @@ HostCsrPiece<Index> make_csr(Graph<Index> const &g, std::vector<char> const &kee
   return piece;
 }
 
+namespace {
+/// Condensed tiles of the entries of each group (group_of(k) < 0: no group), windows of tile_rows rows aligned to
+/// the parts. Within a window all entries of one column must fall in one group (true for groups made of density
+/// classes: a window lies in one row part, a column in one column part, so they meet in one block). Columns are
+/// de-duplicated with a stamp per column rather than sorting the window's entries.
+template <class Index, class GroupOf>
+std::vector<HostTileSet<Index>> build_tiles(Graph<Index> const &g, GroupOf group_of, int groups,
+                                            std::vector<std::int64_t> const &part_offsets, bool keep_empty_windows,
+                                            std::vector<std::int64_t> const &expected_tiles = {}) {
+  std::vector<HostTileSet<Index>> out(static_cast<std::size_t>(groups));
+  // Exact sizes where the caller knows the tile counts: growing the value array reallocated and re-zeroed it.
+  for (std::size_t gi = 0; gi < expected_tiles.size() && gi < out.size(); ++gi) {
+    out[gi].tile_col.reserve(static_cast<std::size_t>(expected_tiles[gi]) * tile_cols);
+    out[gi].tile_val.reserve(static_cast<std::size_t>(expected_tiles[gi]) * tile_cols * tile_rows);
+  }
+  auto const *rm = g.row_map().data();
+  auto const *ent = g.entries().data();
+  auto const *val = g.values().data();
+  std::vector<std::int64_t> stamp(static_cast<std::size_t>(g.num_cols()), -1);
+  std::vector<int> stamp_group(static_cast<std::size_t>(g.num_cols()), -1);
+  std::vector<std::int32_t> slot(static_cast<std::size_t>(g.num_cols()), 0);
+  std::vector<std::vector<Index>> cols(static_cast<std::size_t>(groups));
+  std::vector<std::size_t> first(static_cast<std::size_t>(groups));
+  std::int64_t window = 0;
+  for (std::size_t p = 0; p + 1 < part_offsets.size(); ++p) {
+    for (std::int64_t r = part_offsets[p]; r < part_offsets[p + 1]; r += tile_rows, ++window) {
+      std::int64_t const re = std::min<std::int64_t>(r + tile_rows, part_offsets[p + 1]);
+      for (auto &c : cols)
+        c.clear();
+      for (std::int64_t i = r; i < re; ++i)
+        for (offset_type k = rm[i]; k < rm[i + 1]; ++k) {
+          int const gi = group_of(k);
+          if (gi < 0)
+            continue;
+          auto const c = static_cast<std::size_t>(ent[k]);
+          if (stamp[c] != window) {
+            stamp[c] = window;
+            stamp_group[c] = gi;
+            cols[static_cast<std::size_t>(gi)].push_back(ent[k]);
+          } else {
+            TESSEL_REQUIRE(stamp_group[c] == gi, "tiles: column ", c, " of window at row ", r, " falls in two groups");
+          }
+        }
+      for (int gi = 0; gi < groups; ++gi) {
+        auto &cg = cols[static_cast<std::size_t>(gi)];
+        auto &t = out[static_cast<std::size_t>(gi)];
+        if (cg.empty() && !(keep_empty_windows && groups == 1))
+          continue;
+        std::sort(cg.begin(), cg.end());
+        for (std::size_t q = 0; q < cg.size(); ++q)
+          slot[static_cast<std::size_t>(cg[q])] = static_cast<std::int32_t>(q);
+        std::size_t const ntiles = (cg.size() + tile_cols - 1) / tile_cols;
+        first[static_cast<std::size_t>(gi)] = t.tile_col.size() / tile_cols;
+        for (std::size_t q = 0; q < ntiles * tile_cols; ++q)
+          // Padding repeats the window's first column (its values stay zero).
+          t.tile_col.push_back(q < cg.size() ? cg[q] : cg[0]);
+        t.tile_val.resize(t.tile_col.size() * tile_rows, 0.0f);
+        t.row0.push_back(r);
+        t.nrows.push_back(static_cast<int>(re - r));
+        t.tile_begin.push_back(static_cast<std::int64_t>(t.tile_col.size() / tile_cols));
+      }
+      for (std::int64_t i = r; i < re; ++i)
+        for (offset_type k = rm[i]; k < rm[i + 1]; ++k) {
+          int const gi = group_of(k);
+          if (gi < 0)
+            continue;
+          auto const pos = static_cast<std::size_t>(slot[static_cast<std::size_t>(ent[k])]);
+          std::size_t const tile = first[static_cast<std::size_t>(gi)] + pos / tile_cols;
+          out[static_cast<std::size_t>(gi)]
+              .tile_val[tile * tile_rows * tile_cols + static_cast<std::size_t>(i - r) * tile_cols + pos % tile_cols] +=
+              val[k];
+        }
+    }
+  }
+  return out;
+}
+} // namespace
+
 template <class Index>
 HostTileSet<Index> make_tiles(Graph<Index> const &g, std::vector<char> const *keep,
                               std::vector<std::int64_t> const &part_offsets, bool keep_empty_windows) {
-  HostTileSet<Index> t;
-  std::vector<Index> cols;
-  for (std::size_t p = 0; p + 1 < part_offsets.size(); ++p) {
-    for (std::int64_t r = part_offsets[p]; r < part_offsets[p + 1]; r += tile_rows) {
-      std::int64_t const re = std::min<std::int64_t>(r + tile_rows, part_offsets[p + 1]);
-      cols.clear();
-      for (std::int64_t i = r; i < re; ++i)
-        for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
-          if (!keep || (*keep)[static_cast<std::size_t>(k)])
-            cols.push_back(g.entries()(k));
-      if (cols.empty() && !keep_empty_windows)
-        continue;
-      std::sort(cols.begin(), cols.end());
-      cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
-      std::size_t const ntiles = (cols.size() + tile_cols - 1) / tile_cols;
-      std::size_t const first = t.tile_col.size() / tile_cols;
-      for (std::size_t k = 0; k < ntiles; ++k)
-        for (int c = 0; c < tile_cols; ++c) {
-          std::size_t const idx = k * tile_cols + static_cast<std::size_t>(c);
-          // Padding repeats the window's first column (its values stay zero).
-          t.tile_col.push_back(idx < cols.size() ? cols[idx] : cols[0]);
-        }
-      t.tile_val.resize(t.tile_col.size() * tile_rows, 0.0f);
-      for (std::int64_t i = r; i < re; ++i)
-        for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k) {
-          if (keep && !(*keep)[static_cast<std::size_t>(k)])
-            continue;
-          auto const pos =
-              static_cast<std::size_t>(std::lower_bound(cols.begin(), cols.end(), g.entries()(k)) - cols.begin());
-          std::size_t const tile = first + pos / tile_cols;
-          t.tile_val[tile * tile_rows * tile_cols + static_cast<std::size_t>(i - r) * tile_cols + pos % tile_cols] +=
-              g.values()(k);
-        }
-      t.row0.push_back(r);
-      t.nrows.push_back(static_cast<int>(re - r));
-      t.tile_begin.push_back(static_cast<std::int64_t>(t.tile_col.size() / tile_cols));
-    }
-  }
-  return t;
+  if (!keep)
+    return build_tiles(
+        g, [](offset_type) { return 0; }, 1, part_offsets, keep_empty_windows)[0];
+  return build_tiles(
+      g, [keep](offset_type k) { return (*keep)[static_cast<std::size_t>(k)] ? 0 : -1; }, 1, part_offsets,
+      keep_empty_windows)[0];
 }
 
 SpmmPlan fixed_plan(std::string const &graph, std::int64_t rows, std::int64_t nnz, int features,
@@ -181,8 +226,11 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
     std::int64_t const part_size = options.part_size > 0 ? options.part_size : default_part_size;
     partition = gnn::partition(g, part_size, options.partition, 0, options.seed);
     permuted = permute(g, partition.permutation);
-    if (options.timing && probe && partition.method != PartitionMethod::none && !options.probe_features.empty())
+    if (options.timing && probe && partition.method != PartitionMethod::none && !options.probe_features.empty()) {
+      auto const p0 = std::chrono::steady_clock::now();
       probe_reordering(g, part_size, *probe);
+      probe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
+    }
   }
   auto const &off = partition.part_offsets;
   std::size_t const nparts = off.size() - 1;
@@ -191,40 +239,40 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
     for (auto v = off[p]; v < off[p + 1]; ++v)
       part_of[static_cast<std::size_t>(v)] = static_cast<std::int64_t>(p);
 
-  // Blocks: nonempty (row part, column part) pairs with their density.
+  // Blocks: nonempty (row part, column part) pairs with their density, found per row part with a counter per
+  // column part (reset through the list of parts touched), in two linear passes over the part's entries.
   auto const &bounds = options.class_bounds;
   int const bins = static_cast<int>(bounds.size()) + 1;
   num_classes = 2 * bins;
   entry_class.assign(static_cast<std::size_t>(nnz), 0);
-  std::vector<std::int64_t> qs;
-  for (std::size_t p = 0; p < nparts; ++p) {
-    qs.clear();
-    for (auto i = off[p]; i < off[p + 1]; ++i)
-      for (offset_type k = permuted.row_map()(i); k < permuted.row_map()(i + 1); ++k)
-        qs.push_back(part_of[static_cast<std::size_t>(permuted.entries()(k))]);
-    std::sort(qs.begin(), qs.end());
-    std::size_t const first_block = blocks.size();
-    for (std::size_t s = 0; s < qs.size();) {
-      std::size_t e = s;
-      while (e < qs.size() && qs[e] == qs[s])
-        ++e;
-      auto const q = qs[s];
-      double const area = static_cast<double>(off[p + 1] - off[p]) * static_cast<double>(off[q + 1] - off[q]);
-      double const density = static_cast<double>(e - s) / area;
-      int bin = 0;
-      while (bin < bins - 1 && density >= bounds[static_cast<std::size_t>(bin)])
-        ++bin;
-      int const cls = (static_cast<std::int64_t>(p) == q ? 0 : bins) + bin;
-      blocks.push_back({static_cast<std::int64_t>(p), q, static_cast<std::int64_t>(e - s), density, cls});
-      s = e;
-    }
-    for (auto i = off[p]; i < off[p + 1]; ++i)
-      for (offset_type k = permuted.row_map()(i); k < permuted.row_map()(i + 1); ++k) {
-        auto const q = part_of[static_cast<std::size_t>(permuted.entries()(k))];
-        auto it = std::lower_bound(blocks.begin() + static_cast<std::ptrdiff_t>(first_block), blocks.end(), q,
-                                   [](Block const &b, std::int64_t v) { return b.q < v; });
-        entry_class[static_cast<std::size_t>(k)] = it->cls;
+  auto const *rm = permuted.row_map().data();
+  auto const *ent = permuted.entries().data();
+  {
+    std::vector<std::int64_t> count(nparts, 0), block_of(nparts, -1), touched;
+    for (std::size_t p = 0; p < nparts; ++p) {
+      touched.clear();
+      for (offset_type k = rm[off[p]]; k < rm[off[p + 1]]; ++k) {
+        auto const q = part_of[static_cast<std::size_t>(ent[k])];
+        if (count[static_cast<std::size_t>(q)]++ == 0)
+          touched.push_back(q);
       }
+      std::sort(touched.begin(), touched.end());
+      for (auto q : touched) {
+        auto const uq = static_cast<std::size_t>(q);
+        double const area = static_cast<double>(off[p + 1] - off[p]) * static_cast<double>(off[uq + 1] - off[uq]);
+        double const density = static_cast<double>(count[uq]) / area;
+        int bin = 0;
+        while (bin < bins - 1 && density >= bounds[static_cast<std::size_t>(bin)])
+          ++bin;
+        int const cls = (static_cast<std::int64_t>(p) == q ? 0 : bins) + bin;
+        block_of[uq] = cls;
+        blocks.push_back({static_cast<std::int64_t>(p), q, count[uq], density, cls});
+        count[uq] = 0;
+      }
+      for (offset_type k = rm[off[p]]; k < rm[off[p + 1]]; ++k)
+        entry_class[static_cast<std::size_t>(k)] =
+            static_cast<int>(block_of[static_cast<std::size_t>(part_of[static_cast<std::size_t>(ent[k])])]);
+    }
   }
 
   classes.assign(static_cast<std::size_t>(num_classes), {});
@@ -241,26 +289,26 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
     k.nnz += b.nnz;
     k.dense_elements += (off[b.p + 1] - off[b.p]) * (off[b.q + 1] - off[b.q]);
   }
-  // Tile counts per class (windows aligned to row parts), in one pass over the windows.
+  // Tile counts per class (windows aligned to row parts): distinct columns per window and class, counted with a
+  // stamp per column (a column meets a window in one block, hence in one class).
   {
-    std::vector<std::pair<int, Index>> window; // (class, column)
+    std::vector<std::int64_t> stamp(static_cast<std::size_t>(rows), -1);
+    std::vector<std::int64_t> distinct(static_cast<std::size_t>(num_classes), 0);
+    std::int64_t window = 0;
     for (std::size_t p = 0; p < nparts; ++p)
-      for (auto r = off[p]; r < off[p + 1]; r += tile_rows) {
+      for (auto r = off[p]; r < off[p + 1]; r += tile_rows, ++window) {
         auto const re = std::min<std::int64_t>(r + tile_rows, off[p + 1]);
-        window.clear();
-        for (auto i = r; i < re; ++i)
-          for (offset_type e = permuted.row_map()(i); e < permuted.row_map()(i + 1); ++e)
-            window.emplace_back(entry_class[static_cast<std::size_t>(e)], permuted.entries()(e));
-        std::sort(window.begin(), window.end());
-        window.erase(std::unique(window.begin(), window.end()), window.end());
-        for (std::size_t k = 0; k < window.size();) {
-          std::size_t e = k;
-          while (e < window.size() && window[e].first == window[k].first)
-            ++e;
-          classes[static_cast<std::size_t>(window[k].first)].tiles +=
-              static_cast<std::int64_t>((e - k + tile_cols - 1) / tile_cols);
-          k = e;
+        std::fill(distinct.begin(), distinct.end(), 0);
+        for (offset_type e = rm[r]; e < rm[re]; ++e) {
+          auto const c = static_cast<std::size_t>(ent[e]);
+          if (stamp[c] != window) {
+            stamp[c] = window;
+            ++distinct[static_cast<std::size_t>(entry_class[static_cast<std::size_t>(e)])];
+          }
         }
+        for (int c = 0; c < num_classes; ++c)
+          classes[static_cast<std::size_t>(c)].tiles +=
+              (distinct[static_cast<std::size_t>(c)] + tile_cols - 1) / tile_cols;
       }
   }
   // Candidates: csr always; tiles and dense unless the cost model rules them out (or the dense storage is
@@ -305,34 +353,74 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
   preprocess_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Times CSR in the original and in the partitioned order at the widths the caller will apply
-/// (options.probe_features, interleaved, best of 3 after a warm-up) and keeps the original order unless the
-/// partitioned one is at least as fast in total: reordering pays when X spills from cache, not for narrow X.
+/// Times the whole-graph CSR kernels (row-parallel, and feature-tiled where F > its slice width) in the original
+/// and in the partitioned order at the widths the caller will apply (options.probe_features). A round runs every
+/// candidate twice, in mirrored order (A B B A, or A B C D D C B A), so that each candidate runs once right after
+/// itself and once after another kernel, and drifting load hits all alike; per round and order the faster kernel
+/// counts, and the round's ratio partitioned / original compares runs made within milliseconds of each other, so
+/// that load from other processes, which comes in bursts on a shared machine, mostly cancels. After two rounds
+/// the probe stops if the ratios agree (all below reorder_margin, or all above); otherwise it runs up to five. The
+/// partitioned order is kept only when it is faster by reorder_margin in every round, or in all but one of three
+/// or more (per width the second largest ratio; widths weighted by their time): the original order's best single kernel
+/// is the baseline the handle must not lose to, and reordering pays when X spills from cache, not for narrow X.
 template <class Index>
 void Decomposition<Index>::probe_reordering(Graph<Index> const &g, std::int64_t part_size, CsrProbe<Index> &probe) {
   probe.prepare(g, permuted);
-  double total[2] = {0, 0};
+  constexpr int min_rounds = 2, max_rounds = 5;
+  double weighted = 0, weight = 0;
   std::ostringstream note;
-  note << "reordering probe (csr):";
+  note << "reordering probe (best whole-graph csr kernel per order, median of mirrored rounds):";
   for (int f : options.probe_features) {
     TESSEL_REQUIRE(f >= 1, "SpmmOptions::probe_features must be positive, got ", f);
-    std::vector<double> t[2];
-    for (int rep = 0; rep < 4; ++rep)
-      for (int which = 0; which < 2; ++which) {
-        double const s = probe.seconds(which, f);
-        if (rep > 0) // the first round warms the caches
-          t[which].push_back(s);
+    int const kernels = f > feature_tile_width ? 2 : 1;
+    int const candidates = 2 * kernels; // candidate c: order c % 2, kernel c / 2
+    probe.seconds(0, f, 0);             // first touch of the probe's X and Y
+    std::vector<double> ratios, best[2];
+    double fastest[2][2] = {{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()},
+                            {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()}};
+    for (int round = 0; round < max_rounds; ++round) {
+      std::vector<double> sum(static_cast<std::size_t>(candidates), 0.0);
+      for (int i = 0; i < 2 * candidates; ++i) {
+        int const c = i < candidates ? i : 2 * candidates - 1 - i;
+        double const sec = probe.seconds(c % 2, f, c / 2);
+        sum[static_cast<std::size_t>(c)] += sec;
+        fastest[c % 2][c / 2] = std::min(fastest[c % 2][c / 2], sec);
       }
-    total[0] += best_of(t[0]);
-    total[1] += best_of(t[1]);
-    note << " F=" << f << ": original " << 1e3 * best_of(t[0]) << " ms, " << name_of(partition.method) << " "
-         << 1e3 * best_of(t[1]) << " ms;";
+      double t[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+      for (int c = 0; c < candidates; ++c)
+        t[c % 2] = std::min(t[c % 2], sum[static_cast<std::size_t>(c)] / 2);
+      best[0].push_back(t[0]);
+      best[1].push_back(t[1]);
+      ratios.push_back(t[1] / t[0]);
+      if (round + 1 >= min_rounds) {
+        auto const below = std::count_if(ratios.begin(), ratios.end(), [](double r) { return r <= reorder_margin; });
+        if (below == 0 || below == static_cast<std::ptrdiff_t>(ratios.size()))
+          break;
+      }
+    }
+    // The second largest ratio: a gain must show in all rounds but one, so that a marginal or noisy gain (the
+    // rounds disagree) leaves the original order, while one burst against a clear gain does not.
+    std::vector<double> sorted = ratios;
+    std::sort(sorted.begin(), sorted.end());
+    double const ratio = sorted.size() >= 3 ? sorted[sorted.size() - 2] : sorted.back();
+    double const base = best_of(best[0]);
+    weighted += ratio * base;
+    weight += base;
+    note << " F=" << f << ": original " << 1e3 * base << " ms ("
+         << (fastest[0][1] < fastest[0][0] ? "csr_feature_tiled" : "csr") << "), " << name_of(partition.method) << " "
+         << 1e3 * best_of(best[1]) << " ms (" << (fastest[1][1] < fastest[1][0] ? "csr_feature_tiled" : "csr")
+         << "), ratio " << sorted[sorted.size() / 2] << " (median) " << ratio << " (second largest) of "
+         << ratios.size() << " rounds;";
   }
-  if (total[1] <= 1.02 * total[0]) {
+  double const ratio = weight > 0 ? weighted / weight : 1.0;
+  if (ratio <= reorder_margin) {
     note << " -> reordered";
   } else {
-    note << " -> original order kept";
+    note << " -> original order kept (the partitioned one is not " << static_cast<int>(100 * (1 - reorder_margin) + 0.5)
+         << "% faster)";
+    double const spent = partition.seconds; // the partitioning was done, if not kept
     partition = gnn::partition(g, part_size, PartitionMethod::none);
+    partition.seconds += spent;
     permuted = g;
   }
   ordering = note.str();
@@ -439,6 +527,65 @@ std::vector<HostDenseBlock> Decomposition<Index>::dense(std::vector<std::size_t>
   return out;
 }
 
+template <class Index>
+std::vector<HostCsrPiece<Index>> Decomposition<Index>::csr_groups(std::vector<int> const &group_of_class,
+                                                                  std::vector<char> const &compressed) const {
+  std::size_t const groups = compressed.size();
+  std::vector<HostCsrPiece<Index>> out(groups);
+  std::vector<std::int64_t> reserve(groups, 0);
+  for (int c = 0; c < num_classes; ++c)
+    if (group_of_class[static_cast<std::size_t>(c)] >= 0)
+      reserve[static_cast<std::size_t>(group_of_class[static_cast<std::size_t>(c)])] +=
+          classes[static_cast<std::size_t>(c)].nnz;
+  for (std::size_t gi = 0; gi < groups; ++gi) {
+    out[gi].entries.reserve(static_cast<std::size_t>(reserve[gi]));
+    out[gi].values.reserve(static_cast<std::size_t>(reserve[gi]));
+    if (!compressed[gi])
+      out[gi].row_map.reserve(static_cast<std::size_t>(rows) + 1);
+  }
+  auto const *rm = permuted.row_map().data();
+  auto const *ent = permuted.entries().data();
+  auto const *val = permuted.values().data();
+  std::vector<std::size_t> before(groups);
+  for (Index i = 0; i < rows; ++i) {
+    for (std::size_t gi = 0; gi < groups; ++gi)
+      before[gi] = out[gi].entries.size();
+    for (offset_type k = rm[i]; k < rm[i + 1]; ++k) {
+      int const gi = group_of_class[static_cast<std::size_t>(entry_class[static_cast<std::size_t>(k)])];
+      if (gi < 0)
+        continue;
+      out[static_cast<std::size_t>(gi)].entries.push_back(ent[k]);
+      out[static_cast<std::size_t>(gi)].values.push_back(val[k]);
+    }
+    for (std::size_t gi = 0; gi < groups; ++gi) {
+      auto &piece = out[gi];
+      if (compressed[gi]) {
+        if (piece.entries.size() == before[gi])
+          continue;
+        piece.row_ids.push_back(i);
+      }
+      piece.row_map.push_back(static_cast<offset_type>(piece.entries.size()));
+    }
+  }
+  for (auto &piece : out)
+    piece.nnz = static_cast<std::int64_t>(piece.entries.size());
+  return out;
+}
+
+template <class Index>
+std::vector<HostTileSet<Index>> Decomposition<Index>::tiles_groups(std::vector<int> const &group_of_class,
+                                                                   int groups) const {
+  std::vector<std::int64_t> expected(static_cast<std::size_t>(groups), 0);
+  for (int c = 0; c < num_classes; ++c)
+    if (group_of_class[static_cast<std::size_t>(c)] >= 0)
+      expected[static_cast<std::size_t>(group_of_class[static_cast<std::size_t>(c)])] +=
+          classes[static_cast<std::size_t>(c)].tiles;
+  return build_tiles(
+      permuted,
+      [&](offset_type k) { return group_of_class[static_cast<std::size_t>(entry_class[static_cast<std::size_t>(k)])]; },
+      groups, partition.part_offsets, /*keep_empty_windows=*/false, expected);
+}
+
 template <class Index> SpmmPlan Decomposition<Index>::base_plan(int f) const {
   SpmmPlan p;
   p.graph = name;
@@ -452,6 +599,7 @@ template <class Index> SpmmPlan Decomposition<Index>::base_plan(int f) const {
   p.classes = classes;
   p.preprocess_seconds = preprocess_seconds;
   p.partition_seconds = partition.seconds;
+  p.probe_seconds = probe_seconds;
   p.ordering = ordering.empty() ? std::string(name_of(partition.method)) + " order" : ordering;
   p.timed = options.timing;
   return p;
@@ -517,6 +665,49 @@ template <class Index> BlockKernel Decomposition<Index>::round_kernel(int c, Blo
   return std::find(cand.begin(), cand.end(), kernel) != cand.end() ? kernel : cand.front();
 }
 
+template <class Index>
+BlockKernel Decomposition<Index>::round_kernel(WidthSelection const &w, int c, BlockKernel kernel) const {
+  auto const cc = static_cast<std::size_t>(c);
+  if (cc < w.dropped.size() && w.dropped[cc][static_cast<std::size_t>(kernel)])
+    return candidates[cc].front();
+  return round_kernel(c, kernel);
+}
+
+template <class Index> void Decomposition<Index>::after_round(WidthSelection &w) const {
+  if (w.dropped.empty())
+    w.dropped.assign(static_cast<std::size_t>(num_classes), std::vector<char>(num_block_kernels, 0));
+  std::vector<char> still_timed(num_block_kernels, 0);
+  for (int c = 0; c < num_classes; ++c) {
+    auto const cc = static_cast<std::size_t>(c);
+    if (!multi[cc])
+      continue;
+    auto const &samples = w.class_samples[cc];
+    double fastest = std::numeric_limits<double>::infinity();
+    bool complete = true;
+    for (auto kernel : candidates[cc]) {
+      auto const &s = samples[static_cast<std::size_t>(kernel)];
+      complete = complete && !s.empty();
+      fastest = std::min(fastest, best_of(s));
+    }
+    for (auto kernel : candidates[cc]) {
+      auto const k = static_cast<std::size_t>(kernel);
+      if (complete && !w.dropped[cc][k] && best_of(samples[k]) > drop_factor * fastest) {
+        w.dropped[cc][k] = 1;
+        std::ostringstream why;
+        why << name_of(kernel) << " dropped after " << samples[k].size() << " sample(s) ("
+            << best_of(samples[k]) / fastest << "x the fastest); ";
+        w.plan.classes[cc].reason += why.str();
+      }
+      if (!w.dropped[cc][k])
+        still_timed[k] = 1;
+    }
+  }
+  auto const from = w.rounds.begin() + static_cast<std::ptrdiff_t>(w.round);
+  w.rounds.erase(
+      std::remove_if(from, w.rounds.end(), [&](BlockKernel k) { return !still_timed[static_cast<std::size_t>(k)]; }),
+      w.rounds.end());
+}
+
 template <class Index> void Decomposition<Index>::choose(WidthSelection &w) const {
   for (int c = 0; c < num_classes; ++c) {
     auto const cc = static_cast<std::size_t>(c);
@@ -555,33 +746,66 @@ template <class Index> bool Decomposition<Index>::mixed(WidthSelection const &w)
 }
 
 template <class Index> void Decomposition<Index>::start_final(WidthSelection &w, std::vector<std::string> names) const {
+  bool const is_mixed = mixed(w);
+  w.final_levels.clear();
+  for (auto const &name : names)
+    w.final_levels.push_back(is_mixed && name.rfind("all_csr", 0) != 0 ? 1 : 0);
   w.final_names = std::move(names);
   w.final_samples.assign(w.final_names.size(), {});
   w.final_round = 0;
   w.stage = 1;
 }
 
+namespace {
+/// Variant of whole-apply number \p round: mirrored rounds (A B C C B A ...), so that every variant runs once right
+/// after itself and once after another one, as the rounds of the reordering probe.
+std::size_t mirrored(std::size_t round, std::size_t n) {
+  std::size_t const p = round % (2 * n);
+  return p < n ? p : 2 * n - 1 - p;
+}
+} // namespace
+
+template <class Index>
+std::string const &Decomposition<Index>::final_variant(WidthSelection const &w, std::size_t k) const {
+  return w.final_names[mirrored(k, w.final_names.size())];
+}
+
+template <class Index> std::size_t Decomposition<Index>::final_applies(WidthSelection const &w) const {
+  // tuning_repeats samples per variant at least, in whole mirrored rounds.
+  return 2 * w.final_names.size() * static_cast<std::size_t>(std::max(1, (options.tuning_repeats + 1) / 2));
+}
+
 template <class Index> std::string const &Decomposition<Index>::current_final(WidthSelection const &w) const {
-  return w.final_names[w.final_round % w.final_names.size()];
+  return final_variant(w, w.final_round);
 }
 
 template <class Index> bool Decomposition<Index>::record_final(WidthSelection &w, double seconds) const {
-  w.final_samples[w.final_round % w.final_names.size()].push_back(seconds);
-  if (++w.final_round < w.final_names.size() * static_cast<std::size_t>(options.tuning_repeats))
+  w.final_samples[mirrored(w.final_round, w.final_names.size())].push_back(seconds);
+  if (++w.final_round < final_applies(w))
     return false;
   freeze(w);
   return true;
 }
 
 template <class Index> void Decomposition<Index>::freeze(WidthSelection &w) const {
-  // The first candidate is the simplest; another must be faster by the switch margin.
-  std::size_t best = 0;
+  // Names come simplest first: within a level (csr on the whole graph; the mixed plan) the first variant stays
+  // unless another is faster by the switch margin (row-parallel before feature-tiled csr, whose samples in tuning
+  // were not always borne out later), and the mixed plan must beat the csr variant by the margin as well.
+  std::size_t const none = w.final_names.size();
+  std::size_t best_level[2] = {none, none};
   w.plan.final_measured.clear();
   for (std::size_t i = 0; i < w.final_names.size(); ++i) {
-    w.plan.final_measured.emplace_back(w.final_names[i], best_of(w.final_samples[i]));
-    if (best_of(w.final_samples[i]) < switch_margin * best_of(w.final_samples[best]))
-      best = i;
+    double const t = best_of(w.final_samples[i]);
+    if (!w.final_samples[i].empty())
+      w.plan.final_measured.emplace_back(w.final_names[i], t);
+    auto &b = best_level[w.final_levels[i]];
+    if (b == none || t < switch_margin * best_of(w.final_samples[b]))
+      b = i;
   }
+  std::size_t best = best_level[0] != none ? best_level[0] : best_level[1];
+  if (best_level[0] != none && best_level[1] != none &&
+      best_of(w.final_samples[best_level[1]]) < switch_margin * best_of(w.final_samples[best_level[0]]))
+    best = best_level[1];
   w.winner = w.final_names[best];
   w.plan.reason = "timed: per class the fastest candidate, then the fastest of " +
                   std::to_string(w.final_names.size()) + " whole-apply variants: " + w.winner;

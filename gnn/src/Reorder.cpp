@@ -13,7 +13,6 @@
 #include <limits>
 #include <numeric>
 #include <random>
-#include <unordered_map>
 
 namespace tessel::gnn {
 
@@ -88,36 +87,62 @@ bool Permutation::is_identity() const {
 
 namespace {
 
-/// Undirected neighbour lists without self-loops or duplicates (the pattern of A + A^T).
-struct Adjacency {
+/// Undirected neighbour lists without self-loops or duplicates (the pattern of A + A^T), vertex ids of the
+/// graph's index type (half the memory traffic of 64-bit ids for int32 graphs).
+template <class V> struct Adjacency {
   std::vector<std::int64_t> offsets;
-  std::vector<std::int64_t> neighbours;
+  std::vector<V> neighbours;
   std::int64_t degree(std::int64_t v) const { return offsets[v + 1] - offsets[v]; }
 };
 
-template <class Index> Adjacency undirected(Graph<Index> const &g) {
+template <class Index> Adjacency<Index> undirected(Graph<Index> const &g) {
+  // Row i of A + A^T is the union of row i of A and row i of A^T. A^T by a counting pass comes out with sorted rows;
+  // rows of A are usually sorted already (else sorted here), so a linear merge per row de-duplicates: no sort of
+  // all 2 nnz (row, column) pairs, which dominated the preprocessing of large graphs.
   auto const n = static_cast<std::size_t>(g.num_rows());
-  std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
-  pairs.reserve(static_cast<std::size_t>(g.nnz()) * 2);
+  auto const *rm = g.row_map().data();
+  auto const *ent = g.entries().data();
+  std::vector<std::int64_t> tstart(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i)
-    for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k) {
-      auto const j = static_cast<std::int64_t>(g.entries()(k));
-      if (j == static_cast<std::int64_t>(i))
-        continue;
-      pairs.emplace_back(static_cast<std::int64_t>(i), j);
-      pairs.emplace_back(j, static_cast<std::int64_t>(i));
-    }
-  std::sort(pairs.begin(), pairs.end());
-  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-  Adjacency adj;
-  adj.offsets.assign(n + 1, 0);
-  adj.neighbours.resize(pairs.size());
-  for (std::size_t e = 0; e < pairs.size(); ++e) {
-    ++adj.offsets[static_cast<std::size_t>(pairs[e].first) + 1];
-    adj.neighbours[e] = pairs[e].second;
+    for (offset_type k = rm[i]; k < rm[i + 1]; ++k)
+      if (static_cast<std::size_t>(ent[k]) != i)
+        ++tstart[static_cast<std::size_t>(ent[k]) + 1];
+  for (std::size_t i = 0; i < n; ++i)
+    tstart[i + 1] += tstart[i];
+  std::vector<Index> transposed(static_cast<std::size_t>(tstart[n]));
+  {
+    std::vector<std::int64_t> next(tstart.begin(), tstart.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+      for (offset_type k = rm[i]; k < rm[i + 1]; ++k) {
+        auto const j = static_cast<std::size_t>(ent[k]);
+        if (j != i)
+          transposed[static_cast<std::size_t>(next[j]++)] = static_cast<Index>(i);
+      }
   }
-  for (std::size_t i = 0; i < n; ++i)
-    adj.offsets[i + 1] += adj.offsets[i];
+  Adjacency<Index> adj;
+  adj.offsets.assign(n + 1, 0);
+  adj.neighbours.resize(2 * transposed.size());
+  std::vector<Index> row;
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    row.clear();
+    for (offset_type k = rm[i]; k < rm[i + 1]; ++k)
+      if (static_cast<std::size_t>(ent[k]) != i)
+        row.push_back(ent[k]);
+    if (!std::is_sorted(row.begin(), row.end()))
+      std::sort(row.begin(), row.end());
+    auto const *t = transposed.data() + tstart[i];
+    auto const *te = transposed.data() + tstart[i + 1];
+    auto const *a = row.data(), *ae = row.data() + row.size();
+    Index *dst = adj.neighbours.data();
+    while (a != ae || t != te) {
+      Index const v = (t == te || (a != ae && *a < *t)) ? *a++ : *t++;
+      if (out == static_cast<std::size_t>(adj.offsets[i]) || dst[out - 1] != v)
+        dst[out++] = v;
+    }
+    adj.offsets[i + 1] = static_cast<std::int64_t>(out);
+  }
+  adj.neighbours.resize(out);
   return adj;
 }
 
@@ -125,22 +150,33 @@ template <class Index> Adjacency undirected(Graph<Index> const &g) {
 Partition parts_from_labels(std::vector<std::int64_t> const &label, std::vector<std::int64_t> const &order,
                             std::int64_t part_size, std::int64_t max_part_size) {
   std::size_t const n = label.size();
-  std::unordered_map<std::int64_t, std::vector<std::int64_t>> groups;
-  std::vector<std::int64_t> label_order;
+  // Labels are vertex ids (< n): number them by first appearance in order and bucket the members (counting sort).
+  std::vector<std::int64_t> rank_of(n, -1), group_start(1, 0);
   for (auto v : order) {
-    auto &members = groups[label[static_cast<std::size_t>(v)]];
-    if (members.empty())
-      label_order.push_back(label[static_cast<std::size_t>(v)]);
-    members.push_back(v);
+    auto &r = rank_of[static_cast<std::size_t>(label[static_cast<std::size_t>(v)])];
+    if (r < 0) {
+      r = static_cast<std::int64_t>(group_start.size()) - 1;
+      group_start.push_back(0);
+    }
+    ++group_start[static_cast<std::size_t>(r) + 1];
+  }
+  for (std::size_t r = 0; r + 1 < group_start.size(); ++r)
+    group_start[r + 1] += group_start[r];
+  std::vector<std::int64_t> members(n);
+  {
+    std::vector<std::int64_t> next(group_start.begin(), group_start.end() - 1);
+    for (auto v : order)
+      members[static_cast<std::size_t>(
+          next[static_cast<std::size_t>(rank_of[static_cast<std::size_t>(label[static_cast<std::size_t>(v)])])]++)] = v;
   }
   Partition p;
   std::vector<std::int64_t> old_of_new;
   old_of_new.reserve(n);
   p.part_offsets.push_back(0);
   std::int64_t open = 0; // vertices in the part being filled with small groups
-  for (auto l : label_order) {
-    auto const &members = groups[l];
-    auto const size = static_cast<std::int64_t>(members.size());
+  for (std::size_t r = 0; r + 1 < group_start.size(); ++r) {
+    auto const first = members.begin() + group_start[r];
+    auto const size = group_start[r + 1] - group_start[r];
     if (size >= part_size) {
       // A large community: close the open part, then cut the community into nearly equal parts.
       if (open > 0) {
@@ -150,7 +186,7 @@ Partition parts_from_labels(std::vector<std::int64_t> const &label, std::vector<
       std::int64_t const pieces = (size + max_part_size - 1) / max_part_size;
       for (std::int64_t q = 0; q < pieces; ++q) {
         std::int64_t const b = size * q / pieces, e = size * (q + 1) / pieces;
-        old_of_new.insert(old_of_new.end(), members.begin() + b, members.begin() + e);
+        old_of_new.insert(old_of_new.end(), first + b, first + e);
         p.part_offsets.push_back(static_cast<std::int64_t>(old_of_new.size()));
       }
     } else {
@@ -158,7 +194,7 @@ Partition parts_from_labels(std::vector<std::int64_t> const &label, std::vector<
         p.part_offsets.push_back(static_cast<std::int64_t>(old_of_new.size()));
         open = 0;
       }
-      old_of_new.insert(old_of_new.end(), members.begin(), members.end());
+      old_of_new.insert(old_of_new.end(), first, first + size);
       open += size;
     }
   }
@@ -168,15 +204,20 @@ Partition parts_from_labels(std::vector<std::int64_t> const &label, std::vector<
   return p;
 }
 
-std::vector<std::int64_t> bfs_order(Adjacency const &adj, bool reverse_cuthill_mckee) {
+template <class V> std::vector<std::int64_t> bfs_order(Adjacency<V> const &adj, bool reverse_cuthill_mckee) {
   auto const n = static_cast<std::int64_t>(adj.offsets.size() - 1);
   std::vector<std::int64_t> order;
   order.reserve(static_cast<std::size_t>(n));
   std::vector<char> seen(static_cast<std::size_t>(n), 0);
+  // By degree, ties by id: the order of a stable sort by degree of ids in increasing order (neighbour lists are
+  // sorted), without stable_sort's buffer allocation per vertex.
+  auto const by_degree_then_id = [&](std::int64_t a, std::int64_t b) {
+    auto const da = adj.degree(a), db = adj.degree(b);
+    return da < db || (da == db && a < b);
+  };
   std::vector<std::int64_t> by_degree(static_cast<std::size_t>(n));
   std::iota(by_degree.begin(), by_degree.end(), std::int64_t{0});
-  std::stable_sort(by_degree.begin(), by_degree.end(),
-                   [&](std::int64_t a, std::int64_t b) { return adj.degree(a) < adj.degree(b); });
+  std::sort(by_degree.begin(), by_degree.end(), by_degree_then_id);
   std::vector<std::int64_t> next;
   for (auto start : by_degree) {
     if (seen[static_cast<std::size_t>(start)])
@@ -188,14 +229,13 @@ std::vector<std::int64_t> bfs_order(Adjacency const &adj, bool reverse_cuthill_m
       auto const v = order[head++];
       next.clear();
       for (auto k = adj.offsets[v]; k < adj.offsets[v + 1]; ++k) {
-        auto const u = adj.neighbours[static_cast<std::size_t>(k)];
+        auto const u = static_cast<std::int64_t>(adj.neighbours[static_cast<std::size_t>(k)]);
         if (!seen[static_cast<std::size_t>(u)]) {
           seen[static_cast<std::size_t>(u)] = 1;
           next.push_back(u);
         }
       }
-      std::stable_sort(next.begin(), next.end(),
-                       [&](std::int64_t a, std::int64_t b) { return adj.degree(a) < adj.degree(b); });
+      std::sort(next.begin(), next.end(), by_degree_then_id);
       order.insert(order.end(), next.begin(), next.end());
     }
   }
@@ -204,25 +244,36 @@ std::vector<std::int64_t> bfs_order(Adjacency const &adj, bool reverse_cuthill_m
   return order;
 }
 
-std::vector<std::int64_t> label_propagation(Adjacency const &adj, std::uint64_t seed, std::int64_t max_size) {
+template <class V>
+std::vector<std::int64_t> label_propagation(Adjacency<V> const &adj, std::uint64_t seed, std::int64_t max_size) {
   auto const n = adj.offsets.size() - 1;
-  std::vector<std::int64_t> label(n), size(n, 1);
-  std::iota(label.begin(), label.end(), std::int64_t{0});
-  std::vector<std::int64_t> visit(n);
-  std::iota(visit.begin(), visit.end(), std::int64_t{0});
+  // Labels are vertex ids: the graph's index type keeps the randomly accessed arrays small.
+  std::vector<V> label(n), size(n, 1);
+  std::iota(label.begin(), label.end(), V{0});
+  std::vector<V> visit(n);
+  std::iota(visit.begin(), visit.end(), V{0});
   std::mt19937_64 rng(seed);
-  std::unordered_map<std::int64_t, std::int64_t> count;
+  // Neighbour label counts in a dense array with the list of labels touched, reset after each vertex: a hash map
+  // here cost more than the rest of the partitioning.
+  std::vector<V> count(n, 0), touched;
+  auto const *offsets = adj.offsets.data();
+  auto const *neighbours = adj.neighbours.data();
   for (int iter = 0; iter < 20; ++iter) {
     std::shuffle(visit.begin(), visit.end(), rng);
     std::size_t changed = 0;
     for (auto v : visit) {
-      count.clear();
-      for (auto k = adj.offsets[v]; k < adj.offsets[v + 1]; ++k)
-        ++count[label[static_cast<std::size_t>(adj.neighbours[static_cast<std::size_t>(k)])]];
+      touched.clear();
+      for (auto k = offsets[v]; k < offsets[v + 1]; ++k) {
+        auto const l = label[static_cast<std::size_t>(neighbours[k])];
+        if (count[static_cast<std::size_t>(l)]++ == 0)
+          touched.push_back(l);
+      }
       auto const current = label[static_cast<std::size_t>(v)];
-      // Most frequent allowed label; ties keep the current label, else take the smallest (deterministic).
-      std::int64_t best_count = count.count(current) ? count[current] : 0, best = current;
-      for (auto const &[l, c] : count) {
+      // Most frequent allowed label; ties keep the current label, else take the smallest (deterministic, and
+      // independent of the order in which labels are visited).
+      V best_count = count[static_cast<std::size_t>(current)], best = current;
+      for (auto l : touched) {
+        auto const c = count[static_cast<std::size_t>(l)];
         // The size cap keeps one label from swallowing a whole connected graph.
         if (l == current || size[static_cast<std::size_t>(l)] >= max_size)
           continue;
@@ -231,6 +282,8 @@ std::vector<std::int64_t> label_propagation(Adjacency const &adj, std::uint64_t 
           best_count = c;
         }
       }
+      for (auto l : touched)
+        count[static_cast<std::size_t>(l)] = 0;
       if (best != current) {
         --size[static_cast<std::size_t>(current)];
         ++size[static_cast<std::size_t>(best)];
@@ -238,10 +291,12 @@ std::vector<std::int64_t> label_propagation(Adjacency const &adj, std::uint64_t 
         ++changed;
       }
     }
-    if (changed * 1000 < n)
+    // Stop when under 1% of the vertices still move: later sweeps change the parts' share of entries by well
+    // under a point on the graphs of gnn/README.md and cost as much as the first ones.
+    if (changed * 100 < n)
       break;
   }
-  return label;
+  return std::vector<std::int64_t>(label.begin(), label.end());
 }
 
 template <class Index> double intra_fraction(Graph<Index> const &g, Partition const &p) {
@@ -340,27 +395,50 @@ template <class Index> Graph<Index> permute(Graph<Index> const &g, Permutation c
                  "permute: graph '", g.name(), "' is ", g.num_rows(), " x ", g.num_cols(), ", permutation has size ",
                  perm.size());
   auto const n = static_cast<std::size_t>(g.num_rows());
-  Impl::HostCsr<Index> csr;
-  csr.row_map.assign(n + 1, 0);
-  csr.entries.resize(static_cast<std::size_t>(g.nnz()));
-  csr.values.resize(static_cast<std::size_t>(g.nnz()));
+  auto const nnz = static_cast<std::size_t>(g.nnz());
+  using G = Graph<Index>;
+  typename G::row_map_type row_map(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Graph::row_map"),
+                                   n + 1);
+  typename G::entries_type entries(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Graph::entries"), nnz);
+  typename G::values_type values(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Graph::values"), nnz);
+  auto const *rm = g.row_map().data();
+  auto const *ent = g.entries().data();
+  auto const *val = g.values().data();
+  row_map(0) = 0;
   for (std::size_t k = 0; k < n; ++k) {
     auto const old = static_cast<std::size_t>(perm.old_of_new[k]);
-    csr.row_map[k + 1] = csr.row_map[k] + (g.row_map()(old + 1) - g.row_map()(old));
+    row_map(k + 1) = row_map(k) + (rm[old + 1] - rm[old]);
   }
-  std::vector<std::pair<Index, float>> row;
-  for (std::size_t k = 0; k < n; ++k) {
-    auto const old = static_cast<std::size_t>(perm.old_of_new[k]);
-    row.clear();
-    for (offset_type e = g.row_map()(old); e < g.row_map()(old + 1); ++e)
-      row.emplace_back(static_cast<Index>(perm.new_of_old[static_cast<std::size_t>(g.entries()(e))]), g.values()(e));
-    std::stable_sort(row.begin(), row.end(), [](auto const &a, auto const &b) { return a.first < b.first; });
-    for (std::size_t e = 0; e < row.size(); ++e) {
-      csr.entries[static_cast<std::size_t>(csr.row_map[k]) + e] = row[e].first;
-      csr.values[static_cast<std::size_t>(csr.row_map[k]) + e] = row[e].second;
+  // Rows sorted by new column, entries of equal column in their original order, by two counting passes (a stable
+  // radix sort on (row, column)): bucket the entries by new column, visiting new rows in order, then deal each
+  // bucket out to its rows. Linear, where a sort per row dominated the reordering of large graphs.
+  std::vector<offset_type> bucket(n + 1, 0);
+  for (std::size_t e = 0; e < nnz; ++e)
+    ++bucket[static_cast<std::size_t>(perm.new_of_old[static_cast<std::size_t>(ent[e])]) + 1];
+  for (std::size_t c = 0; c < n; ++c)
+    bucket[c + 1] += bucket[c];
+  std::vector<Index> by_column_row(nnz);
+  std::vector<float> by_column_value(nnz);
+  {
+    std::vector<offset_type> next(bucket.begin(), bucket.end() - 1);
+    for (std::size_t k = 0; k < n; ++k) {
+      auto const old = static_cast<std::size_t>(perm.old_of_new[k]);
+      for (offset_type q = rm[old]; q < rm[old + 1]; ++q) {
+        auto const at = static_cast<std::size_t>(
+            next[static_cast<std::size_t>(perm.new_of_old[static_cast<std::size_t>(ent[q])])]++);
+        by_column_row[at] = static_cast<Index>(k);
+        by_column_value[at] = val[q];
+      }
     }
   }
-  return Impl::to_graph(g.name(), g.num_rows(), g.num_cols(), std::move(csr));
+  std::vector<offset_type> next(row_map.data(), row_map.data() + n);
+  for (std::size_t c = 0; c < n; ++c)
+    for (offset_type e = bucket[c]; e < bucket[c + 1]; ++e) {
+      auto const at = next[static_cast<std::size_t>(by_column_row[static_cast<std::size_t>(e)])]++;
+      entries(at) = static_cast<Index>(c);
+      values(at) = by_column_value[static_cast<std::size_t>(e)];
+    }
+  return G(g.name(), g.num_rows(), g.num_cols(), row_map, entries, values);
 }
 
 namespace {

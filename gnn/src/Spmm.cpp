@@ -81,7 +81,9 @@ std::string SpmmPlan::to_json() const {
      << ", \"frozen\": " << (frozen ? "true" : "false") << ", \"rest_kernel\": " << json_string(rest_kernel)
      << ", \"backend\": " << json_string(backend) << ", \"dense_engine\": " << json_string(dense_engine)
      << ", \"reason\": " << json_string(reason) << ", \"preprocess_seconds\": " << json_number(preprocess_seconds)
-     << ", \"tuning_seconds\": " << json_number(tuning_seconds) << ", \"tuning_applies\": " << tuning_applies
+     << ", \"probe_seconds\": " << json_number(probe_seconds) << ", \"tuning_seconds\": " << json_number(tuning_seconds)
+     << ", \"tuning_build_seconds\": " << json_number(tuning_build_seconds)
+     << ", \"tuning_applies\": " << tuning_applies << ", \"apply_seconds\": " << json_number(apply_seconds)
      << ", \"final_measured\": " << Impl::json_pairs(final_measured) << ", \"classes\": [";
   for (std::size_t c = 0; c < classes.size(); ++c) {
     auto const &k = classes[c];
@@ -97,6 +99,10 @@ std::string SpmmPlan::to_json() const {
 
 namespace Impl {
 
+/// Host vectors that views of the handle point into: where the handle's memory space is the host's, the built
+/// structures are used in place (no second allocation and copy, which cost as much as building them).
+using HostStorage = std::vector<std::shared_ptr<void>>;
+
 namespace {
 template <class T, class M> Kokkos::View<T *, M> to_device(std::string const &label, std::vector<T> const &v) {
   Kokkos::View<T *, M> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), v.size());
@@ -104,6 +110,18 @@ template <class T, class M> Kokkos::View<T *, M> to_device(std::string const &la
   std::copy(v.begin(), v.end(), h.data());
   Kokkos::deep_copy(d, h);
   return d;
+}
+
+template <class T, class M>
+Kokkos::View<T *, M> to_device(std::string const &label, std::vector<T> &&v, HostStorage &keep) {
+  if constexpr (std::is_same_v<M, Kokkos::HostSpace>) {
+    auto held = std::make_shared<std::vector<T>>(std::move(v));
+    keep.push_back(held);
+    return Kokkos::View<T *, M>(held->data(), held->size());
+  } else {
+    (void)keep;
+    return to_device<T, M>(label, v);
+  }
 }
 } // namespace
 
@@ -121,35 +139,43 @@ template <class Index, class M> struct DenseBlock {
   Matrix<M> values;
 };
 
-template <class Index, class M> CsrPiece<Index, M> to_memory(HostCsrPiece<Index> const &h) {
+template <class Index, class M> CsrPiece<Index, M> to_memory(HostCsrPiece<Index> &&h, HostStorage &keep) {
   CsrPiece<Index, M> piece;
-  piece.row_map = to_device<offset_type, M>("Tessel::gnn::Spmm::row_map", h.row_map);
-  piece.entries = to_device<Index, M>("Tessel::gnn::Spmm::entries", h.entries);
-  piece.values = to_device<float, M>("Tessel::gnn::Spmm::values", h.values);
-  piece.row_ids = to_device<Index, M>("Tessel::gnn::Spmm::row_ids", h.row_ids);
   piece.nnz = h.nnz;
+  piece.row_map = to_device<offset_type, M>("Tessel::gnn::Spmm::row_map", std::move(h.row_map), keep);
+  piece.entries = to_device<Index, M>("Tessel::gnn::Spmm::entries", std::move(h.entries), keep);
+  piece.values = to_device<float, M>("Tessel::gnn::Spmm::values", std::move(h.values), keep);
+  piece.row_ids = to_device<Index, M>("Tessel::gnn::Spmm::row_ids", std::move(h.row_ids), keep);
   return piece;
 }
 
-template <class Index, class M> TileSet<Index, M> to_memory(HostTileSet<Index> const &h) {
+template <class Index, class M> TileSet<Index, M> to_memory(HostTileSet<Index> &&h, HostStorage &keep) {
   TileSet<Index, M> t;
-  t.row0 = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_row0", h.row0);
-  t.nrows = to_device<int, M>("Tessel::gnn::Spmm::tile_nrows", h.nrows);
-  t.tile_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_begin", h.tile_begin);
-  t.tile_col = to_device<Index, M>("Tessel::gnn::Spmm::tile_col", h.tile_col);
-  t.tile_val = to_device<float, M>("Tessel::gnn::Spmm::tile_val", h.tile_val);
+  t.row0 = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_row0", std::move(h.row0), keep);
+  t.nrows = to_device<int, M>("Tessel::gnn::Spmm::tile_nrows", std::move(h.nrows), keep);
+  t.tile_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::tile_begin", std::move(h.tile_begin), keep);
+  t.tile_col = to_device<Index, M>("Tessel::gnn::Spmm::tile_col", std::move(h.tile_col), keep);
+  t.tile_val = to_device<float, M>("Tessel::gnn::Spmm::tile_val", std::move(h.tile_val), keep);
   return t;
 }
 
-template <class Index, class M> std::vector<DenseBlock<Index, M>> to_memory(std::vector<HostDenseBlock> const &h) {
+template <class Index, class M>
+std::vector<DenseBlock<Index, M>> to_memory(std::vector<HostDenseBlock> &&h, HostStorage &keep) {
   std::vector<DenseBlock<Index, M>> out;
-  for (auto const &b : h) {
+  for (auto &b : h) {
     DenseBlock<Index, M> d{b.row0, b.rows, b.col0, b.cols, {}};
-    d.values = Matrix<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Spmm::dense_block"),
-                         static_cast<std::size_t>(b.rows), static_cast<std::size_t>(b.cols));
-    auto hv = Kokkos::create_mirror_view(d.values);
-    std::copy(b.values.begin(), b.values.end(), hv.data());
-    Kokkos::deep_copy(d.values, hv);
+    auto const rows = static_cast<std::size_t>(b.rows), cols = static_cast<std::size_t>(b.cols);
+    if constexpr (std::is_same_v<M, Kokkos::HostSpace>) {
+      auto held = std::make_shared<std::vector<float>>(std::move(b.values));
+      keep.push_back(held);
+      d.values = Matrix<M>(held->data(), rows, cols);
+    } else {
+      d.values =
+          Matrix<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::Spmm::dense_block"), rows, cols);
+      auto hv = Kokkos::create_mirror_view(d.values);
+      std::copy(b.values.begin(), b.values.end(), hv.data());
+      Kokkos::deep_copy(d.values, hv);
+    }
     out.push_back(d);
   }
   return out;
@@ -163,7 +189,7 @@ public:
     _graphs[0] = original.to(_space);
     _graphs[1] = reordered.to(_space);
   }
-  double seconds(int which, int f) override {
+  double seconds(int which, int f, int kernel) override {
     auto const rows = static_cast<std::size_t>(_graphs[0].num_rows());
     if (_x.extent(1) != static_cast<std::size_t>(f)) {
       _x = Matrix<M>(Kokkos::view_alloc(_space, "Tessel::gnn::Spmm::probe_x"), rows, static_cast<std::size_t>(f));
@@ -172,7 +198,10 @@ public:
     }
     auto const &a = _graphs[which];
     Timer<ExecSpace> timer(_space, "Tessel::gnn::Spmm::probe");
-    spmm_csr<ExecSpace, Index, M>(_space, a.row_map(), a.entries(), a.values(), {}, _x, _y, false);
+    if (kernel == 1)
+      spmm_csr_feature_tiled<ExecSpace, Index, M>(_space, a.row_map(), a.entries(), a.values(), _x, _y, false);
+    else
+      spmm_csr<ExecSpace, Index, M>(_space, a.row_map(), a.entries(), a.values(), {}, _x, _y, false);
     return timer.seconds();
   }
 
@@ -207,21 +236,35 @@ template <class Index, class ExecSpace> struct SpmmState {
   std::vector<CsrPiece<Index, M>> class_csr;
   std::vector<TileSet<Index, M>> class_tiles;
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
+  std::vector<char> class_tiles_ready, class_dense_ready;
+  HostStorage storage; // host vectors behind the views above (host memory space only)
 
-  struct Width {
+  /// The structure of a final plan: the CSR remainder (all rows), then the tile sets and the dense blocks of the
+  /// classes that run those kernels (the classes' own structures, shared with tuning).
+  struct Final {
+    CsrPiece<Index, M> rest;
+    std::vector<TileSet<Index, M>> tiles;
+    std::vector<DenseBlock<Index, M>> dense;
+  };
+  struct Width : Final {
     WidthSelection sel;
-    // Final structures.
     bool built = false;
     bool rest_feature_tiled = false;
-    CsrPiece<Index, M> rest;
-    TileSet<Index, M> tiles;
-    std::vector<DenseBlock<Index, M>> dense;
-    bool has_tiles = false;
+    std::vector<double> frozen_samples; ///< the first applies after tuning (plan.apply_seconds)
   };
   std::map<int, Width> widths;
+  double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
+  /// Final structures already built, by class choice: widths that choose alike share one.
+  std::vector<std::pair<std::vector<BlockKernel>, Final>> finals;
   double tuning_seconds = 0;
 
   Partition const &partition() const { return dec ? dec->partition : identity; }
+
+  void add_build_seconds(std::chrono::steady_clock::time_point t0) {
+    double const t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tuning_seconds += t;
+    tuning_build_seconds += t;
+  }
 
   // ---------------------------------------------------------------------------------------------------------
   // Setup
@@ -264,7 +307,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
     case SpmmAlgorithm::tiles:
       tiles = to_memory<Index, M>(
-          make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, /*keep_empty_windows=*/true));
+          make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, /*keep_empty_windows=*/true), storage);
       break;
     case SpmmAlgorithm::dense: {
       double const bytes = 4.0 * static_cast<double>(rows) * static_cast<double>(cols);
@@ -291,6 +334,12 @@ template <class Index, class ExecSpace> struct SpmmState {
   void setup_adaptive(HostGraph const &g, Partition const *given) {
     HostCsrProbe<Index, ExecSpace> probe;
     dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe);
+    auto const classes = static_cast<std::size_t>(dec->num_classes);
+    class_csr.assign(classes, {});
+    class_tiles.assign(classes, {});
+    class_dense.assign(classes, {});
+    class_tiles_ready.assign(classes, 0);
+    class_dense_ready.assign(classes, 0);
   }
 
   void build_tuning_structures() {
@@ -298,26 +347,60 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     auto const t0 = std::chrono::steady_clock::now();
     auto const &d = *dec;
-    tuning_rest = to_memory<Index, M>(d.csr(d.tuning_rest_mask(), /*compressed=*/false));
-    class_csr.assign(static_cast<std::size_t>(d.num_classes), {});
-    class_tiles.assign(static_cast<std::size_t>(d.num_classes), {});
-    class_dense.assign(static_cast<std::size_t>(d.num_classes), {});
+    // One pass over the entries for every CSR piece (group 0: the classes without a choice, all rows; then one
+    // compressed piece per class timed apart), one for every tile set.
+    std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1), tile_group = csr_group;
+    std::vector<char> compressed{0};
+    int tile_groups = 0;
+    for (int c = 0; c < d.num_classes; ++c) {
+      auto const cc = static_cast<std::size_t>(c);
+      if (!d.separate(c)) {
+        csr_group[cc] = 0;
+        continue;
+      }
+      for (auto kernel : d.candidates[cc]) {
+        if (kernel == BlockKernel::csr) {
+          csr_group[cc] = static_cast<int>(compressed.size());
+          compressed.push_back(1);
+        } else if (kernel == BlockKernel::tiles && !class_tiles_ready[cc]) {
+          tile_group[cc] = tile_groups++;
+        }
+      }
+    }
+    auto pieces = d.csr_groups(csr_group, compressed);
+    auto tile_sets = d.tiles_groups(tile_group, tile_groups);
+    tuning_rest = to_memory<Index, M>(std::move(pieces[0]), storage);
     for (int c = 0; c < d.num_classes; ++c) {
       if (!d.separate(c))
         continue;
-      auto const keep = d.class_mask(c);
       auto const cc = static_cast<std::size_t>(c);
-      for (auto kernel : d.candidates[cc]) {
-        if (kernel == BlockKernel::csr)
-          class_csr[cc] = to_memory<Index, M>(d.csr(keep, /*compressed=*/true));
-        else if (kernel == BlockKernel::tiles)
-          class_tiles[cc] = to_memory<Index, M>(d.tiles(keep));
-        else
-          class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)));
+      if (csr_group[cc] > 0)
+        class_csr[cc] = to_memory<Index, M>(std::move(pieces[static_cast<std::size_t>(csr_group[cc])]), storage);
+      if (tile_group[cc] >= 0) {
+        class_tiles[cc] = to_memory<Index, M>(std::move(tile_sets[static_cast<std::size_t>(tile_group[cc])]), storage);
+        class_tiles_ready[cc] = 1;
       }
+      auto const &cand = d.candidates[cc];
+      if (std::find(cand.begin(), cand.end(), BlockKernel::dense) != cand.end())
+        ensure_class(c, BlockKernel::dense);
     }
     structures_ready = true;
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    add_build_seconds(t0);
+  }
+
+  /// The tile set or the dense blocks of class \p c, built once (for tuning, or for a plan decided without it).
+  void ensure_class(int c, BlockKernel kernel) {
+    auto const &d = *dec;
+    auto const cc = static_cast<std::size_t>(c);
+    if (kernel == BlockKernel::tiles && !class_tiles_ready[cc]) {
+      std::vector<int> group(static_cast<std::size_t>(d.num_classes), -1);
+      group[cc] = 0;
+      class_tiles[cc] = to_memory<Index, M>(std::move(d.tiles_groups(group, 1)[0]), storage);
+      class_tiles_ready[cc] = 1;
+    } else if (kernel == BlockKernel::dense && !class_dense_ready[cc]) {
+      class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)), storage);
+      class_dense_ready[cc] = 1;
+    }
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -355,20 +438,43 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     auto const &d = *dec;
     auto const &choice = w.sel.choice;
-    w.rest = to_memory<Index, M>(d.csr(d.choice_mask(choice, BlockKernel::csr), /*compressed=*/false));
-    auto const tile_mask = d.choice_mask(choice, BlockKernel::tiles);
-    w.has_tiles = std::find(tile_mask.begin(), tile_mask.end(), 1) != tile_mask.end();
-    if (w.has_tiles)
-      w.tiles = to_memory<Index, M>(d.tiles(tile_mask));
-    w.dense = to_memory<Index, M>(d.dense(d.choice_blocks(choice, BlockKernel::dense)));
     w.built = true;
+    if (!d.mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
+      build_all_csr();
+      static_cast<Final &>(w) = Final{all_csr, {}, {}};
+      return;
+    }
+    for (auto const &[c, f] : finals)
+      if (c == choice) {
+        static_cast<Final &>(w) = f;
+        return;
+      }
+    // Only the remainder is new: one CSR over all rows with the entries of every csr class.
+    std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1);
+    Final f;
+    for (int c = 0; c < d.num_classes; ++c) {
+      auto const k = choice[static_cast<std::size_t>(c)];
+      if (k == BlockKernel::csr) {
+        csr_group[static_cast<std::size_t>(c)] = 0;
+      } else if (d.classes[static_cast<std::size_t>(c)].nnz > 0) {
+        ensure_class(c, k);
+        if (k == BlockKernel::tiles)
+          f.tiles.push_back(class_tiles[static_cast<std::size_t>(c)]);
+        else
+          for (auto const &block : class_dense[static_cast<std::size_t>(c)])
+            f.dense.push_back(block);
+      }
+    }
+    f.rest = to_memory<Index, M>(std::move(d.csr_groups(csr_group, {0})[0]), storage);
+    finals.emplace_back(choice, f);
+    static_cast<Final &>(w) = f;
   }
 
   void run_final(ExecSpace const &space, Width const &w, ConstMatrix<M> const &x, Matrix<M> const &y,
                  bool feature_tiled) const {
     run_csr(space, w.rest, x, y, /*accumulate=*/false, feature_tiled);
-    if (w.has_tiles)
-      spmm_tiles<ExecSpace, Index, M>(space, w.tiles, x, y, /*accumulate=*/true);
+    for (auto const &t : w.tiles)
+      spmm_tiles<ExecSpace, Index, M>(space, t, x, y, /*accumulate=*/true);
     run_dense(space, w.dense, x, y);
   }
 
@@ -393,14 +499,25 @@ template <class Index, class ExecSpace> struct SpmmState {
     d.choose(w.sel);
     auto const t0 = std::chrono::steady_clock::now();
     build_final(w);
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // The mixed plan must also beat plain CSR on the reordered graph as a whole: class timings of small classes
-    // are dominated by call overheads that only the whole apply shows.
+    add_build_seconds(t0);
+    // The mixed plan must also beat plain CSR on the handle's vertex order as a whole: class timings of small
+    // classes are dominated by call overheads that only the whole apply shows. The feature-tiled remainder is a
+    // variant only where it differs from row-parallel CSR (F > its slice width).
+    bool const tiled = w.sel.plan.features > feature_tile_width;
+    std::vector<std::string> names;
     if (d.mixed(w.sel) && options.force_kernel < 0) {
       build_all_csr();
-      d.start_final(w.sel, {"all_csr", "all_csr+feature_tiled", "plan", "plan+feature_tiled_rest"});
-    } else {
-      d.start_final(w.sel, {"plan", "plan+feature_tiled_rest"});
+      names.push_back("all_csr");
+      if (tiled)
+        names.push_back("all_csr+feature_tiled");
+    }
+    names.push_back("plan");
+    if (tiled)
+      names.push_back("plan+feature_tiled_rest");
+    d.start_final(w.sel, names);
+    if (names.size() == 1) { // nothing to compare
+      d.freeze(w.sel);
+      frozen(w);
     }
   }
 
@@ -409,20 +526,22 @@ template <class Index, class ExecSpace> struct SpmmState {
     auto const &winner = w.sel.winner;
     w.rest_feature_tiled = winner.find("feature_tiled") != std::string::npos;
     w.sel.plan.rest_kernel = w.rest_feature_tiled ? "csr_feature_tiled" : "csr";
-    if (winner.rfind("all_csr", 0) == 0) {
-      w.rest = all_csr;
-      w.has_tiles = false;
-      w.dense.clear();
-    }
+    if (winner.rfind("all_csr", 0) == 0)
+      static_cast<Final &>(w) = Final{all_csr, {}, {}};
   }
 
   void build_all_csr() {
     if (all_csr_ready)
       return;
     auto const t0 = std::chrono::steady_clock::now();
-    all_csr = to_memory<Index, M>(dec->csr(std::vector<char>(static_cast<std::size_t>(nnz), 1), /*compressed=*/false));
+    // The reordered graph itself (no copy where the handle's memory space is the host's).
+    auto const g = dec->permuted.to(ExecSpace());
+    all_csr.row_map = g.row_map();
+    all_csr.entries = g.entries();
+    all_csr.values = g.values();
+    all_csr.nnz = g.nnz();
     all_csr_ready = true;
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    add_build_seconds(t0);
   }
 
   void apply(ExecSpace const &space, ConstMatrix<M> const &x, Matrix<M> const &y) {
@@ -472,6 +591,15 @@ template <class Index, class ExecSpace> struct SpmmState {
     auto &sel = w.sel;
     if (sel.stage == 2) {
       build_final(w);
+      if (sel.plan.tuning_applies > 0 && w.frozen_samples.size() < 5) {
+        Timer<ExecSpace> timer(space, "Tessel::gnn::Spmm::frozen");
+        run_final(space, w, x, y, w.rest_feature_tiled);
+        w.frozen_samples.push_back(timer.seconds());
+        auto sorted = w.frozen_samples;
+        std::sort(sorted.begin(), sorted.end());
+        sel.plan.apply_seconds = sorted[sorted.size() / 2];
+        return;
+      }
       run_final(space, w, x, y, w.rest_feature_tiled);
       return;
     }
@@ -484,7 +612,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       for (int c = 0; c < d.num_classes; ++c) {
         if (!d.separate(c))
           continue;
-        BlockKernel const use = d.round_kernel(c, kernel);
+        BlockKernel const use = d.round_kernel(sel, c, kernel);
         double const start = timer.seconds();
         run_class(space, c, use, x, y);
         double const t = timer.seconds() - start;
@@ -493,9 +621,12 @@ template <class Index, class ExecSpace> struct SpmmState {
       }
       tuning_seconds += timer.seconds();
       ++sel.plan.tuning_applies;
-      if (++sel.round == sel.rounds.size())
+      ++sel.round;
+      d.after_round(sel);
+      if (sel.round >= sel.rounds.size())
         start_final(w);
       sel.plan.tuning_seconds = tuning_seconds;
+      sel.plan.tuning_build_seconds = tuning_build_seconds;
       return;
     }
     // Stage 1: the final structure with either remainder kernel, interleaved.
@@ -512,6 +643,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     if (d.record_final(sel, t))
       frozen(w);
     sel.plan.tuning_seconds = tuning_seconds;
+    sel.plan.tuning_build_seconds = tuning_build_seconds;
   }
 };
 

@@ -196,7 +196,7 @@ public:
     _graphs[1] = DevCsr<Index>(gnn::Impl::make_csr(reordered, all, false), _stream);
     _rows = original.num_rows();
   }
-  double seconds(int which, int f) override {
+  double seconds(int which, int f, int kernel) override {
     if (f != _f) {
       std::vector<float> ones(static_cast<std::size_t>(_rows) * static_cast<std::size_t>(f), 1.0f);
       _x = upload(ones, "Tessel::gnn::cuda::probe_x", _stream);
@@ -204,8 +204,8 @@ public:
       _f = f;
     }
     _start.record(_stream);
-    TESSEL_CUDA_CHECK(
-        csr_spmm<Index>(_stream, _graphs[which].args(), _x.data(), f, _y.data(), f, f, false, CsrSlicing::automatic));
+    TESSEL_CUDA_CHECK(csr_spmm<Index>(_stream, _graphs[which].args(), _x.data(), f, _y.data(), f, f, false,
+                                      kernel == 1 ? CsrSlicing::narrow32 : CsrSlicing::automatic));
     _stop.record(_stream);
     _stop.synchronize(_timeout);
     return 1e-3 * Event::elapsed_ms(_start, _stop);
@@ -287,6 +287,7 @@ template <class Index> struct DeviceSpmmState {
   };
   std::map<int, Width> widths;
   double tuning_seconds = 0;
+  double tuning_build_seconds = 0; // of tuning_seconds, building the candidates' structures (host side + upload)
 
   // Applies are ordered among themselves, also across streams (created with the first apply).
   std::unique_ptr<Event> last_apply;
@@ -610,7 +611,9 @@ template <class Index> struct DeviceSpmmState {
       }
     }
     structures_ready = true;
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tuning_seconds += built;
+    tuning_build_seconds += built;
   }
 
   void run_class(cudaStream_t stream, int c, BlockKernel kernel, DeviceMatrix<float const> const &x,
@@ -657,7 +660,9 @@ template <class Index> struct DeviceSpmmState {
     auto const t0 = std::chrono::steady_clock::now();
     all_csr = DevCsr<Index>(dec->csr(std::vector<char>(static_cast<std::size_t>(nnz), 1), false), stream);
     all_csr_ready = true;
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tuning_seconds += built;
+    tuning_build_seconds += built;
   }
 
   Width &width(int f) {
@@ -687,7 +692,9 @@ template <class Index> struct DeviceSpmmState {
     d.choose(w.sel);
     auto const t0 = std::chrono::steady_clock::now();
     build_final(stream, w);
-    tuning_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tuning_seconds += built;
+    tuning_build_seconds += built;
     std::vector<std::string> names;
     if (d.mixed(w.sel) && options.force_kernel < 0) {
       build_all_csr(stream);
@@ -757,6 +764,7 @@ template <class Index> struct DeviceSpmmState {
     w.pending.clear();
     w.used_events = 0;
     w.sel.plan.tuning_seconds = tuning_seconds;
+    w.sel.plan.tuning_build_seconds = tuning_build_seconds;
   }
 
   void check_operands(DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) const {
@@ -868,14 +876,14 @@ template <class Index> struct DeviceSpmmState {
     // Stage 1: the whole-apply variants in turn.
     if (w.warmed_stage != 1)
       warm_up(stream, w, x, y);
-    std::string const variant = sel.final_names[w.issued % sel.final_names.size()];
+    std::string const variant = d.final_variant(sel, w.issued);
     std::size_t const e0 = w.event(), e1 = w.event();
     w.events[e0].record(stream);
     run_variant(stream, w, variant, x, y);
     w.events[e1].record(stream);
     w.pending.push_back({-1, BlockKernel::csr, e0, e1});
     ++sel.plan.tuning_applies;
-    if (++w.issued == sel.final_names.size() * static_cast<std::size_t>(options.tuning_repeats))
+    if (++w.issued == d.final_applies(sel))
       resolve(w);
   }
 

@@ -23,6 +23,14 @@ inline constexpr int num_block_kernels = 3;
 inline constexpr std::int64_t default_part_size = 64;
 /// A candidate other than the simplest must win by this factor, so that timing noise does not pick it.
 inline constexpr double switch_margin = 0.95;
+/// A class candidate slower than this factor times the class's fastest after one sample each is not timed again.
+inline constexpr double drop_factor = 2.5;
+/// The partitioned vertex order replaces the original one only when the probe finds it faster by this factor: the
+/// original order's best whole-graph kernel is the baseline the adaptive handle must never lose to, and gains
+/// smaller than this were not reproducible on a loaded machine (X that nearly fits in cache; R-MAT at F = 16).
+inline constexpr double reorder_margin = 0.9;
+/// Feature slice width of the feature-tiled CSR (host and device); at F <= this width it is plain CSR.
+inline constexpr int feature_tile_width = 32;
 
 /// Best of the timed samples: on a shared machine the minimum is the least disturbed run (infinity when empty).
 double best_of(std::vector<double> const &samples);
@@ -63,13 +71,15 @@ template <class Index>
 HostTileSet<Index> make_tiles(Graph<Index> const &g, std::vector<char> const *keep,
                               std::vector<std::int64_t> const &part_offsets, bool keep_empty_windows);
 
-/// Times CSR on the original and on the reordered graph for the reordering probe; each backend runs its own CSR.
+/// Times the whole-graph CSR kernels on the original and on the reordered graph for the reordering probe; each
+/// backend runs its own kernels.
 template <class Index> class CsrProbe {
 public:
   virtual ~CsrProbe() = default;
   virtual void prepare(Graph<Index> const &original, Graph<Index> const &reordered) = 0;
-  /// Seconds of one CSR apply of the original (which = 0) or the reordered (1) graph, \p f feature columns.
-  virtual double seconds(int which, int f) = 0;
+  /// Seconds of one apply of the original (which = 0) or the reordered (1) graph with \p f feature columns, by
+  /// row-parallel CSR (kernel 0) or feature-tiled CSR (kernel 1, asked only for f > feature_tile_width).
+  virtual double seconds(int which, int f, int kernel) = 0;
 };
 
 /// The selection state of one feature width.
@@ -80,8 +90,10 @@ struct WidthSelection {
   std::vector<BlockKernel> rounds; ///< kernel of each class-timing apply (interleaved repeats)
   std::size_t round = 0;
   std::vector<std::vector<std::vector<double>>> class_samples; ///< [class][kernel] -> seconds
-  std::vector<BlockKernel> choice;                             ///< kernel of each class
-  std::vector<std::string> final_names;                        ///< whole-apply variants, the simplest first
+  std::vector<std::vector<char>> dropped; ///< [class][kernel]: no longer timed (see Decomposition::after_round)
+  std::vector<BlockKernel> choice;        ///< kernel of each class
+  std::vector<std::string> final_names;   ///< whole-apply variants, the simplest first
+  std::vector<int> final_levels;          ///< 0: csr on the whole graph, 1: the mixed plan (must win by switch_margin)
   std::vector<std::vector<double>> final_samples;
   std::size_t final_round = 0;
   std::string winner; ///< the frozen variant
@@ -116,7 +128,8 @@ public:
   std::vector<std::vector<BlockKernel>> candidates;
   std::vector<bool> multi; ///< class has more than one candidate
   double preprocess_seconds = 0;
-  std::string ordering; ///< how the vertex order was chosen
+  double probe_seconds = 0; ///< of preprocess_seconds, the reordering probe's share
+  std::string ordering;     ///< how the vertex order was chosen
 
   /// True when class \p c runs apart from the remainder while tuning (several candidates, or one that is not csr).
   bool separate(int c) const;
@@ -134,6 +147,12 @@ public:
   HostCsrPiece<Index> csr(std::vector<char> const &keep, bool compressed) const;
   HostTileSet<Index> tiles(std::vector<char> const &keep) const;
   std::vector<HostDenseBlock> dense(std::vector<std::size_t> const &block_ids) const;
+  /// One pass for several pieces: the entries of class c go to CSR group_of_class[c] (< 0: none); group g has all
+  /// rows, or only its nonempty rows when compressed[g].
+  std::vector<HostCsrPiece<Index>> csr_groups(std::vector<int> const &group_of_class,
+                                              std::vector<char> const &compressed) const;
+  /// One pass for several tile sets: the entries of class c go to tile set group_of_class[c] (< 0: none).
+  std::vector<HostTileSet<Index>> tiles_groups(std::vector<int> const &group_of_class, int groups) const;
 
   /// The width-independent plan of width \p f.
   SpmmPlan base_plan(int f) const;
@@ -142,22 +161,38 @@ public:
   WidthSelection begin(int f) const;
   /// The kernel class \p c runs in class-timing round \p round_kernel.
   BlockKernel round_kernel(int c, BlockKernel round_kernel) const;
+  /// The same, for a width whose hopeless candidates after_round dropped (they run csr instead).
+  BlockKernel round_kernel(WidthSelection const &w, int c, BlockKernel round_kernel) const;
+  /// After a class-timing apply: once every candidate of a class has a sample, a candidate slower than
+  /// drop_factor times the class's fastest is no longer timed, and the remaining rounds of a kernel that no class
+  /// still times are dropped (fewer slow tuning applies). Optional: a backend that never calls it times every
+  /// round.
+  void after_round(WidthSelection &w) const;
   /// After the class rounds: per class the fastest candidate (csr unless another wins by the switch margin).
   void choose(WidthSelection &w) const;
   /// True when some nonempty class runs a kernel other than csr.
   bool mixed(WidthSelection const &w) const;
-  /// Starts the whole-apply stage with \p names (the simplest first).
+  /// Starts the whole-apply stage with \p names (the simplest first). Names starting with "all_csr", and every
+  /// name when the plan is not mixed, run csr on the whole graph (level 0); the others run the mixed plan (level 1).
   void start_final(WidthSelection &w, std::vector<std::string> names) const;
-  /// Records one whole-apply sample of the current variant (final_round cycles through final_names); freezes the
-  /// plan after tuning_repeats rounds and returns true then.
+  /// Records one whole-apply sample of the current variant (final_round runs through final_names in mirrored
+  /// rounds); freezes the plan after tuning_repeats samples per variant and returns true then: per level the first
+  /// variant unless another beats it by switch_margin, and the mixed plan only when it beats the csr variant by
+  /// switch_margin.
   bool record_final(WidthSelection &w, double seconds) const;
   /// The variant the next stage-1 apply runs.
   std::string const &current_final(WidthSelection const &w) const;
+  /// The variant of the k-th whole apply of stage 1 (backends that issue several before recording), and how many
+  /// whole applies stage 1 takes.
+  std::string const &final_variant(WidthSelection const &w, std::size_t k) const;
+  std::size_t final_applies(WidthSelection const &w) const;
   /// The cost model's kernel per class for width \p f (w.choice and the class plans' predictions).
   void predict(WidthSelection &w, int f) const;
 
-private:
+  /// Decides from the whole-apply samples so far (at once when there is a single variant) and freezes the plan.
   void freeze(WidthSelection &w) const;
+
+private:
   void probe_reordering(Graph<Index> const &g, std::int64_t part_size, CsrProbe<Index> &probe);
 };
 

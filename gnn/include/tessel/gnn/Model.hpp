@@ -59,8 +59,11 @@ struct TrainResult {
   double aggregation_seconds = 0;                  ///< sum of aggregation times
   double setup_seconds = 0;                        ///< model construction (normalization, partition, handles)
   double selection_seconds = 0;                    ///< AdaptGear selection: partition/decomposition plus tuning applies
-  std::vector<SpmmPlan> plans;                     ///< the forward handle's plans (one per aggregated width)
-  std::vector<SpmmPlan> backward_plans;            ///< the A^T handle's plans (empty when A is symmetric)
+  /// selection_seconds less the work the tuning applies did for training (each returns the aggregation an epoch
+  /// needs): their count times the frozen plan's time per apply (SpmmPlan::apply_seconds).
+  double selection_net_seconds = 0;
+  std::vector<SpmmPlan> plans;          ///< the forward handle's plans (one per aggregated width)
+  std::vector<SpmmPlan> backward_plans; ///< the A^T handle's plans (empty when A is symmetric)
 };
 
 namespace Impl {

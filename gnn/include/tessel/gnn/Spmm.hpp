@@ -59,8 +59,9 @@ struct SpmmOptions {
   SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive;
   /// Adaptive: time candidates during the first applies (true) or decide by the cost model alone (false).
   bool timing = true;
-  /// Adaptive: timed applies per candidate (the median counts).
-  int tuning_repeats = 3;
+  /// Adaptive: timed applies per candidate (the best counts; whole-apply variants run in mirrored rounds, so they
+  /// get an even number, at least this many).
+  int tuning_repeats = 2;
   /// Adaptive: reordering and part size (0: 64, see gnn/README.md).
   PartitionMethod partition = PartitionMethod::automatic;
   std::int64_t part_size = 0;
@@ -110,9 +111,14 @@ struct SpmmPlan {
   std::string dense_engine;        ///< device handle: how dense blocks run (wmma or cublas); empty on the host
   std::vector<std::pair<std::string, double>> final_measured; ///< median seconds of the final candidates
   std::string reason;
-  double preprocess_seconds = 0; ///< partition + decomposition (shared by all widths)
-  double tuning_seconds = 0;     ///< time spent inside tuning applies plus building their structures
+  double preprocess_seconds = 0;   ///< partition + reordering probe + decomposition (shared by all widths)
+  double probe_seconds = 0;        ///< of preprocess_seconds, the reordering probe's share
+  double tuning_seconds = 0;       ///< time spent inside tuning applies plus building their structures
+  double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
   int tuning_applies = 0;
+  /// Host handle, timed plans: seconds of one apply of the frozen plan (median of its first five applies; 0 until
+  /// measured). tuning_applies x apply_seconds is the part of tuning_seconds that an untuned plan would spend too.
+  double apply_seconds = 0;
   /// JSON object (no trailing newline).
   std::string to_json() const;
 };
