@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <TesselTestError.hpp>
+
 #include <chrono>
 #include <cstdlib>
 #include <numeric>
@@ -19,14 +21,7 @@ using tessel::Communicator;
 using tessel::DataType;
 using tessel::ReduceOp;
 
-template <class F> std::string error_of(F &&f) {
-  try {
-    f();
-  } catch (tessel::Exception const &e) {
-    return e.what();
-  }
-  return {};
-}
+using tessel::test::error_of;
 
 class CommunicatorTest : public ::testing::TestWithParam<bool> {
 protected:

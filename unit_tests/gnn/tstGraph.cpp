@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <TesselTestError.hpp>
+
 #include <cmath>
 #include <numeric>
 
@@ -14,14 +16,7 @@ namespace {
 
 using namespace tessel::gnn;
 
-std::string error_of(std::function<void()> const &f) {
-  try {
-    f();
-  } catch (tessel::Exception const &e) {
-    return e.what();
-  }
-  return "";
-}
+using tessel::test::error_of;
 
 TEST(gnn_graph, validation_names_graph_and_first_bad_entry) {
   auto msg = error_of([] { make_graph<std::int32_t>("g1", 3, 3, {0, 2, 1, 3}, {0, 1, 2}); });

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <TesselTestError.hpp>
+
 #include <chrono>
 #include <string>
 
@@ -32,14 +34,7 @@ MoeConfig small_config(int world) {
   return c;
 }
 
-template <class F> std::string error_of(F &&f) {
-  try {
-    f();
-  } catch (tessel::Exception const &e) {
-    return e.what();
-  }
-  return {};
-}
+using tessel::test::error_of;
 
 TEST(MoeErrors, invalid_configurations_name_the_field) {
   auto c = small_config(1);

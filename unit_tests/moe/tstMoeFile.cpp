@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <TesselTestError.hpp>
+
 #include <cmath>
 #include <cstdio>
 
@@ -32,14 +34,7 @@ MoeFileInfo small_info() {
   return info;
 }
 
-template <class F> std::string error_of(F &&f) {
-  try {
-    f();
-  } catch (tessel::Exception const &e) {
-    return e.what();
-  }
-  return {};
-}
+using tessel::test::error_of;
 
 struct TempFile {
   std::string path;

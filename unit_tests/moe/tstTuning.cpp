@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <TesselTestError.hpp>
+
 #include <cstdio>
 #include <fstream>
 
@@ -22,14 +24,7 @@ MoeConfig mixtral(std::int64_t m) {
   return c;
 }
 
-template <class F> std::string error_of(F &&f) {
-  try {
-    f();
-  } catch (tessel::Exception const &e) {
-    return e.what();
-  }
-  return {};
-}
+using tessel::test::error_of;
 
 TEST(Tuning, m_bucket_is_the_next_power_of_two) {
   EXPECT_EQ(m_bucket(0), 1);
