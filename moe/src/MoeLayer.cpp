@@ -229,6 +229,22 @@ struct MoeLayer::State {
     ensure(combine_recv, "Tessel::moe::combine_recv", static_cast<std::size_t>(recv_off.back()));
   }
 
+  // The tail of the overlapped schedules: wait until every combine message has landed, stop the engine, then add
+  // up the contributions (waiting and summing counted apart in the stats). Returns when each began.
+  std::pair<Clock::time_point, Clock::time_point> finish_combines(HostExecSpace const &space, Impl::CommEngine &engine,
+                                                                  std::atomic<int> const &combines_left, HostMatrix out,
+                                                                  std::vector<std::int64_t> const &split_cols) {
+    auto const wait = Clock::now();
+    engine.wait([&] { return combines_left.load() == 0; });
+    engine.join();
+    stats.comm_cpu = engine.cpu_seconds();
+    stats.compute_wait += since(wait);
+    auto const busy = Clock::now();
+    final_sum(space, out, split_cols, true);
+    stats.compute_busy += since(busy);
+    return {wait, busy};
+  }
+
   // out[t] = sum over ranks r (in rank order, so every schedule adds in the same order) of r's rows for t.
   void final_sum(HostExecSpace const &space, HostMatrix out, std::vector<std::int64_t> const &split_cols,
                  bool self_in_send) {
@@ -542,14 +558,7 @@ struct MoeLayer::State {
       }
       stats.compute_busy += since(busy0);
     }
-    auto const wait1 = Clock::now();
-    engine.wait([&] { return combines_left.load() == 0; });
-    engine.join();
-    stats.comm_cpu = engine.cpu_seconds();
-    stats.compute_wait += since(wait1);
-    auto const busy1 = Clock::now();
-    final_sum(space, out, {0, n}, true);
-    stats.compute_busy += since(busy1);
+    finish_combines(space, engine, combines_left, out, {0, n});
     stats.total = since(t0);
     for (auto const &chunk : metas)
       for (auto const &s : chunk)
@@ -800,14 +809,7 @@ struct MoeLayer::State {
       for (int i = index; i <= last; ++i)
         scheduler.finish(i);
     }
-    auto const wait1 = Clock::now();
-    engine.wait([&] { return combines_left.load() == 0; });
-    engine.join();
-    stats.comm_cpu = engine.cpu_seconds();
-    stats.compute_wait += since(wait1);
-    auto const busy1 = Clock::now();
-    final_sum(space, out, cols, true);
-    stats.compute_busy += since(busy1);
+    auto const [wait1, busy1] = finish_combines(space, engine, combines_left, out, cols);
     stats.total = since(t0);
     for (auto r : rows_of)
       stats.rows += r;
