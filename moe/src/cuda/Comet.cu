@@ -75,7 +75,8 @@ template <class T> struct alignas(128) Layer0Smem {
   alignas(32) float up[tile_m][tile_n + 4];
 };
 
-template <class T> __global__ void __launch_bounds__(fused_threads, 2) comet_layer0_kernel(Layer0Args const args) {
+template <class T>
+__global__ void __launch_bounds__(fused_threads, 2) comet_dispatch_gemm_kernel(Layer0Args const args) {
   __shared__ Layer0Smem<T> shared;
   TileSmem<T> &smem = shared.tile;
   __shared__ int slot, ok;
@@ -125,7 +126,8 @@ template <class T> __global__ void __launch_bounds__(fused_threads, 2) comet_lay
   }
 }
 
-template <class T> __global__ void __launch_bounds__(fused_threads, 2) comet_layer1_kernel(Layer1Args const args) {
+template <class T>
+__global__ void __launch_bounds__(fused_threads, 2) comet_gemm_combine_kernel(Layer1Args const args) {
   __shared__ TileSmem<T> smem;
   __shared__ int slot, ok;
   RankView const &v = args.view;
@@ -176,11 +178,11 @@ template <class T> __global__ void __launch_bounds__(fused_threads, 2) comet_lay
 }
 
 template <class T> cudaError_t launch_layer0(cudaStream_t stream, Layer0Args const &args, int grid) {
-  comet_layer0_kernel<T><<<grid, fused_threads, 0, stream>>>(args);
+  comet_dispatch_gemm_kernel<T><<<grid, fused_threads, 0, stream>>>(args);
   return cudaGetLastError();
 }
 template <class T> cudaError_t launch_layer1(cudaStream_t stream, Layer1Args const &args, int grid) {
-  comet_layer1_kernel<T><<<grid, fused_threads, 0, stream>>>(args);
+  comet_gemm_combine_kernel<T><<<grid, fused_threads, 0, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -189,24 +191,28 @@ template <class T> cudaError_t launch_layer1(cudaStream_t stream, Layer1Args con
 cudaError_t layer0_occupancy(tessel::DataType dtype, bool, int, int *blocks_per_sm) {
   switch (dtype) {
   case tessel::DataType::float16:
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_layer0_kernel<__half>, fused_threads, 0);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_dispatch_gemm_kernel<__half>,
+                                                         fused_threads, 0);
   case tessel::DataType::bfloat16:
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_layer0_kernel<__nv_bfloat16>,
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_dispatch_gemm_kernel<__nv_bfloat16>,
                                                          fused_threads, 0);
   default:
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_layer0_kernel<float>, fused_threads, 0);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_dispatch_gemm_kernel<float>,
+                                                         fused_threads, 0);
   }
 }
 
 cudaError_t layer1_occupancy(tessel::DataType dtype, int *blocks_per_sm) {
   switch (dtype) {
   case tessel::DataType::float16:
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_layer1_kernel<__half>, fused_threads, 0);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_gemm_combine_kernel<__half>,
+                                                         fused_threads, 0);
   case tessel::DataType::bfloat16:
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_layer1_kernel<__nv_bfloat16>,
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_gemm_combine_kernel<__nv_bfloat16>,
                                                          fused_threads, 0);
   default:
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_layer1_kernel<float>, fused_threads, 0);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, comet_gemm_combine_kernel<float>, fused_threads,
+                                                         0);
   }
 }
 
