@@ -151,7 +151,9 @@ __device__ __forceinline__ void load_tiles(TileSmem<T> &s, T const *__restrict__
   for (int i = 0; i < tile_m * bk / fused_threads; ++i) {
     int const idx = t + i * fused_threads;
     int const r = idx / bk, k = idx % bk;
-    s.a[r][k] = (r < rows && k0 + k < k_dim) ? a[r * lda + k0 + k] : zero;
+    // A may have been written by other blocks of this kernel (layer0's pulled messages): read it through L2, never
+    // from an L1 line filled before the data arrived (rows of two messages can share a line).
+    s.a[r][k] = (r < rows && k0 + k < k_dim) ? __ldcg(a + r * lda + k0 + k) : zero;
   }
 #pragma unroll
   for (int i = 0; i < bk * tile_n / fused_threads; ++i) {

@@ -1,0 +1,55 @@
+#include "Symmetric.hpp"
+
+#if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)
+
+#include <tessel/core/cuda/Cuda.hpp>
+#include <tessel/core/cuda/NcclCommunicator.hpp>
+
+namespace tessel::moe::cuda::Impl {
+
+SymmetricWindow::SymmetricWindow(ncclComm_t comm, std::size_t bytes, cudaStream_t stream) : _comm(comm) {
+  _bytes = (bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) / NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
+  int ranks = 0;
+  TESSEL_NCCL_CHECK(ncclCommCount(comm, &ranks));
+  void *ptr = nullptr;
+  TESSEL_NCCL_CHECK(ncclMemAlloc(&ptr, _bytes));
+  _local = static_cast<char *>(ptr);
+  try {
+    TESSEL_NCCL_CHECK(ncclCommWindowRegister(comm, _local, _bytes, &_window, NCCL_WIN_COLL_SYMMETRIC));
+    _registered = true;
+    ncclDevCommRequirements reqs{};
+    reqs.lsaBarrierCount = 1;
+    TESSEL_NCCL_CHECK(ncclDevCommCreate(comm, &reqs, &_dev));
+    _dev_created = true;
+    // The fused kernels address every rank by load/store: all ranks must be in this rank's LSA (NVLink / P2P) team.
+    TESSEL_REQUIRE(_dev.lsaSize == ranks, "tessel::moe::cuda: the NCCL communicator spans ", ranks, " ranks but only ",
+                   _dev.lsaSize, " are load/store accessible from rank ", _dev.rank,
+                   " (LSA team); the fused moe kernels need all ranks on one NVLink domain");
+    TESSEL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&_table), static_cast<std::size_t>(ranks) * sizeof(char *)));
+    TESSEL_CUDA_CHECK(fill_peer_table(stream, _window, ranks, _table));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(_local, 0, _bytes, stream));
+    TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } catch (...) {
+    this->~SymmetricWindow();
+    throw;
+  }
+}
+
+SymmetricWindow::~SymmetricWindow() {
+  if (_table != nullptr)
+    cudaFree(_table);
+  _table = nullptr;
+  if (_dev_created)
+    ncclDevCommDestroy(_comm, &_dev);
+  _dev_created = false;
+  if (_registered)
+    ncclCommWindowDeregister(_comm, _window);
+  _registered = false;
+  if (_local != nullptr)
+    ncclMemFree(_local);
+  _local = nullptr;
+}
+
+} // namespace tessel::moe::cuda::Impl
+
+#endif
