@@ -15,14 +15,20 @@ WorkPlanner::WorkPlanner(MoeConfig const &config_, std::vector<DispatchPlan> con
   TESSEL_REQUIRE(static_cast<int>(plans.size()) == world, "internal: ", plans.size(), " plans for ", world, " ranks");
 }
 
+std::vector<std::int64_t> WorkPlanner::table_base(int s) const {
+  auto const &plan = plans[static_cast<std::size_t>(s)];
+  std::vector<std::int64_t> base(static_cast<std::size_t>(groups) + 1, 0);
+  for (int g = 0; g < groups; ++g)
+    base[static_cast<std::size_t>(g) + 1] =
+        base[static_cast<std::size_t>(g)] + plan.group_slots[static_cast<std::size_t>(g)];
+  return base;
+}
+
 void WorkPlanner::slot_table(int s, std::vector<std::int32_t> &rows, std::vector<float> &weights,
                              std::vector<std::int64_t> &table_base) const {
   auto const &plan = plans[static_cast<std::size_t>(s)];
   int const topk = config.topk;
-  table_base.assign(static_cast<std::size_t>(groups) + 1, 0);
-  for (int g = 0; g < groups; ++g)
-    table_base[static_cast<std::size_t>(g) + 1] =
-        table_base[static_cast<std::size_t>(g)] + plan.group_slots[static_cast<std::size_t>(g)];
+  table_base = this->table_base(s);
   auto const slots = static_cast<std::size_t>(table_base.back());
   TESSEL_REQUIRE(slots <= static_cast<std::size_t>(config.tokens * topk), "internal: ", slots, " slots");
   rows.assign(slots * static_cast<std::size_t>(topk), -1);

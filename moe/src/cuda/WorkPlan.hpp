@@ -53,6 +53,8 @@ public:
   /// first slot of each group (groups + 1 entries).
   void slot_table(int s, std::vector<std::int32_t> &rows, std::vector<float> &weights,
                   std::vector<std::int64_t> &table_base) const;
+  /// First slot of each group in source \p s's slot table (groups + 1 entries; from the plan's group slot counts).
+  std::vector<std::int64_t> table_base(int s) const;
   /// Destination \p d's blocks, row index space and the baselines' reduction items (per chunk).
   RankWork work_of(int d, int chunks, std::vector<std::vector<std::int64_t>> const &table_bases) const;
   /// comet's lists of destination \p d (one token chunk), in the order of the host OverlapPlan.
