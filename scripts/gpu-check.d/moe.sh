@@ -2,8 +2,7 @@
 # TESSEL_BUILD, out; function record). Runs the moe GPU tests (every CUDA schedule against the host reference in the
 # one-process multi-rank mode, and the NCCL symmetric-window path on one rank; they must run, not skip; the 2- and
 # 4-rank NCCL tests need one GPU per rank and run under `ctest -L gpu` where there are), the host emulation of the
-# device work lists and the
-# register-spill check, then `tessel-moe-bench --backend cuda` (comet vs sequential vs pipelined on 4 virtual ranks,
+# device work lists and the register-spill check, then `tessel-moe-bench --backend cuda` (comet vs sequential vs pipelined on 4 virtual ranks,
 # CUDA-event timing, every result checked) and prints its table (also in $out/moe-gpu/table.md). Budget: a few
 # minutes on an H200; fails on any failed or skipped GPU test or wrong benchmark result.
 moe_gpu_check() {
