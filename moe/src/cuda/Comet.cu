@@ -56,8 +56,7 @@ template <class T> __device__ void layer0_comm(Layer0Args const &args, int *slot
     __syncthreads();
     if (ok) {
       char const *src = v.peer_base[m.source] + v.layout.send_rows + static_cast<std::size_t>(m.src_row) * row_bytes;
-      char *dst =
-          static_cast<char *>(const_cast<void *>(args.x_recv)) + static_cast<std::size_t>(m.dst_row) * row_bytes;
+      char *dst = static_cast<char *>(args.x_recv) + static_cast<std::size_t>(m.dst_row) * row_bytes;
       copy_bytes(dst, src, static_cast<std::size_t>(m.rows) * row_bytes);
     }
     // Published even after a failed wait (the error is reported), so that no GEMM block waits in vain.

@@ -111,7 +111,7 @@ struct Layer0Args {
   int *message_ready = nullptr; ///< [messages], zeroed before the launch
   int items = 0;
   Layer0Item const *item = nullptr;
-  void const *x_recv = nullptr;
+  void *x_recv = nullptr;   ///< written by the communication blocks, read by the GEMM blocks
   void const *w0 = nullptr; ///< [E/EP, N, cols0] T
   std::int64_t cols0 = 0;
   void *h = nullptr; ///< [rows, K/TP] T
