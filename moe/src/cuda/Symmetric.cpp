@@ -30,12 +30,14 @@ SymmetricWindow::SymmetricWindow(ncclComm_t comm, std::size_t bytes, cudaStream_
     TESSEL_CUDA_CHECK(cudaMemsetAsync(_local, 0, _bytes, stream));
     TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
   } catch (...) {
-    this->~SymmetricWindow();
+    release();
     throw;
   }
 }
 
-SymmetricWindow::~SymmetricWindow() {
+SymmetricWindow::~SymmetricWindow() { release(); }
+
+void SymmetricWindow::release() noexcept {
   if (_table != nullptr)
     cudaFree(_table);
   _table = nullptr;

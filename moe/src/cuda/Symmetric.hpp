@@ -41,6 +41,8 @@ public:
   ncclDevComm const &device_comm() const { return _dev; }
 
 private:
+  void release() noexcept;
+
   ncclComm_t _comm = nullptr;
   char *_local = nullptr;
   char **_table = nullptr;
