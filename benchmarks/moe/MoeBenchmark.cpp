@@ -2,6 +2,7 @@
 // calibrated so that communication is the share S of the sequential layer (COMET measured 47% on 8 x H800).
 //
 //   mpiexec -n 4 tessel-moe-bench --models mixtral,qwen2,phi35 --tokens 1024,4096 --share 0.47 --json moe.json
+//   tessel-moe-bench --backend cuda --virtual-ranks 4 ...   (the GPU schedules, see CudaBench.cpp)
 //
 // For every (model, M): the three models' shapes from COMET's Table 2 with N and K divided by --scale, E and
 // topk unchanged, EP = ranks / TP; tokens per rank differ, routing skewed by a Zipf gate bias tuned to
@@ -9,6 +10,8 @@
 // S / (1 - S) x T_comp alone). Each schedule is timed --iters times (median; a run lasts until the slowest
 // rank returns), rotating the order of the schedules between iterations. hidden = (T_seq - T) / T_comm.
 // #wrong counts output elements of pipelined and comet that differ from sequential by more than 1e-5 relative.
+#include "CudaBench.hpp"
+
 #include <tessel/moe/Calibration.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Synthetic.hpp>
@@ -65,6 +68,7 @@ std::vector<std::string> split_list(std::string const &s) {
 void usage() {
   std::printf(
       "usage: mpiexec -n W tessel-moe-bench [options]\n"
+      "       tessel-moe-bench --backend cuda [--virtual-ranks W ...] (see --backend cuda --help)\n"
       "  --models LIST     models (mixtral, qwen2, phi35; default all three)\n"
       "  --tokens LIST     tokens per rank M (default 1024,4096)\n"
       "  --scale F         divide N and K by F (default 8)\n"
@@ -124,6 +128,8 @@ Options parse(int argc, char **argv) {
       o.trace = next();
     } else if (a == "--seed") {
       o.seed = std::stoull(next());
+    } else if (a == "--backend") {
+      TESSEL_REQUIRE(next() == "host", "internal: --backend cuda is handled before");
     } else if (a == "--smoke") {
       o.models = {"mixtral", "qwen2"};
       o.tokens = {64};
@@ -189,6 +195,22 @@ double hidden(Point const &p, double t) { return (p.t_seq - t) / p.t_comm; }
 int main(int argc, char **argv) {
   tessel::ScopeGuard guard(argc, argv);
   int status = 0;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--backend") {
+      std::string const backend = argv[i + 1];
+      if (backend == "cuda") {
+        try {
+          return tessel::moe::bench::run_cuda_bench(argc, argv);
+        } catch (std::exception const &e) {
+          std::fprintf(stderr, "tessel-moe-bench --backend cuda: error: %s\n", e.what());
+          return 1;
+        }
+      }
+      if (backend != "host") {
+        std::fprintf(stderr, "tessel-moe-bench: --backend must be host or cuda, got '%s'\n", backend.c_str());
+        return 1;
+      }
+    }
   try {
     auto const o = parse(argc, argv);
     auto const world = Communicator::world();

@@ -23,9 +23,17 @@ std::string CometParams::describe() const {
   return os.str();
 }
 
-void CometParams::validate(MoeConfig const &config) const {
-  TESSEL_REQUIRE(comm_workers >= 1 && comm_workers <= 8, "CometParams: comm_workers must be in [1, 8], got ",
-                 comm_workers);
+void CometParams::validate(MoeConfig const &config, std::string const &backend) const {
+  if (backend == "cuda") {
+    TESSEL_REQUIRE(comm_workers >= 1 && comm_workers <= 1024,
+                   "CometParams: comm_workers (communication blocks) must be in [1, 1024], got ", comm_workers);
+    TESSEL_REQUIRE(m_splits == 1,
+                   "CometParams: the CUDA comet schedule runs COMET's single token range (m_splits = 1), got ",
+                   m_splits);
+  } else {
+    TESSEL_REQUIRE(comm_workers >= 1 && comm_workers <= 8, "CometParams: comm_workers must be in [1, 8], got ",
+                   comm_workers);
+  }
   TESSEL_REQUIRE(in_flight >= 0, "CometParams: in_flight must be >= 0 (0: no limit), got ", in_flight);
   TESSEL_REQUIRE(n_splits >= 1 && n_splits <= config.hidden, "CometParams: n_splits must be in [1, N=", config.hidden,
                  "], got ", n_splits);
@@ -70,8 +78,17 @@ std::string TuningKey::describe() const {
   return os.str();
 }
 
-CometParams fallback_params(MoeConfig const &config) {
+CometParams fallback_params(MoeConfig const &config, std::string const &backend) {
   CometParams p;
+  if (backend == "cuda") {
+    p.comm_workers = 28;
+    p.n_splits = static_cast<int>(std::clamp<std::int64_t>(config.hidden / 512, 1, 8));
+    p.m_splits = 1;
+    p.tile_m = 128;
+    p.in_flight = 0;
+    p.policy = PlanPolicy::critical_path;
+    return p;
+  }
   // Rows one source sends for one expert; half of them per message keeps two messages per (source, expert)
   // while the GEMMs stay large enough for the BLAS to amortize packing the expert's weights.
   std::int64_t const per_pair = config.tokens * config.topk / std::max(config.experts, 1);
@@ -254,7 +271,7 @@ CometParams TuningRegistry::lookup(MoeConfig const &config, std::string const &b
   }
   if (how)
     *how = "fallback rule";
-  return fallback_params(config);
+  return fallback_params(config, backend);
 }
 
 TuningRegistry const &TuningRegistry::builtin() {

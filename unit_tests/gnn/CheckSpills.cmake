@@ -3,7 +3,7 @@
 # nothing). Runs without a GPU:
 #
 #   cmake -DNVCC=... -DSOURCES=a.cu,b.cu -DKERNELS=csr_kernel,tiles_kernel -DARCH=90 [-DCCBIN=...] -DWORKDIR=...
-#         -P CheckSpills.cmake
+#         [-DPACKAGE=gnn] [-DINCLUDES=dir1,dir2] -P CheckSpills.cmake
 cmake_minimum_required(VERSION 3.20)
 foreach(_var NVCC SOURCES KERNELS ARCH WORKDIR)
   if(NOT DEFINED ${_var})
@@ -12,9 +12,19 @@ foreach(_var NVCC SOURCES KERNELS ARCH WORKDIR)
 endforeach()
 string(REPLACE "," ";" _sources "${SOURCES}")
 string(REPLACE "," ";" _kernels "${KERNELS}")
+if(NOT PACKAGE)
+  set(PACKAGE gnn)
+endif()
 set(_ccbin)
 if(CCBIN)
   set(_ccbin -ccbin "${CCBIN}")
+endif()
+set(_includes)
+if(INCLUDES)
+  string(REPLACE "," ";" _include_dirs "${INCLUDES}")
+  foreach(_dir IN LISTS _include_dirs)
+    list(APPEND _includes -I${_dir})
+  endforeach()
 endif()
 file(MAKE_DIRECTORY "${WORKDIR}")
 
@@ -24,7 +34,7 @@ set(_table "")
 foreach(_src IN LISTS _sources)
   get_filename_component(_name "${_src}" NAME_WE)
   execute_process(
-    COMMAND "${NVCC}" ${_ccbin} -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_${ARCH} -Xptxas -v -c "${_src}" -o
+    COMMAND "${NVCC}" ${_ccbin} ${_includes} -std=c++17 -O3 --expt-relaxed-constexpr -arch=sm_${ARCH} -Xptxas -v -c "${_src}" -o
             "${WORKDIR}/${_name}.o"
     RESULT_VARIABLE _rc
     OUTPUT_VARIABLE _out
@@ -75,6 +85,12 @@ foreach(_src IN LISTS _sources)
           list(APPEND _args int32)
         elseif(_rest MATCHES "^lE")
           list(APPEND _args int64)
+        elseif(_rest MATCHES "^fE")
+          list(APPEND _args float)
+        elseif(_rest MATCHES "^6__halfE")
+          list(APPEND _args half)
+        elseif(_rest MATCHES "^13__nv_bfloat16E")
+          list(APPEND _args bfloat16)
         endif()
         string(REPLACE ";" "," _args "${_args}")
         set(_short "${_kernel}<${_args}>")
@@ -86,7 +102,7 @@ foreach(_src IN LISTS _sources)
   endforeach()
 endforeach()
 
-message(STATUS "ptxas (sm_${ARCH}) on the hot gnn kernels:\n${_table}")
+message(STATUS "ptxas (sm_${ARCH}) on the hot ${PACKAGE} kernels:\n${_table}")
 foreach(_k IN LISTS _kernels)
   if(NOT _k IN_LIST _seen_kernels)
     set(_failed TRUE)
@@ -94,6 +110,6 @@ foreach(_k IN LISTS _kernels)
   endif()
 endforeach()
 if(_failed)
-  message(FATAL_ERROR "register spills (or missing kernels) in the hot gnn CUDA kernels")
+  message(FATAL_ERROR "register spills (or missing kernels) in the hot ${PACKAGE} CUDA kernels")
 endif()
 message(STATUS "no register spills")

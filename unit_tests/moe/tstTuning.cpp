@@ -74,7 +74,20 @@ TEST(Tuning, lookup_exact_then_nearest_bucket_then_rule) {
   other.ep = 4;
   EXPECT_EQ(reg.lookup(other, "host", &how), fallback_params(other));
   EXPECT_EQ(how, "fallback rule");
-  EXPECT_EQ(reg.lookup(mixtral(4096), "cuda", &how), fallback_params(mixtral(4096)));
+  auto const cuda = reg.lookup(mixtral(4096), "cuda", &how);
+  EXPECT_EQ(cuda, fallback_params(mixtral(4096), "cuda"));
+  EXPECT_EQ(how, "fallback rule");
+  // The CUDA rule: Flux's 28 communication blocks, N / 512 column blocks in [1, 8], one token range.
+  EXPECT_EQ(cuda.comm_workers, 28);
+  EXPECT_EQ(cuda.n_splits, 1); // mixtral() here has N = 512
+  EXPECT_EQ(cuda.m_splits, 1);
+  auto wide = mixtral(4096);
+  wide.hidden = 4096;
+  EXPECT_EQ(fallback_params(wide, "cuda").n_splits, 8);
+  wide.hidden = 65536;
+  EXPECT_EQ(fallback_params(wide, "cuda").n_splits, 8);
+  EXPECT_NO_THROW(cuda.validate(mixtral(4096), "cuda"));
+  EXPECT_THROW(cuda.validate(mixtral(4096), "host"), tessel::Exception); // 28 workers: too many host threads
 }
 
 TEST(Tuning, file_round_trip_and_errors) {

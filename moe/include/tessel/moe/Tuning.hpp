@@ -32,8 +32,9 @@ struct CometParams {
 
   /// "workers=1 in_flight=0 n_splits=4 m_splits=1 tile_m=128 policy=critical_path"
   std::string describe() const;
-  /// Throws naming the parameter that does not fit \p config.
-  void validate(MoeConfig const &config) const;
+  /// Throws naming the parameter that does not fit \p config on \p backend ("cuda": comm_workers in [1, 1024]
+  /// blocks and m_splits = 1; "host": comm_workers in [1, 8] threads).
+  void validate(MoeConfig const &config, std::string const &backend = "host") const;
   /// Order-independent hash (for checking that all ranks use the same parameters).
   std::uint64_t hash() const;
   bool operator==(CometParams const &o) const {
@@ -59,11 +60,20 @@ struct TuningKey {
   std::string describe() const;
 };
 
-/// \brief The documented rule for shapes the registry does not know (never an error): tile_m = half the rows one
-/// source sends one expert (M topk / E / 2), rounded down to a power of two and clamped to [128, 1024];
-/// n_splits = 2 when N >= 256, else 1; m_splits = 1; one communication worker; no in-flight limit;
-/// critical_path. (On the host, every GEMM call packs the expert's weights: fewer, larger calls win.)
-CometParams fallback_params(MoeConfig const &config);
+/// \brief The documented rule for shapes the registry does not know (never an error).
+///
+/// Backend "host": tile_m = half the rows one source sends one expert (M topk / E / 2), rounded down to a power of
+/// two and clamped to [128, 1024]; n_splits = 2 when N >= 256, else 1; m_splits = 1; one communication worker; no
+/// in-flight limit; critical_path. (On the host, every GEMM call packs the expert's weights: fewer, larger calls
+/// win.)
+///
+/// Backend "cuda" (comm_workers = n_c, the communication thread blocks of each fused kernel): n_c = 28, Flux's
+/// release default for BF16 on 132-SM Hopper parts (COMET reports 18 to 46 as the tuned range); the device layer
+/// caps it at half the co-resident blocks a rank gets (smaller GPUs, several virtual ranks on one GPU).
+/// n_splits = N / 512 clamped to [1, 8] (Flux splits N = 4096 into 8 column blocks of 512; smaller N keeps
+/// column blocks of at least 512 columns, so a split still spans several 64-column GEMM tiles); tile_m = 128;
+/// m_splits = 1; critical_path.
+CometParams fallback_params(MoeConfig const &config, std::string const &backend = "host");
 
 struct TuningEntry {
   TuningKey key;

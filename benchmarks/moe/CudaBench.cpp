@@ -1,0 +1,351 @@
+// tessel-moe-bench --backend cuda: sequential vs pipelined vs comet on the GPU, in the one-process multi-rank mode
+// (W virtual ranks on one device, tessel::moe::cuda::VirtualRanksLayer), side by side in one run.
+//
+//   tessel-moe-bench --backend cuda --virtual-ranks 4 --models mixtral,qwen2,phi35 --tokens 4096 --dtype bfloat16
+//
+// Shapes: COMET's Table 2 models with N and K divided by --scale (default 4), Zipf-skewed routing tuned to
+// --imbalance as in the host benchmark. Every schedule is timed with CUDA events (device time from the first rank's
+// packing to the last rank's final sum; routing and uploads are on the host and excluded) --iters times in an order
+// rotated every iteration; medians are reported, with the ratios sequential / comet and pipelined / comet. Results
+// are checked: pipelined and comet against sequential (max |diff| / max |sequential|), and rank 0's first tokens
+// against the dense double-precision reference; a point fails when an error exceeds the dtype's bound.
+#include "CudaBench.hpp"
+
+#include <tessel/core/Config.hpp>
+
+#ifdef TESSEL_ENABLE_CUDA
+#include <tessel/core/ScopeGuard.hpp>
+#include <tessel/moe/Reference.hpp>
+#include <tessel/moe/Synthetic.hpp>
+#include <tessel/moe/cuda/MoeLayer.hpp>
+
+#include <tessel/core/cuda/Cuda.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#endif
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace tessel::moe::bench {
+
+#ifndef TESSEL_ENABLE_CUDA
+
+int run_cuda_bench(int, char **) {
+  std::printf(
+      "tessel-moe-bench --backend cuda: skipped: this Tessel was built without CUDA (Tessel_ENABLE_CUDA=OFF)\n");
+  return 0;
+}
+
+#else
+
+namespace {
+
+struct CudaOptions {
+  int world = 4;
+  int tp = 1;
+  std::vector<std::string> models{"mixtral", "qwen2", "phi35"};
+  std::vector<std::int64_t> tokens{4096};
+  double scale = 4.0;
+  DataType dtype = DataType::bfloat16;
+  double imbalance = 0.04;
+  std::vector<int> chunks{2, 4};
+  int iters = 10, warmup = 2;
+  std::int64_t check_tokens = 32;
+  std::string json;
+  std::uint64_t seed = 2025;
+};
+
+std::vector<std::string> split_list(std::string const &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+DataType parse_dtype(std::string const &s) {
+  if (s == "float32" || s == "fp32")
+    return DataType::float32;
+  if (s == "float16" || s == "fp16")
+    return DataType::float16;
+  if (s == "bfloat16" || s == "bf16")
+    return DataType::bfloat16;
+  TESSEL_THROW("--dtype must be float32, float16 or bfloat16, got '", s, "'");
+}
+
+/// Bound of max |y - ref| / max |ref| per dtype (the GPU test's bounds, tstCudaMoe.cpp).
+double bound(DataType dtype) { return dtype == DataType::float32 ? 1e-4 : dtype == DataType::float16 ? 1e-2 : 6e-2; }
+
+CudaOptions parse(int argc, char **argv) {
+  CudaOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto next = [&]() -> std::string {
+      TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--backend") {
+      TESSEL_REQUIRE(next() == "cuda", "internal: not the CUDA backend");
+    } else if (a == "--virtual-ranks") {
+      o.world = std::stoi(next());
+    } else if (a == "--tp") {
+      o.tp = std::stoi(next());
+    } else if (a == "--models") {
+      o.models = split_list(next());
+    } else if (a == "--tokens") {
+      o.tokens.clear();
+      for (auto const &t : split_list(next()))
+        o.tokens.push_back(std::stoll(t));
+    } else if (a == "--scale") {
+      o.scale = std::stod(next());
+    } else if (a == "--dtype") {
+      o.dtype = parse_dtype(next());
+    } else if (a == "--imbalance") {
+      o.imbalance = std::stod(next());
+    } else if (a == "--chunks") {
+      o.chunks.clear();
+      for (auto const &c : split_list(next()))
+        o.chunks.push_back(std::stoi(c));
+    } else if (a == "--iters") {
+      o.iters = std::stoi(next());
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(next());
+    } else if (a == "--check-tokens") {
+      o.check_tokens = std::stoll(next());
+    } else if (a == "--json") {
+      o.json = next();
+    } else if (a == "--seed") {
+      o.seed = std::stoull(next());
+    } else if (a == "--smoke") {
+      o.models = {"mixtral", "qwen2"};
+      o.tokens = {256};
+      o.scale = 16;
+      o.iters = 2;
+      o.warmup = 1;
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: tessel-moe-bench --backend cuda [options]\n"
+                  "  --virtual-ranks W  virtual ranks in this process on the current GPU (default 4)\n"
+                  "  --tp T             tensor-parallel size; EP = W / T (default 1)\n"
+                  "  --models LIST      mixtral, qwen2, phi35 (default all three)\n"
+                  "  --tokens LIST      tokens per rank M (default 4096)\n"
+                  "  --scale F          divide N and K by F (default 4)\n"
+                  "  --dtype D          float32, float16 or bfloat16 (default bfloat16)\n"
+                  "  --imbalance STD    routing imbalance (default 0.04)\n"
+                  "  --chunks LIST      pipelined chunk counts; the fastest is reported (default 2,4)\n"
+                  "  --iters N          timed runs per schedule (default 10), --warmup N (default 2)\n"
+                  "  --check-tokens T   rank 0's first T tokens are checked against the dense reference (default 32)\n"
+                  "  --json FILE        write the results as JSON\n"
+                  "  --smoke            tiny sizes, two iterations\n");
+      std::exit(0);
+    } else {
+      TESSEL_THROW("unknown option '", a, "' for --backend cuda (see --backend cuda --help)");
+    }
+  }
+  TESSEL_REQUIRE(o.world >= 1 && o.tp >= 1 && o.world % o.tp == 0, "--tp ", o.tp, " must divide --virtual-ranks ",
+                 o.world);
+  TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
+  TESSEL_REQUIRE(!o.chunks.empty(), "--chunks needs at least one count");
+  return o;
+}
+
+struct Point {
+  std::string model;
+  MoeConfig config;
+  CometParams comet;
+  std::string comet_source;
+  double seq_ms = 0, pipe_ms = 0, comet_ms = 0;
+  int best_chunks = 0;
+  double err_pipe = 0, err_comet = 0, err_ref = 0;
+  int comm_blocks = 0, grid0 = 0, grid1 = 0;
+  bool ok = true;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double rel_diff(std::vector<HostMatrix> const &a, std::vector<HostMatrix> const &b) {
+  double scale = 0, diff = 0;
+  for (std::size_t r = 0; r < a.size(); ++r)
+    for (std::size_t i = 0; i < a[r].size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::abs(b[r].data()[i])));
+      diff = std::max(diff, static_cast<double>(std::abs(a[r].data()[i] - b[r].data()[i])));
+    }
+  return scale > 0 ? diff / scale : diff;
+}
+
+} // namespace
+
+int run_cuda_bench(int argc, char **argv) {
+  auto const o = parse(argc, argv);
+  if (!cuda::device_available()) {
+    std::printf("tessel-moe-bench --backend cuda: skipped: no CUDA device visible\n");
+    return 0;
+  }
+  int device = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&device));
+  std::printf("# tessel-moe-bench --backend cuda: %s\n# device %s, %d virtual ranks (EP %d x TP %d), %s, scale 1/%g, "
+              "imbalance std %g, %d timed runs (median of CUDA-event device times)\n",
+              build_summary().c_str(), tessel::cuda::device_name(device).c_str(), o.world, o.world / o.tp, o.tp,
+              name_of(o.dtype), o.scale, o.imbalance, o.iters);
+  std::vector<Point> points;
+  bool all_ok = true;
+  for (auto const &name : o.models) {
+    auto const &model = find_model(name);
+    auto base = scaled_config(model, o.scale, 1);
+    base.ep = o.world / o.tp;
+    base.tp = o.tp;
+    auto const sample = make_tokens(base, 4096, o.seed + 7);
+    double const alpha = zipf_alpha_for(base, sample, o.seed + 11, o.imbalance);
+    auto const gate = make_gate(base, alpha, o.seed + 11);
+    GateInput const gate_input = GateInput::from_weight(gate.weight, gate.bias);
+    auto const dense = make_weights(base, o.seed + 13);
+    for (auto m : o.tokens) {
+      Point p;
+      p.model = model.name;
+      p.config = base;
+      p.config.tokens = m;
+      std::vector<ExpertWeights> shards;
+      std::vector<HostMatrix> tokens;
+      std::vector<ConstHostMatrix> const_tokens;
+      std::vector<GateInput> gates;
+      auto outputs = [&](char const *label) {
+        std::vector<HostMatrix> out;
+        for (int r = 0; r < o.world; ++r)
+          out.emplace_back(std::string(label), static_cast<std::size_t>(m), static_cast<std::size_t>(base.hidden));
+        return out;
+      };
+      for (int r = 0; r < o.world; ++r) {
+        shards.push_back(shard_weights(p.config, r, dense));
+        tokens.push_back(make_tokens(p.config, m, o.seed + 100 + static_cast<std::uint64_t>(r)));
+        const_tokens.push_back(tokens.back());
+        gates.push_back(gate_input);
+      }
+      auto out_seq = outputs("Tessel::bench::out_seq"), out_pipe = outputs("Tessel::bench::out_pipe"),
+           out_comet = outputs("Tessel::bench::out_comet");
+      MoeConfig device_config = p.config;
+      device_config.dtype = o.dtype;
+      cuda::DeviceOptions options;
+      options.pipeline_chunks = o.chunks.front();
+      cuda::VirtualRanksLayer layer(device_config, shards, options);
+      p.comet = layer.comet_params();
+      p.comet_source = layer.comet_params_source();
+      std::printf("## %s %s: comet [%s] (%s)\n", model.name.c_str(), device_config.describe().c_str(),
+                  p.comet.describe().c_str(), p.comet_source.c_str());
+      std::fflush(stdout);
+      for (int i = 0; i < o.warmup; ++i)
+        for (Schedule s : {Schedule::sequential, Schedule::pipelined, Schedule::comet})
+          layer.forward(const_tokens, gates,
+                        s == Schedule::sequential  ? out_seq
+                        : s == Schedule::pipelined ? out_pipe
+                                                   : out_comet,
+                        s);
+      int const variants = 2 + static_cast<int>(o.chunks.size());
+      std::vector<std::vector<double>> times(static_cast<std::size_t>(variants));
+      for (int i = 0; i < o.iters; ++i)
+        for (int j = 0; j < variants; ++j) {
+          int const what = (i + j) % variants;
+          Schedule const s = what == 0              ? Schedule::sequential
+                             : what == variants - 1 ? Schedule::comet
+                                                    : Schedule::pipelined;
+          if (s == Schedule::pipelined)
+            layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
+          layer.forward(const_tokens, gates,
+                        s == Schedule::sequential  ? out_seq
+                        : s == Schedule::pipelined ? out_pipe
+                                                   : out_comet,
+                        s);
+          times[static_cast<std::size_t>(what)].push_back(layer.stats().device_ms);
+          if (s == Schedule::comet) {
+            p.comm_blocks = layer.stats().comm_blocks;
+            p.grid0 = layer.stats().grid0;
+            p.grid1 = layer.stats().grid1;
+          }
+        }
+      p.seq_ms = median(times[0]);
+      p.comet_ms = median(times[static_cast<std::size_t>(variants - 1)]);
+      p.pipe_ms = 1e300;
+      for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+        double const t = median(times[c + 1]);
+        if (t < p.pipe_ms) {
+          p.pipe_ms = t;
+          p.best_chunks = o.chunks[c];
+        }
+      }
+      // Checks: the last runs' outputs (pipelined at the last chunk count) against sequential, and rank 0's first
+      // tokens against the dense reference.
+      p.err_pipe = rel_diff(out_pipe, out_seq);
+      p.err_comet = rel_diff(out_comet, out_seq);
+      std::int64_t const t = std::min<std::int64_t>(o.check_tokens, m);
+      if (t > 0) {
+        HostMatrix head("Tessel::bench::head", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
+        HostIndexMatrix chosen("Tessel::bench::chosen", static_cast<std::size_t>(t),
+                               static_cast<std::size_t>(base.topk));
+        for (std::int64_t i = 0; i < t; ++i) {
+          for (std::int64_t j = 0; j < base.hidden; ++j)
+            head(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) =
+                tokens[0](static_cast<std::size_t>(i), static_cast<std::size_t>(j));
+          for (int k = 0; k < base.topk; ++k)
+            chosen(static_cast<std::size_t>(i), static_cast<std::size_t>(k)) =
+                layer.routing(0).experts(static_cast<std::size_t>(i), static_cast<std::size_t>(k));
+        }
+        auto config_t = p.config;
+        config_t.tokens = t;
+        auto const ref = reference_forward(config_t, head, gate_input, chosen, dense);
+        HostMatrix got("Tessel::bench::got", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
+        for (std::size_t i = 0; i < got.size(); ++i)
+          got.data()[i] = out_comet[0].data()[i];
+        p.err_ref = max_relative_error(got, ref.out);
+      }
+      double const b = bound(o.dtype);
+      p.ok = p.err_pipe <= b && p.err_comet <= b && p.err_ref <= b;
+      all_ok = all_ok && p.ok;
+      std::printf("   sequential %.3f ms | pipelined %.3f ms (chunks %d) | comet %.3f ms (n_c %d, grids %d/%d) | "
+                  "seq/comet %.2fx pipe/comet %.2fx | err pipe %.1e comet %.1e ref %.1e (bound %.0e) %s\n",
+                  p.seq_ms, p.pipe_ms, p.best_chunks, p.comet_ms, p.comm_blocks, p.grid0, p.grid1,
+                  p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.err_pipe, p.err_comet, p.err_ref, b,
+                  p.ok ? "ok" : "WRONG");
+      std::fflush(stdout);
+      points.push_back(p);
+    }
+  }
+  std::printf(
+      "\n| model | M | W | dtype | sequential ms | pipelined ms | comet ms | seq/comet | pipe/comet | checked |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (auto const &p : points)
+    std::printf("| %s | %lld | %d | %s | %.3f | %.3f | %.3f | %.2f | %.2f | %s |\n", p.model.c_str(),
+                static_cast<long long>(p.config.tokens), o.world, name_of(o.dtype), p.seq_ms, p.pipe_ms, p.comet_ms,
+                p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.ok ? "ok" : "WRONG");
+  if (!o.json.empty()) {
+    std::ofstream js(o.json);
+    js << "{\n  \"benchmark\": \"tessel-moe-bench --backend cuda\",\n  \"build\": \"" << build_summary()
+       << "\",\n  \"device\": \"" << tessel::cuda::device_name(device) << "\",\n  \"virtual_ranks\": " << o.world
+       << ",\n  \"dtype\": \"" << name_of(o.dtype) << "\",\n  \"iters\": " << o.iters << ",\n  \"points\": [\n";
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      auto const &p = points[i];
+      js << "    {\"model\": \"" << p.model << "\", \"config\": \"" << p.config.describe()
+         << "\", \"M\": " << p.config.tokens << ", \"comet\": \"" << p.comet.describe() << "\", \"comet_source\": \""
+         << p.comet_source << "\", \"sequential_ms\": " << p.seq_ms << ", \"pipelined_ms\": " << p.pipe_ms
+         << ", \"pipelined_chunks\": " << p.best_chunks << ", \"comet_ms\": " << p.comet_ms
+         << ", \"comm_blocks\": " << p.comm_blocks << ", \"grid0\": " << p.grid0 << ", \"grid1\": " << p.grid1
+         << ", \"err_pipelined\": " << p.err_pipe << ", \"err_comet\": " << p.err_comet
+         << ", \"err_reference\": " << p.err_ref << ", \"ok\": " << (p.ok ? "true" : "false") << "}"
+         << (i + 1 < points.size() ? "," : "") << "\n";
+    }
+    js << "  ]\n}\n";
+    std::printf("# results written to %s\n", o.json.c_str());
+  }
+  return all_ok ? 0 : 1;
+}
+
+#endif
+
+} // namespace tessel::moe::bench

@@ -1,0 +1,107 @@
+#ifndef TESSEL_MOE_CUDA_MOELAYER_HPP
+#define TESSEL_MOE_CUDA_MOELAYER_HPP
+
+/// \file cuda/MoeLayer.hpp
+/// \brief The moe package's CUDA path: the three schedules (sequential, pipelined, comet) on the device, run by W
+/// virtual ranks in one process on one GPU.
+///
+/// Each virtual rank has its own stream and its own "symmetric" allocation (dispatch rows, slot tables, combine
+/// buffer, flags; identical layout on every rank) on the same device; a rank addresses a peer's copy through a
+/// table of peer base pointers with the shape of the LSA peer-pointer table of NCCL 2.28's device API
+/// (ncclGetLsaPointer(window, 0, peer)). The fused COMET kernels see only that table, so they are the code a
+/// multi-GPU run on an NCCL symmetric window executes (see SymmetricWindow.hpp for that allocation).
+///
+/// Routing and the dispatch plans are computed on the host (the host package's route() and make_dispatch_plan());
+/// comet's tile order is the host OverlapPlan's; its knobs (communication blocks n_c = CometParams::comm_workers,
+/// N-split count) come from the tuning registry under backend "cuda" (see fallback_params()).
+///
+/// Built only with Tessel_ENABLE_CUDA; needs the CUDA runtime and cuBLAS, not a CUDA-enabled Kokkos.
+
+#include <tessel/core/Config.hpp>
+
+#ifndef TESSEL_ENABLE_CUDA
+#error "tessel/moe/cuda/MoeLayer.hpp needs a Tessel built with Tessel_ENABLE_CUDA=ON"
+#endif
+
+#include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/Router.hpp>
+#include <tessel/moe/Tuning.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessel::moe::cuda {
+
+/// \brief True when a CUDA device is visible (never throws).
+bool device_available();
+
+/// \brief Options of a device layer.
+struct DeviceOptions {
+  /// Parameters of the comet schedule; unset: looked up in \p registry under backend "cuda".
+  std::optional<CometParams> comet;
+  /// Registry for the lookup; nullptr: TuningRegistry::builtin().
+  TuningRegistry const *registry = nullptr;
+  /// Token chunks of the pipelined schedule.
+  int pipeline_chunks = 4;
+  /// Device-side waits and host synchronizations give up after this long (TimeoutError).
+  double timeout_seconds = 60.0;
+};
+
+/// \brief What the last forward did (all virtual ranks).
+struct DeviceStats {
+  Schedule schedule = Schedule::sequential;
+  /// CUDA events: from the start of the first rank's packing to the end of the last rank's final sum (excludes
+  /// the host's routing and the uploads of tokens and plans).
+  double device_ms = 0.0;
+  /// Host routing, plans and uploads.
+  double host_seconds = 0.0;
+  /// Expert rows computed, all ranks.
+  std::int64_t rows = 0;
+  /// comet: communication blocks (n_c) and grid sizes of the fused kernels (per rank; layer0 grids vary by rank,
+  /// the largest is reported).
+  int comm_blocks = 0, grid0 = 0, grid1 = 0;
+};
+
+/// \brief An MoE layer of W = EP x TP virtual ranks in one process on the current CUDA device.
+///
+/// MoeConfig::dtype selects the device precision: float32 (CUDA-core fused tiles, strict fp32 cuBLAS), float16
+/// or bfloat16 (inputs and weights rounded to 16 bits, tensor cores, fp32 accumulation, fp32 top-k reduction and
+/// output). Every schedule computes the same function as the host MoeLayer.
+class VirtualRanksLayer {
+public:
+  /// \p weights: the shard of every rank (W entries, as ExpertWeights of rank r under \p config).
+  VirtualRanksLayer(MoeConfig const &config, std::vector<ExpertWeights> const &weights, DeviceOptions options = {});
+  ~VirtualRanksLayer();
+  VirtualRanksLayer(VirtualRanksLayer &&) noexcept;
+  VirtualRanksLayer &operator=(VirtualRanksLayer &&) noexcept;
+
+  /// \brief out[r] = the layer's output for rank r's \p tokens[r] [M, N] and gate \p gates[r]; \p out[r] is
+  /// [M, N]. Throws TimeoutError when a device wait gives up (naming the rank and what it waited for).
+  void forward(std::vector<ConstHostMatrix> const &tokens, std::vector<GateInput> const &gates,
+               std::vector<HostMatrix> const &out, Schedule schedule = Schedule::comet);
+
+  MoeConfig const &config() const;
+  int world() const;
+  /// Routing of rank \p rank in the last forward.
+  Routing const &routing(int rank) const;
+  DeviceStats const &stats() const;
+  CometParams const &comet_params() const;
+  /// "given", "registry", "registry (M bucket ...)" or "fallback rule".
+  std::string const &comet_params_source() const;
+  void set_comet_params(CometParams const &params);
+  int pipeline_chunks() const;
+  void set_pipeline_chunks(int chunks);
+
+  struct State;
+
+private:
+  std::unique_ptr<State> _state;
+};
+
+} // namespace tessel::moe::cuda
+
+#endif

@@ -1,0 +1,57 @@
+#ifndef TESSEL_MOE_CUDA_NCCLMOELAYER_HPP
+#define TESSEL_MOE_CUDA_NCCLMOELAYER_HPP
+
+/// \file cuda/NcclMoeLayer.hpp
+/// \brief The moe CUDA path across GPUs: one rank per process and GPU, on an NCCL communicator
+/// (tessel::cuda::make_nccl_communicator), every rank in one NVLink (LSA) domain.
+///
+/// comet runs the fused kernels of the one-process mode on an NCCL 2.28 symmetric window (ncclMemAlloc +
+/// ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) + ncclDevCommCreate): peers are addressed through the window's
+/// LSA peer pointers, and ordered by system-scope release/acquire flags in the window (a source's "packed" epoch,
+/// the count of a peer's communication blocks that finished storing). sequential and pipelined run the same
+/// device steps with NCCL's collectives (grouped ncclSend / ncclRecv all-to-alls) as the baselines.
+///
+/// Built with Tessel_ENABLE_NCCL and the NCCL device API (TESSEL_MOE_NCCL_DEVICE_API; the configure step pins NCCL
+/// 2.28). Not yet run on GPUs (see moe/README.md).
+
+#include <tessel/core/Communicator.hpp>
+#include <tessel/core/Config.hpp>
+#include <tessel/moe/cuda/MoeLayer.hpp>
+
+#if !defined(TESSEL_ENABLE_NCCL) || !defined(TESSEL_MOE_NCCL_DEVICE_API)
+#error "tessel/moe/cuda/NcclMoeLayer.hpp needs a Tessel built with Tessel_ENABLE_NCCL and the NCCL 2.28 device API"
+#endif
+
+namespace tessel::moe::cuda {
+
+/// \brief An MoE layer with one rank per process and GPU on an NCCL communicator.
+class NcclMoeLayer {
+public:
+  /// Collective. \p comm: an NCCL communicator (make_nccl_communicator); \p weights: this rank's shard.
+  NcclMoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights const &weights,
+               DeviceOptions options = {});
+  ~NcclMoeLayer();
+  NcclMoeLayer(NcclMoeLayer &&) noexcept;
+  NcclMoeLayer &operator=(NcclMoeLayer &&) noexcept;
+
+  /// \brief Collective: this rank's \p tokens [M, N] through the layer into \p out [M, N] (host memory).
+  void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule = Schedule::comet);
+
+  MoeConfig const &config() const;
+  Routing const &routing() const;
+  /// This rank's view of the last forward (device_ms: this rank's CUDA events).
+  DeviceStats const &stats() const;
+  CometParams const &comet_params() const;
+  std::string const &comet_params_source() const;
+  void set_comet_params(CometParams const &params);
+  void set_pipeline_chunks(int chunks);
+
+  struct State;
+
+private:
+  std::unique_ptr<State> _state;
+};
+
+} // namespace tessel::moe::cuda
+
+#endif

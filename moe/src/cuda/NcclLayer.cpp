@@ -1,0 +1,326 @@
+// The moe CUDA path across GPUs (one rank per process): the one-process driver's steps on an NCCL symmetric window
+// (comet) and on NCCL's all-to-alls (sequential, pipelined).
+#include <tessel/core/Config.hpp>
+
+#if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)
+
+#include <tessel/moe/cuda/NcclMoeLayer.hpp>
+
+#include "Rank.hpp"
+#include "Symmetric.hpp"
+#include "WorkPlan.hpp"
+
+#include <tessel/core/cuda/NcclCommunicator.hpp>
+
+#include <chrono>
+#include <memory>
+
+namespace tessel::moe::cuda {
+
+using namespace Impl;
+
+struct NcclMoeLayer::State {
+  MoeConfig config, host_config;
+  Communicator comm;
+  DeviceOptions options;
+  CometParams comet;
+  std::string comet_source;
+  int world = 1, me = 0, groups = 1, eg = 1;
+  std::size_t es = 4;
+  SymmetricLayout layout;
+  RankState rs;
+  std::unique_ptr<SymmetricWindow> window;
+  Routing routing;
+  std::vector<DispatchPlan> plans;
+  std::vector<std::int32_t> rank_group;
+  DeviceBuffer<std::int32_t> rank_group_device;
+  DeviceStats stats;
+  std::uint64_t epoch = 0, combine_expected = 0;
+  Event start{true}, stop{true};
+
+  State(MoeConfig const &c, Communicator const &world_comm, ExpertWeights const &weights, DeviceOptions o)
+      : config(c), host_config(c), comm(world_comm), options(std::move(o)) {
+    TESSEL_REQUIRE(c.dtype == DataType::float32 || c.dtype == DataType::float16 || c.dtype == DataType::bfloat16,
+                   "tessel::moe::cuda::NcclMoeLayer: MoeConfig.dtype must be float32, float16 or bfloat16, got ",
+                   name_of(c.dtype));
+    host_config.dtype = DataType::float32;
+    host_config.validate(comm.size());
+    config.require_consistent(comm);
+    TESSEL_REQUIRE(c.topk <= 32, "tessel::moe::cuda::NcclMoeLayer: topk must be <= 32, got ", c.topk);
+    world = comm.size();
+    me = comm.rank();
+    groups = c.ep;
+    eg = c.experts_per_group();
+    es = size_of(c.dtype);
+    if (options.comet) {
+      comet = *options.comet;
+      comet_source = "given";
+    } else {
+      auto const &registry = options.registry ? *options.registry : TuningRegistry::builtin();
+      comet = registry.lookup(host_config, "cuda", &comet_source);
+    }
+    comet.validate(host_config, "cuda");
+    comm.require_same("CometParams", comet.hash());
+    // The all-to-all counts come from the exchanged plans and match by construction; the communicator's per-call
+    // count check (a host all-gather) would add a host round trip to every baseline all-to-all.
+    comm.set_validation(false);
+    layout = symmetric_layout(c);
+    window = std::make_unique<SymmetricWindow>(tessel::cuda::nccl_comm_of(comm), layout.bytes, rs.stream.get());
+    // Every rank's flags are zero before any rank can signal into them.
+    comm.barrier();
+    load_weights(rs, c, me, weights, timeout());
+    for (int r = 0; r < world; ++r)
+      rank_group.push_back(c.group_of_rank(r));
+    rank_group_device = DeviceBuffer<std::int32_t>(rank_group.size(), "Tessel::moe::cuda::rank_group");
+    rank_group_device.copy_from_host(rank_group.data(), rank_group.size(), rs.stream.get());
+    rs.stream.synchronize(timeout());
+  }
+
+  Timeout timeout() const { return Timeout(static_cast<std::int64_t>(options.timeout_seconds * 1000.0)); }
+
+  RankView view() const {
+    RankView v;
+    v.rank = me;
+    v.world = world;
+    v.peer_base = window->peer_table();
+    v.layout = layout;
+    v.m = config.tokens;
+    v.n = config.hidden;
+    v.kp = config.ffn_per_rank();
+    v.topk = config.topk;
+    v.timeout_ns = static_cast<long long>(options.timeout_seconds * 1e9);
+    v.control = rs.control.data();
+    return v;
+  }
+
+  /// Every rank's plan: this rank's own, the others' block and slot counts (all the work lists need of them).
+  void exchange_plans(DispatchPlan const &own, int chunks) {
+    std::size_t const nb = static_cast<std::size_t>(chunks * config.experts) + 1;
+    std::size_t const nc = static_cast<std::size_t>(groups * (chunks + 1)), ng = static_cast<std::size_t>(groups);
+    std::vector<std::int64_t> mine;
+    mine.insert(mine.end(), own.block_offsets.begin(), own.block_offsets.end());
+    mine.insert(mine.end(), own.chunk_slots.begin(), own.chunk_slots.end());
+    mine.insert(mine.end(), own.group_slots.begin(), own.group_slots.end());
+    TESSEL_REQUIRE(mine.size() == nb + nc + ng, "internal: plan summary of ", mine.size(), " words");
+    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world));
+    comm.host_allgather(mine.data(), all.data(), mine.size() * sizeof(std::int64_t));
+    plans.assign(static_cast<std::size_t>(world), DispatchPlan{});
+    for (int s = 0; s < world; ++s) {
+      if (s == me) {
+        plans[static_cast<std::size_t>(s)] = own;
+        continue;
+      }
+      auto &p = plans[static_cast<std::size_t>(s)];
+      auto const *w = all.data() + static_cast<std::size_t>(s) * mine.size();
+      p.chunks = chunks;
+      p.groups = groups;
+      p.experts_per_group = eg;
+      p.block_offsets.assign(w, w + nb);
+      p.chunk_slots.assign(w + nb, w + nb + nc);
+      p.group_slots.assign(w + nb + nc, w + nb + nc + ng);
+    }
+  }
+
+  void alltoallv_bytes(void const *send, std::vector<std::size_t> const &sc, std::vector<std::size_t> const &sd,
+                       void *recv, std::vector<std::size_t> const &rc, std::vector<std::size_t> const &rd,
+                       cudaStream_t stream) {
+    comm.alltoallv(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), DataType::uint8, stream);
+  }
+
+  /// NCCL all-to-all of chunk \p ch's dispatch rows: this rank's block for each destination's group into the
+  /// destinations' x_recv.
+  void dispatch(RankWork const &w, int ch, cudaStream_t stream) {
+    auto const &plan = plans[static_cast<std::size_t>(me)];
+    std::size_t const row_bytes = static_cast<std::size_t>(config.hidden) * es;
+    std::vector<std::size_t> sc(static_cast<std::size_t>(world)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+    for (int p = 0; p < world; ++p) {
+      int const g = config.group_of_rank(p);
+      sc[static_cast<std::size_t>(p)] =
+          static_cast<std::size_t>(plan.block_end(ch, g) - plan.block_begin(ch, g)) * row_bytes;
+      sd[static_cast<std::size_t>(p)] = static_cast<std::size_t>(plan.block_begin(ch, g)) * row_bytes;
+      auto const &b = w.blocks[static_cast<std::size_t>(p)][static_cast<std::size_t>(ch)];
+      rc[static_cast<std::size_t>(p)] = static_cast<std::size_t>(b.rows) * row_bytes;
+      rd[static_cast<std::size_t>(p)] =
+          static_cast<std::size_t>(w.row[static_cast<std::size_t>(p)][static_cast<std::size_t>(ch)]) * row_bytes;
+    }
+    alltoallv_bytes(window->local() + layout.send_rows, sc, sd, rs.x_recv.data(), rc, rd, stream);
+  }
+
+  /// NCCL all-to-all of chunk \p ch's reduced rows: to each source its slots, into region `me` of its combine buffer.
+  void combine(RankWork const &w, int ch, cudaStream_t stream) {
+    auto const &plan = plans[static_cast<std::size_t>(me)];
+    std::size_t const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden);
+    std::vector<std::size_t> sc(static_cast<std::size_t>(world)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+    for (int p = 0; p < world; ++p) {
+      auto const &b = w.blocks[static_cast<std::size_t>(p)][static_cast<std::size_t>(ch)];
+      auto const up = static_cast<std::size_t>(p);
+      sc[up] = static_cast<std::size_t>(b.slots) * n * sizeof(float);
+      sd[up] = (up * m + static_cast<std::size_t>(b.slot_begin)) * n * sizeof(float);
+      int const g = config.group_of_rank(p);
+      rc[up] = static_cast<std::size_t>(plan.slot_count(ch, g)) * n * sizeof(float);
+      rd[up] = (up * m + static_cast<std::size_t>(plan.slot_begin(ch, g))) * n * sizeof(float);
+    }
+    alltoallv_bytes(rs.combine_send.data(), sc, sd, window->local() + layout.combine, rc, rd, stream);
+  }
+
+  void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule) {
+    auto const t0 = std::chrono::steady_clock::now();
+    std::int64_t const m = config.tokens, n = config.hidden;
+    TESSEL_REQUIRE(tokens.extent(0) == static_cast<std::size_t>(m) && tokens.extent(1) == static_cast<std::size_t>(n),
+                   "NcclMoeLayer::forward: tokens are ", tokens.extent(0), " x ", tokens.extent(1),
+                   ", expected M x N = ", m, " x ", n);
+    TESSEL_REQUIRE(out.extent(0) == static_cast<std::size_t>(m) && out.extent(1) == static_cast<std::size_t>(n),
+                   "NcclMoeLayer::forward: output is ", out.extent(0), " x ", out.extent(1), ", expected M x N = ", m,
+                   " x ", n);
+    std::int64_t const bad =
+        static_cast<std::int64_t>(first_non_finite(tokens.data(), static_cast<std::size_t>(m * n)));
+    std::vector<std::int64_t> bads(static_cast<std::size_t>(world));
+    comm.host_allgather(&bad, bads.data(), sizeof(bad));
+    for (int r = 0; r < world; ++r)
+      TESSEL_REQUIRE(bads[static_cast<std::size_t>(r)] >= m * n, "NcclMoeLayer::forward: the tokens of rank ", r,
+                     " contain NaN or infinity at row ", bads[static_cast<std::size_t>(r)] / n, ", column ",
+                     bads[static_cast<std::size_t>(r)] % n);
+    comm.require_same("NcclMoeLayer::forward schedule", static_cast<std::uint64_t>(schedule));
+    int const chunks = schedule == Schedule::pipelined ? options.pipeline_chunks : 1;
+    HostExecSpace space;
+    route(space, host_config, tokens, gate, routing);
+    exchange_plans(make_dispatch_plan(host_config, routing, chunks), chunks);
+    ++epoch;
+
+    WorkPlanner const planner(config, plans, comet);
+    cudaStream_t const s = rs.stream.get();
+    std::vector<std::int32_t> table_rows;
+    std::vector<float> table_weights;
+    std::vector<std::int64_t> own_base;
+    planner.slot_table(me, table_rows, table_weights, own_base);
+    std::vector<std::vector<std::int64_t>> table_bases;
+    for (int r = 0; r < world; ++r)
+      table_bases.push_back(planner.table_base(r));
+    RankWork w = planner.work_of(me, chunks, table_bases);
+    if (schedule == Schedule::comet)
+      planner.comet_work(me, w);
+    else
+      ensure(rs.combine_send, static_cast<std::size_t>(world) * static_cast<std::size_t>(m * n),
+             "Tessel::moe::cuda::combine_send");
+    ensure_compute(rs, config, w.rows, schedule != Schedule::comet);
+    auto const &own = plans[static_cast<std::size_t>(me)];
+    // The slot table is read by the peers' reductions, which start after this rank's packed flag (comet) or
+    // dispatch (baselines), both after these copies on the stream.
+    if (!table_rows.empty()) {
+      TESSEL_CUDA_CHECK(cudaMemcpyAsync(window->local() + layout.slot_rows, table_rows.data(),
+                                        table_rows.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
+      TESSEL_CUDA_CHECK(cudaMemcpyAsync(window->local() + layout.slot_weight, table_weights.data(),
+                                        table_weights.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+    }
+    upload(rs.row_token, own.row_token, "Tessel::moe::cuda::row_token", s);
+    upload(rs.token_slot, own.token_slot, "Tessel::moe::cuda::token_slot", s);
+    ensure(rs.tokens, static_cast<std::size_t>(m * n), "Tessel::moe::cuda::tokens");
+    rs.tokens.copy_from_host(tokens.data(), static_cast<std::size_t>(m * n), s);
+    ensure(rs.out, static_cast<std::size_t>(m * n), "Tessel::moe::cuda::out");
+    upload_work(rs, w, schedule == Schedule::comet);
+    rs.stream.synchronize(timeout());
+    stats = DeviceStats{};
+    stats.schedule = schedule;
+    stats.rows = w.rows;
+    stats.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    auto const v = view();
+    start.record(s);
+    TESSEL_CUDA_CHECK(pack_rows(s, config.dtype, rs.tokens.data(), rs.row_token.data(), own.rows(), n,
+                                window->local() + layout.send_rows));
+    TESSEL_CUDA_CHECK(signal_packed(s, v, epoch));
+    std::uint64_t expected = 0;
+    switch (schedule) {
+    case Schedule::sequential:
+      dispatch(w, 0, s);
+      for (int src = 0; src < world; ++src)
+        block_ffn(rs, config, w.blocks[static_cast<std::size_t>(src)][0], w.row[static_cast<std::size_t>(src)][0]);
+      TESSEL_CUDA_CHECK(topk_reduce(s, v, rs.y.data(), static_cast<int>(w.chunk_reduces[0].size()),
+                                    rs.chunk_reduces.data(), rs.combine_send.data()));
+      combine(w, 0, s);
+      break;
+    case Schedule::pipelined: {
+      cudaStream_t const q = rs.comm.get();
+      if (static_cast<int>(rs.chunk_in.size()) < chunks) {
+        rs.chunk_in.resize(static_cast<std::size_t>(chunks));
+        rs.chunk_out.resize(static_cast<std::size_t>(chunks));
+      }
+      rs.packed.record(s);
+      rs.packed.wait_on(q);
+      for (int ch = 0; ch < chunks; ++ch) {
+        dispatch(w, ch, q);
+        rs.chunk_in[static_cast<std::size_t>(ch)].record(q);
+      }
+      std::size_t offset = 0;
+      for (int ch = 0; ch < chunks; ++ch) {
+        rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
+        for (int src = 0; src < world; ++src)
+          block_ffn(rs, config, w.blocks[static_cast<std::size_t>(src)][static_cast<std::size_t>(ch)],
+                    w.row[static_cast<std::size_t>(src)][static_cast<std::size_t>(ch)]);
+        auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
+        TESSEL_CUDA_CHECK(topk_reduce(s, v, rs.y.data(), static_cast<int>(count), rs.chunk_reduces.data() + offset,
+                                      rs.combine_send.data()));
+        offset += count;
+        rs.chunk_out[static_cast<std::size_t>(ch)].record(s);
+      }
+      for (int ch = 0; ch < chunks; ++ch) {
+        rs.chunk_out[static_cast<std::size_t>(ch)].wait_on(q);
+        combine(w, ch, q);
+      }
+      rs.combined.record(q);
+      rs.combined.wait_on(s);
+      break;
+    }
+    case Schedule::comet: {
+      // One rank per GPU: the whole device's co-resident blocks; peers are ordered by the window's flags only.
+      auto const grid = comet_grid(config, comet, 1);
+      auto const grids = launch_comet(rs, config, w, v, grid, comet.n_splits, epoch);
+      stats.comm_blocks = grid.comm_blocks;
+      stats.grid0 = grids.first;
+      stats.grid1 = grids.second;
+      combine_expected += static_cast<std::uint64_t>(grid.comm_blocks);
+      expected = combine_expected;
+      break;
+    }
+    }
+    TESSEL_CUDA_CHECK(final_sum(s, v, rs.token_slot.data(), rank_group_device.data(), expected, rs.out.data()));
+    stop.record(s);
+    rs.out.copy_to_host(out.data(), static_cast<std::size_t>(m * n), s);
+    tessel::cuda::synchronize(comm, rs.comm.get());
+    tessel::cuda::synchronize(comm, s);
+    if (schedule == Schedule::comet)
+      check_control(rs, timeout(), tessel::Impl::concat("NcclMoeLayer::forward (comet) on rank ", me),
+                    options.timeout_seconds);
+    stats.device_ms = Event::elapsed_ms(start, stop);
+  }
+};
+
+NcclMoeLayer::NcclMoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights const &weights,
+                           DeviceOptions options)
+    : _state(std::make_unique<State>(config, comm, weights, std::move(options))) {}
+NcclMoeLayer::~NcclMoeLayer() = default;
+NcclMoeLayer::NcclMoeLayer(NcclMoeLayer &&) noexcept = default;
+NcclMoeLayer &NcclMoeLayer::operator=(NcclMoeLayer &&) noexcept = default;
+
+void NcclMoeLayer::forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule) {
+  _state->forward(tokens, gate, out, schedule);
+}
+MoeConfig const &NcclMoeLayer::config() const { return _state->config; }
+Routing const &NcclMoeLayer::routing() const { return _state->routing; }
+DeviceStats const &NcclMoeLayer::stats() const { return _state->stats; }
+CometParams const &NcclMoeLayer::comet_params() const { return _state->comet; }
+std::string const &NcclMoeLayer::comet_params_source() const { return _state->comet_source; }
+void NcclMoeLayer::set_comet_params(CometParams const &params) {
+  params.validate(_state->host_config, "cuda");
+  _state->comm.require_same("CometParams", params.hash());
+  _state->comet = params;
+  _state->comet_source = "given";
+}
+void NcclMoeLayer::set_pipeline_chunks(int chunks) {
+  TESSEL_REQUIRE(chunks >= 1, "NcclMoeLayer::set_pipeline_chunks: chunks must be >= 1, got ", chunks);
+  _state->options.pipeline_chunks = chunks;
+}
+
+} // namespace tessel::moe::cuda
+
+#endif

@@ -1,0 +1,121 @@
+#ifndef TESSEL_MOE_CUDA_RANK_HPP
+#define TESSEL_MOE_CUDA_RANK_HPP
+
+// One rank's device state and the steps both drivers share (VirtualRanksLayer: W ranks in one process;
+// NcclMoeLayer: one rank per process and GPU): buffers, weights in the device precision, the baselines' cuBLAS
+// expert FFN, the comet launch (grid sizing from the occupancy API, per-forward control words, the two fused
+// kernels) and the reading of the kernels' error word. Host code.
+#include "Device.hpp"
+#include "WorkPlan.hpp"
+
+#include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/MoeConfig.hpp>
+
+#include <tessel/core/Error.hpp>
+#include <tessel/core/cuda/Cuda.hpp>
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessel::moe::cuda::Impl {
+
+using tessel::cuda::DeviceBuffer;
+using tessel::cuda::Event;
+using tessel::cuda::Stream;
+
+inline void check_cublas(cublasStatus_t status, char const *call) {
+  TESSEL_REQUIRE(status == CUBLAS_STATUS_SUCCESS, "cuBLAS call ", call, " failed: ", cublasGetStatusString(status),
+                 " (", static_cast<int>(status), ")");
+}
+#define TESSEL_MOE_CUBLAS(call) ::tessel::moe::cuda::Impl::check_cublas((call), #call)
+
+/// Grow-only device buffer: forwards of the same shape reuse their memory.
+template <class T> T *ensure(DeviceBuffer<T> &buffer, std::size_t count, char const *label) {
+  if (buffer.size() < std::max<std::size_t>(count, 1))
+    buffer = DeviceBuffer<T>(std::max<std::size_t>(count, 1), label);
+  return buffer.data();
+}
+
+/// Stream-ordered upload of \p host (the caller keeps \p host alive until the stream has passed the copy).
+template <class T> void upload(DeviceBuffer<T> &buffer, std::vector<T> const &host, char const *label, cudaStream_t s) {
+  ensure(buffer, host.size(), label);
+  if (!host.empty())
+    buffer.copy_from_host(host.data(), host.size(), s);
+}
+
+/// An owned cuBLAS handle bound to a stream.
+class Cublas {
+public:
+  explicit Cublas(cudaStream_t stream) {
+    TESSEL_MOE_CUBLAS(cublasCreate(&_handle));
+    TESSEL_MOE_CUBLAS(cublasSetStream(_handle, stream));
+  }
+  ~Cublas() {
+    if (_handle != nullptr)
+      cublasDestroy(_handle);
+  }
+  Cublas(Cublas &&other) noexcept : _handle(std::exchange(other._handle, nullptr)) {}
+  Cublas &operator=(Cublas &&) = delete;
+  Cublas(Cublas const &) = delete;
+  Cublas &operator=(Cublas const &) = delete;
+  cublasHandle_t get() const noexcept { return _handle; }
+
+private:
+  cublasHandle_t _handle = nullptr;
+};
+
+/// Byte offsets of the symmetric buffers for \p config (identical on every rank; see Device.hpp).
+SymmetricLayout symmetric_layout(MoeConfig const &config);
+
+struct RankState {
+  Stream stream, comm;
+  Cublas cublas{stream.get()};
+  DeviceBuffer<char> sym; // the symmetric allocation (one-process mode; NCCL: the window)
+  DeviceBuffer<char> w0, w1;
+  DeviceBuffer<float> tokens, c0, y, combine_send, out;
+  DeviceBuffer<char> x_recv, h;
+  DeviceBuffer<std::int32_t> row_token, token_slot;
+  DeviceBuffer<int> ready;       // comet: [messages] message_ready, then [splits] split_done (zeroed per forward)
+  DeviceBuffer<int> split_tiles; // comet: [splits]
+  DeviceBuffer<Control> control{1, "Tessel::moe::cuda::control"};
+  DeviceBuffer<Message> messages;
+  DeviceBuffer<Layer0Item> items0;
+  DeviceBuffer<Layer1Item> items1;
+  DeviceBuffer<ReduceItem> reduces, chunk_reduces;
+  Event packed, computed, combined;
+  std::vector<Event> chunk_in, chunk_out;
+};
+
+/// Checks the shapes of rank \p rank's weights and uploads them in the device precision (synchronizes the stream).
+void load_weights(RankState &rs, MoeConfig const &config, int rank, ExpertWeights const &weights, Timeout timeout);
+
+/// Sizes x_recv, h, y (and c0 for the baselines) for \p rows rows.
+void ensure_compute(RankState &rs, MoeConfig const &config, std::int64_t rows, bool c0);
+
+/// Uploads the work lists of one forward (comet's or the baselines').
+void upload_work(RankState &rs, RankWork const &w, bool comet);
+
+/// The baselines' expert FFN of one (source, chunk) block at row \p row of the rank's index space: cuBLAS GEMM0 per
+/// expert (cublasGemmEx, inputs in the device precision, fp32 output and accumulation), activation, GEMM1 likewise.
+void block_ffn(RankState &rs, MoeConfig const &config, Block const &b, std::int64_t row);
+
+/// Communication blocks and block budgets of the fused kernels when \p sharing ranks share the device.
+struct CometGrid {
+  int comm_blocks = 1, cap0 = 2, cap1 = 2;
+};
+CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int sharing);
+
+/// Enqueues comet's fused kernels of one rank (control words zeroed first); returns the grids {layer0, layer1}.
+std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view,
+                                 CometGrid const &grid, int n_splits, std::uint64_t epoch);
+
+/// Throws TimeoutError when the kernels of the last comet forward left an error in the control word.
+void check_control(RankState &rs, Timeout timeout, std::string const &context, double timeout_seconds);
+
+} // namespace tessel::moe::cuda::Impl
+
+#endif

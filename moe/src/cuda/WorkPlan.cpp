@@ -1,0 +1,196 @@
+#include "WorkPlan.hpp"
+
+#include <tessel/moe/OverlapPlan.hpp>
+
+#include <tessel/core/Error.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace tessel::moe::cuda::Impl {
+
+WorkPlanner::WorkPlanner(MoeConfig const &config_, std::vector<DispatchPlan> const &plans_, CometParams const &comet_)
+    : config(config_), plans(plans_), comet(comet_), world(config_.world()), groups(config_.ep),
+      eg(config_.experts_per_group()) {
+  TESSEL_REQUIRE(static_cast<int>(plans.size()) == world, "internal: ", plans.size(), " plans for ", world, " ranks");
+}
+
+std::vector<std::int64_t> WorkPlanner::table_base(int s) const {
+  auto const &plan = plans[static_cast<std::size_t>(s)];
+  std::vector<std::int64_t> base(static_cast<std::size_t>(groups) + 1, 0);
+  for (int g = 0; g < groups; ++g)
+    base[static_cast<std::size_t>(g) + 1] =
+        base[static_cast<std::size_t>(g)] + plan.group_slots[static_cast<std::size_t>(g)];
+  return base;
+}
+
+void WorkPlanner::slot_table(int s, std::vector<std::int32_t> &rows, std::vector<float> &weights,
+                             std::vector<std::int64_t> &table_base) const {
+  auto const &plan = plans[static_cast<std::size_t>(s)];
+  int const topk = config.topk;
+  table_base = this->table_base(s);
+  auto const slots = static_cast<std::size_t>(table_base.back());
+  TESSEL_REQUIRE(slots <= static_cast<std::size_t>(config.tokens * topk), "internal: ", slots, " slots");
+  rows.assign(slots * static_cast<std::size_t>(topk), -1);
+  weights.assign(rows.size(), 0.0f);
+  std::vector<int> fill(slots, 0);
+  for (int ch = 0; ch < plan.chunks; ++ch)
+    for (int g = 0; g < groups; ++g) {
+      auto const begin = plan.block_begin(ch, g), end = plan.block_end(ch, g);
+      for (auto i = begin; i < end; ++i) {
+        auto const q = static_cast<std::size_t>(table_base[static_cast<std::size_t>(g)] +
+                                                plan.row_slot[static_cast<std::size_t>(i)]);
+        int const k = fill[q]++;
+        TESSEL_REQUIRE(k < topk, "internal: slot with more than topk rows");
+        rows[q * static_cast<std::size_t>(topk) + static_cast<std::size_t>(k)] = static_cast<std::int32_t>(i - begin);
+        weights[q * static_cast<std::size_t>(topk) + static_cast<std::size_t>(k)] =
+            plan.row_weight[static_cast<std::size_t>(i)];
+      }
+    }
+}
+
+RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::int64_t>> const &table_bases) const {
+  RankWork w;
+  int const g = config.group_of_rank(d);
+  w.blocks.resize(static_cast<std::size_t>(world));
+  w.row.resize(static_cast<std::size_t>(world));
+  w.table_base.resize(static_cast<std::size_t>(world));
+  std::int64_t row = 0;
+  for (int s = 0; s < world; ++s) {
+    auto const &plan = plans[static_cast<std::size_t>(s)];
+    w.table_base[static_cast<std::size_t>(s)] = table_bases[static_cast<std::size_t>(s)][static_cast<std::size_t>(g)];
+    for (int ch = 0; ch < chunks; ++ch) {
+      Block b;
+      b.send_row = plan.block_begin(ch, g);
+      b.rows = plan.block_end(ch, g) - b.send_row;
+      b.expert_offset.assign(static_cast<std::size_t>(eg) + 1, 0);
+      for (int e = 0; e < eg; ++e)
+        b.expert_offset[static_cast<std::size_t>(e) + 1] =
+            b.expert_offset[static_cast<std::size_t>(e)] + plan.expert_rows(ch, g, e);
+      b.slot_begin = plan.slot_begin(ch, g);
+      b.slots = plan.slot_count(ch, g);
+      w.row[static_cast<std::size_t>(s)].push_back(row);
+      row += b.rows;
+      w.blocks[static_cast<std::size_t>(s)].push_back(std::move(b));
+    }
+  }
+  w.rows = row;
+  w.chunk_reduces.resize(static_cast<std::size_t>(chunks));
+  for (int ch = 0; ch < chunks; ++ch)
+    for (int s = 0; s < world; ++s) {
+      auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+      for (std::int64_t q = 0; q < b.slots; q += reduce_slots) {
+        ReduceItem it;
+        it.source = s;
+        it.split = 0;
+        it.slot_begin = static_cast<int>(b.slot_begin + q);
+        it.slot_end = static_cast<int>(b.slot_begin + std::min<std::int64_t>(q + reduce_slots, b.slots));
+        it.col_begin = 0;
+        it.col_end = static_cast<int>(config.hidden);
+        it.row_base = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+        it.table_base = w.table_base[static_cast<std::size_t>(s)];
+        w.chunk_reduces[static_cast<std::size_t>(ch)].push_back(it);
+      }
+    }
+  return w;
+}
+
+void WorkPlanner::comet_work(int d, RankWork &w) const {
+  int const g = config.group_of_rank(d);
+  std::int64_t const kp = config.ffn_per_rank();
+  PlanShape shape;
+  shape.rank = d;
+  shape.world = world;
+  shape.hidden = config.hidden;
+  shape.experts = eg;
+  shape.chunks = 1;
+  shape.rows.resize(static_cast<std::size_t>(world));
+  for (int s = 0; s < world; ++s)
+    for (int e = 0; e < eg; ++e)
+      shape.rows[static_cast<std::size_t>(s)].push_back(plans[static_cast<std::size_t>(s)].expert_rows(0, g, e));
+  shape.tile_m = comet.tile_m;
+  shape.n_splits = comet.n_splits;
+  shape.policy = comet.policy;
+  OverlapPlan const plan = OverlapPlan::build(shape);
+  auto const &tiles = plan.tiles();
+
+  // Messages in the order the plan expects them to land: sources in source_order(), each in message order.
+  std::vector<std::vector<int>> message_id(static_cast<std::size_t>(world));
+  for (int s : plan.source_order()) {
+    auto &ids = message_id[static_cast<std::size_t>(s)];
+    auto const &b = w.blocks[static_cast<std::size_t>(s)][0];
+    for (int k = 0; k < plan.messages_from(s); ++k) {
+      auto const &t = tiles[static_cast<std::size_t>(plan.tile_of_message(s, k))];
+      auto const offset = plan.row_offset(s, 0, t.expert) + t.row_begin;
+      Message msg;
+      msg.source = s;
+      msg.rows = static_cast<int>(t.row_end - t.row_begin);
+      msg.src_row = b.send_row + offset;
+      msg.dst_row = w.row[static_cast<std::size_t>(s)][0] + offset;
+      ids.push_back(static_cast<int>(w.messages.size()));
+      w.messages.push_back(msg);
+    }
+  }
+  auto const &own = w.blocks[static_cast<std::size_t>(d)][0];
+  std::vector<std::int64_t> const &cols = plan.split_cols();
+  w.split_tiles.assign(static_cast<std::size_t>(comet.n_splits), 0);
+  std::vector<std::int64_t> split_last(static_cast<std::size_t>(comet.n_splits), -1);
+  for (auto const &t : tiles) {
+    std::int64_t const base = w.row[static_cast<std::size_t>(t.source)][0] + plan.row_offset(t.source, 0, t.expert);
+    if (t.kind == PlanTile::Kind::layer0) {
+      bool const local = t.source == d;
+      for (std::int64_t r0 = t.row_begin; r0 < t.row_end; r0 += item_rows)
+        for (std::int64_t c0 = 0; c0 < kp; c0 += item_cols) {
+          Layer0Item it;
+          it.h_row = base + r0;
+          it.a_row = local ? own.send_row + plan.row_offset(d, 0, t.expert) + r0 : base + r0;
+          it.rows = static_cast<int>(std::min<std::int64_t>(item_rows, t.row_end - r0));
+          it.expert = t.expert;
+          it.col0 = static_cast<int>(c0);
+          it.message = local ? -1 : message_id[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.message)];
+          w.items0.push_back(it);
+        }
+    } else {
+      std::int64_t const rows = shape.rows[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.expert)];
+      for (std::int64_t r0 = 0; r0 < rows; r0 += item_rows)
+        for (std::int64_t c0 = t.col_begin; c0 < t.col_end; c0 += item_cols) {
+          Layer1Item it;
+          it.row = base + r0;
+          it.rows = static_cast<int>(std::min<std::int64_t>(item_rows, rows - r0));
+          it.expert = t.expert;
+          it.col0 = static_cast<int>(c0);
+          it.cols = static_cast<int>(std::min<std::int64_t>(item_cols, t.col_end - c0));
+          it.split = t.split;
+          ++w.split_tiles[static_cast<std::size_t>(t.split)];
+          split_last[static_cast<std::size_t>(t.split)] = static_cast<std::int64_t>(w.items1.size());
+          w.items1.push_back(it);
+        }
+    }
+  }
+  // Reductions: splits in the order their last GEMM item comes, remote sources in the plan's order, own last.
+  std::vector<int> split_order(static_cast<std::size_t>(comet.n_splits));
+  std::iota(split_order.begin(), split_order.end(), 0);
+  std::stable_sort(split_order.begin(), split_order.end(), [&](int a, int b) {
+    return split_last[static_cast<std::size_t>(a)] < split_last[static_cast<std::size_t>(b)];
+  });
+  std::vector<int> sources = plan.source_order();
+  sources.push_back(d);
+  for (int b : split_order)
+    for (int s : sources) {
+      auto const &blk = w.blocks[static_cast<std::size_t>(s)][0];
+      for (std::int64_t q = 0; q < blk.slots; q += reduce_slots) {
+        ReduceItem it;
+        it.source = s;
+        it.split = b;
+        it.slot_begin = static_cast<int>(blk.slot_begin + q);
+        it.slot_end = static_cast<int>(blk.slot_begin + std::min<std::int64_t>(q + reduce_slots, blk.slots));
+        it.col_begin = static_cast<int>(cols[static_cast<std::size_t>(b)]);
+        it.col_end = static_cast<int>(cols[static_cast<std::size_t>(b) + 1]);
+        it.row_base = w.row[static_cast<std::size_t>(s)][0];
+        it.table_base = w.table_base[static_cast<std::size_t>(s)];
+        w.reduces.push_back(it);
+      }
+    }
+}
+
+} // namespace tessel::moe::cuda::Impl

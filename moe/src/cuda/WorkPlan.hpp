@@ -1,0 +1,72 @@
+#ifndef TESSEL_MOE_CUDA_WORKPLAN_HPP
+#define TESSEL_MOE_CUDA_WORKPLAN_HPP
+
+// The host half of the device layer: from every rank's DispatchPlan, the slot table each source publishes in its
+// symmetric allocation and the work lists of each destination (row index space, dispatch blocks, comet's messages
+// and GEMM items in the order of the host OverlapPlan, top-k reduction items). Host code only (no device calls), so
+// the moe.CudaWorkPlan test checks it on any machine by executing the lists on the host.
+#include "Device.hpp"
+
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/Router.hpp>
+#include <tessel/moe/Tuning.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace tessel::moe::cuda::Impl {
+
+constexpr int reduce_slots = 32; // slots per top-k reduction item (4 per warp)
+
+/// Where the rows of one (source, chunk) block live for the destination's EP group.
+struct Block {
+  std::int64_t send_row = 0;               // first row in the source's send rows
+  std::int64_t rows = 0;                   // rows of the block
+  std::vector<std::int64_t> expert_offset; // [E/EP + 1] rows before each expert within the block
+  std::int64_t slot_begin = 0, slots = 0;  // the block's slots in the source's numbering for the group
+};
+
+/// The work of one rank (destination) in one forward.
+struct RankWork {
+  std::vector<std::vector<Block>> blocks;     // [source][chunk]
+  std::vector<std::vector<std::int64_t>> row; // [source][chunk]: first row in this rank's index space
+  std::int64_t rows = 0;
+  std::vector<std::int64_t> table_base; // [source]: first slot of this rank's group in the source's slot table
+  // comet
+  std::vector<Message> messages;
+  std::vector<Layer0Item> items0;
+  std::vector<Layer1Item> items1;
+  std::vector<int> split_tiles;
+  std::vector<ReduceItem> reduces;
+  // baselines: reduce items per chunk (all sources), columns [0, N)
+  std::vector<std::vector<ReduceItem>> chunk_reduces;
+};
+
+/// Builds the work lists of one forward.
+class WorkPlanner {
+public:
+  /// \p plans: the DispatchPlan of every rank (all with the same chunk count).
+  WorkPlanner(MoeConfig const &config, std::vector<DispatchPlan> const &plans, CometParams const &comet);
+
+  /// Source \p s's slot table: for each group, each slot's rows (relative to the slot's (chunk, group) block) in
+  /// plan order (by expert), padded with -1, and their combine weights ([slots][topk]); \p table_base receives the
+  /// first slot of each group (groups + 1 entries).
+  void slot_table(int s, std::vector<std::int32_t> &rows, std::vector<float> &weights,
+                  std::vector<std::int64_t> &table_base) const;
+  /// First slot of each group in source \p s's slot table (groups + 1 entries; from the plan's group slot counts).
+  std::vector<std::int64_t> table_base(int s) const;
+  /// Destination \p d's blocks, row index space and the baselines' reduction items (per chunk).
+  RankWork work_of(int d, int chunks, std::vector<std::vector<std::int64_t>> const &table_bases) const;
+  /// comet's lists of destination \p d (one token chunk), in the order of the host OverlapPlan.
+  void comet_work(int d, RankWork &w) const;
+
+private:
+  MoeConfig const &config;
+  std::vector<DispatchPlan> const &plans;
+  CometParams const &comet;
+  int world = 1, groups = 1, eg = 1;
+};
+
+} // namespace tessel::moe::cuda::Impl
+
+#endif

@@ -1,0 +1,370 @@
+// The device layer's host half (src/cuda/WorkPlan.cpp) on any machine, without a GPU: the slot tables and work
+// lists the kernels consume are executed here by a host emulation of the kernels' semantics (the same index
+// arithmetic: symmetric buffers per rank addressed by rank, pulls of messages, 64 x 64 GEMM items, top-k reduction
+// items storing into the owner's combine region, the final sum over ranks), and the result is compared with the
+// dense double-precision reference. Besides the result, every list is checked structurally: each h and y element
+// and each combine element is written exactly once, every remote layer0 item lies inside the message it waits for,
+// the per-split item counts match the items, and every read stays inside the buffers the device layer allocates.
+//
+// Bound: max |y - ref| / max |ref| <= 1e-5 (the emulation accumulates in double from float inputs and weights; the
+// only float roundings are h, y and the combine rows, a few u32 = 6e-8 each).
+#include "cuda/WorkPlan.hpp"
+
+#include <tessel/moe/Reference.hpp>
+
+#include <MoeTestUtils.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+
+namespace {
+
+using namespace tessel;
+using namespace tessel::moe;
+using namespace tessel::moe::cuda::Impl;
+
+std::uint64_t seed_now() {
+  return static_cast<std::uint64_t>(std::random_device{}()) ^
+         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+float const nan_value = std::numeric_limits<float>::quiet_NaN();
+
+double act(MoeConfig const &c, double x) {
+  return c.activation == Activation::silu ? x / (1.0 + std::exp(-x)) : 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
+
+struct Emulator {
+  MoeConfig config;
+  std::vector<ExpertWeights> shards;
+  std::vector<DispatchPlan> plans;
+  std::vector<std::vector<float>> send_rows, combine; // per rank: the symmetric buffers
+  std::vector<std::vector<std::int32_t>> table_rows;
+  std::vector<std::vector<float>> table_weights;
+  std::vector<std::vector<std::int64_t>> table_bases;
+  std::int64_t m = 0, n = 0, kp = 0, cols0 = 0;
+  int world = 1;
+
+  Emulator(MoeConfig const &c, std::vector<ExpertWeights> const &s, std::vector<DispatchPlan> const &p,
+           std::vector<HostMatrix> const &tokens)
+      : config(c), shards(s), plans(p), m(c.tokens), n(c.hidden), kp(c.ffn_per_rank()), cols0(c.gemm0_cols()),
+        world(c.world()) {
+    CometParams unused;
+    WorkPlanner const planner(config, plans, unused);
+    send_rows.resize(static_cast<std::size_t>(world));
+    combine.assign(static_cast<std::size_t>(world),
+                   std::vector<float>(static_cast<std::size_t>(world * m * n), nan_value));
+    table_rows.resize(static_cast<std::size_t>(world));
+    table_weights.resize(static_cast<std::size_t>(world));
+    table_bases.resize(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      auto const &plan = plans[static_cast<std::size_t>(r)];
+      // The symmetric send rows hold M topk rows; the plan must fit.
+      EXPECT_LE(plan.rows(), m * c.topk);
+      auto &rows = send_rows[static_cast<std::size_t>(r)];
+      rows.assign(static_cast<std::size_t>(m * c.topk * n), nan_value);
+      for (std::int64_t i = 0; i < plan.rows(); ++i)
+        for (std::int64_t j = 0; j < n; ++j)
+          rows[static_cast<std::size_t>(i * n + j)] = tokens[static_cast<std::size_t>(r)](
+              static_cast<std::size_t>(plan.row_token[static_cast<std::size_t>(i)]), static_cast<std::size_t>(j));
+      planner.slot_table(r, table_rows[static_cast<std::size_t>(r)], table_weights[static_cast<std::size_t>(r)],
+                         table_bases[static_cast<std::size_t>(r)]);
+      EXPECT_LE(table_rows[static_cast<std::size_t>(r)].size(), static_cast<std::size_t>(m * c.topk * c.topk));
+    }
+  }
+
+  // GEMM0 + activation of one row of A for local expert e and column j of h.
+  float h_value(int d, float const *a, int e, std::int64_t j) const {
+    auto const &w0 = shards[static_cast<std::size_t>(d)].w0;
+    double g = 0.0, u = 0.0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      g += static_cast<double>(a[k]) *
+           w0(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(j));
+      if (config.gated)
+        u += static_cast<double>(a[k]) *
+             w0(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(kp + j));
+    }
+    return static_cast<float>(config.gated ? act(config, g) * u : act(config, g));
+  }
+  float y_value(int d, float const *h, int e, std::int64_t col) const {
+    auto const &w1 = shards[static_cast<std::size_t>(d)].w1;
+    double acc = 0.0;
+    for (std::int64_t k = 0; k < kp; ++k)
+      acc += static_cast<double>(h[k]) *
+             w1(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(col));
+    return static_cast<float>(acc);
+  }
+
+  // reduce_item(): rows through the source's slot table, fp32 accumulation, stored into the owner's region d.
+  void reduce(int d, ReduceItem const &it, std::vector<float> const &y, std::vector<int> &written) {
+    auto const &rows = table_rows[static_cast<std::size_t>(it.source)];
+    auto const &weights = table_weights[static_cast<std::size_t>(it.source)];
+    for (int slot = it.slot_begin; slot < it.slot_end; ++slot) {
+      ASSERT_GE(slot, 0);
+      ASSERT_LT(slot, m);
+      for (int col = it.col_begin; col < it.col_end; ++col) {
+        float acc = 0.0f;
+        for (int k = 0; k < config.topk; ++k) {
+          auto const entry = static_cast<std::size_t>((it.table_base + slot) * config.topk + k);
+          ASSERT_LT(entry, rows.size());
+          int const r = rows[entry];
+          if (r >= 0) {
+            auto const at = static_cast<std::size_t>((it.row_base + r) * n + col);
+            ASSERT_LT(at, y.size());
+            ASSERT_FALSE(std::isnan(y[at])) << "reduction reads a y element no GEMM item wrote";
+            acc = std::fma(weights[entry], y[at], acc);
+          }
+        }
+        auto const at = static_cast<std::size_t>((d * m + slot) * n + col);
+        combine[static_cast<std::size_t>(it.source)][at] = acc;
+        ++written[static_cast<std::size_t>(it.source * world * m * n) + at];
+      }
+    }
+  }
+
+  void final_sum(std::vector<HostMatrix> &out) const {
+    for (int s = 0; s < world; ++s) {
+      auto const &plan = plans[static_cast<std::size_t>(s)];
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t col = 0; col < n; ++col) {
+          float acc = 0.0f;
+          for (int r = 0; r < world; ++r) {
+            int const slot = plan.token_slot[static_cast<std::size_t>(config.group_of_rank(r) * m + t)];
+            if (slot >= 0)
+              acc += combine[static_cast<std::size_t>(s)][static_cast<std::size_t>((r * m + slot) * n + col)];
+          }
+          out[static_cast<std::size_t>(s)](static_cast<std::size_t>(t), static_cast<std::size_t>(col)) = acc;
+        }
+    }
+  }
+
+  /// The comet schedule's lists, executed in list order (messages first: the kernels' waits only order them).
+  void comet(CometParams const &params, std::vector<HostMatrix> &out, std::string const &what) {
+    WorkPlanner const planner(config, plans, params);
+    std::vector<int> written(static_cast<std::size_t>(world * world * m * n), 0);
+    for (int d = 0; d < world; ++d) {
+      RankWork w = planner.work_of(d, 1, table_bases);
+      planner.comet_work(d, w);
+      std::vector<float> x(static_cast<std::size_t>(w.rows * n), nan_value),
+          h(static_cast<std::size_t>(w.rows * kp), nan_value), y(static_cast<std::size_t>(w.rows * n), nan_value);
+      std::vector<int> h_count(h.size(), 0), y_count(y.size(), 0);
+      for (auto const &msg : w.messages) {
+        ASSERT_NE(msg.source, d) << what;
+        ASSERT_GT(msg.rows, 0) << what;
+        ASSERT_LE(msg.src_row + msg.rows, plans[static_cast<std::size_t>(msg.source)].rows()) << what;
+        ASSERT_LE(msg.dst_row + msg.rows, w.rows) << what;
+        auto const &src = send_rows[static_cast<std::size_t>(msg.source)];
+        std::copy(src.begin() + msg.src_row * n, src.begin() + (msg.src_row + msg.rows) * n,
+                  x.begin() + msg.dst_row * n);
+      }
+      bool seen_remote = false;
+      for (auto const &it : w.items0) {
+        ASSERT_GT(it.rows, 0) << what;
+        ASSERT_LE(it.rows, item_rows) << what;
+        ASSERT_LE(it.h_row + it.rows, w.rows) << what;
+        float const *a = nullptr;
+        if (it.message >= 0) {
+          seen_remote = true;
+          ASSERT_LT(it.message, static_cast<int>(w.messages.size())) << what;
+          auto const &msg = w.messages[static_cast<std::size_t>(it.message)];
+          ASSERT_GE(it.a_row, msg.dst_row) << what;
+          ASSERT_LE(it.a_row + it.rows, msg.dst_row + msg.rows) << what << ": a layer0 item outside its message";
+          a = x.data() + it.a_row * n;
+        } else {
+          ASSERT_LE(it.a_row + it.rows, plans[static_cast<std::size_t>(d)].rows()) << what;
+          a = send_rows[static_cast<std::size_t>(d)].data() + it.a_row * n;
+        }
+        for (int r = 0; r < it.rows; ++r)
+          for (std::int64_t c = it.col0; c < std::min<std::int64_t>(it.col0 + item_cols, kp); ++c) {
+            auto const at = static_cast<std::size_t>((it.h_row + r) * kp + c);
+            h[at] = h_value(d, a + r * n, it.expert, c);
+            ++h_count[at];
+          }
+      }
+      (void)seen_remote;
+      for (std::size_t i = 0; i < h_count.size(); ++i)
+        ASSERT_EQ(h_count[i], 1) << what << ": h element " << i << " of rank " << d;
+      ASSERT_EQ(static_cast<int>(w.split_tiles.size()), params.n_splits) << what;
+      std::vector<int> per_split(static_cast<std::size_t>(params.n_splits), 0);
+      auto const cols = OverlapPlan::split_columns(n, params.n_splits);
+      for (auto const &it : w.items1) {
+        ASSERT_GT(it.rows, 0) << what;
+        ASSERT_GT(it.cols, 0) << what;
+        ASSERT_LE(it.cols, item_cols) << what;
+        ASSERT_GE(it.col0, cols[static_cast<std::size_t>(it.split)]) << what;
+        ASSERT_LE(it.col0 + it.cols, cols[static_cast<std::size_t>(it.split) + 1]) << what;
+        ++per_split[static_cast<std::size_t>(it.split)];
+        for (int r = 0; r < it.rows; ++r)
+          for (int c = it.col0; c < it.col0 + it.cols; ++c) {
+            auto const at = static_cast<std::size_t>((it.row + r) * n + c);
+            y[at] = y_value(d, h.data() + (it.row + r) * kp, it.expert, c);
+            ++y_count[at];
+          }
+      }
+      EXPECT_EQ(per_split, w.split_tiles) << what;
+      for (std::size_t i = 0; i < y_count.size(); ++i)
+        ASSERT_EQ(y_count[i], 1) << what << ": y element " << i << " of rank " << d;
+      // A reduction item's split must be the one whose columns it reads.
+      for (auto const &it : w.reduces) {
+        ASSERT_EQ(it.col_begin, cols[static_cast<std::size_t>(it.split)]) << what;
+        ASSERT_EQ(it.col_end, cols[static_cast<std::size_t>(it.split) + 1]) << what;
+        reduce(d, it, y, written);
+      }
+    }
+    check_written(written, what);
+    final_sum(out);
+  }
+
+  /// The baselines' lists (sequential: chunks = 1; pipelined: chunks > 1): dispatch copies per (source, chunk),
+  /// GEMMs per expert of each block, reductions into the local combine_send, combine copies into the owners.
+  void baseline(int chunks, std::vector<HostMatrix> &out, std::string const &what) {
+    CometParams unused;
+    WorkPlanner const planner(config, plans, unused);
+    std::vector<int> written(static_cast<std::size_t>(world * world * m * n), 0);
+    for (int d = 0; d < world; ++d) {
+      RankWork const w = planner.work_of(d, chunks, table_bases);
+      std::vector<float> x(static_cast<std::size_t>(w.rows * n), nan_value),
+          h(static_cast<std::size_t>(w.rows * kp), nan_value), y(static_cast<std::size_t>(w.rows * n), nan_value);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s) {
+          auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          std::int64_t const row = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          ASSERT_LE(b.send_row + b.rows, plans[static_cast<std::size_t>(s)].rows()) << what;
+          ASSERT_LE(row + b.rows, w.rows) << what;
+          ASSERT_EQ(b.expert_offset.back(), b.rows) << what;
+          auto const &src = send_rows[static_cast<std::size_t>(s)];
+          std::copy(src.begin() + b.send_row * n, src.begin() + (b.send_row + b.rows) * n, x.begin() + row * n);
+          for (int e = 0; e < config.experts_per_group(); ++e)
+            for (auto r = row + b.expert_offset[static_cast<std::size_t>(e)];
+                 r < row + b.expert_offset[static_cast<std::size_t>(e) + 1]; ++r) {
+              for (std::int64_t j = 0; j < kp; ++j)
+                h[static_cast<std::size_t>(r * kp + j)] = h_value(d, x.data() + r * n, e, j);
+              for (std::int64_t c = 0; c < n; ++c)
+                y[static_cast<std::size_t>(r * n + c)] = y_value(d, h.data() + r * kp, e, c);
+            }
+        }
+      for (auto const &list : w.chunk_reduces)
+        for (auto const &it : list)
+          reduce(d, it, y, written);
+    }
+    check_written(written, what);
+    final_sum(out);
+  }
+
+  // Every slot a source sends to a group is written exactly once by every rank of that group, and nothing else.
+  void check_written(std::vector<int> const &written, std::string const &what) const {
+    for (int s = 0; s < world; ++s)
+      for (int r = 0; r < world; ++r) {
+        auto const slots =
+            plans[static_cast<std::size_t>(s)].group_slots[static_cast<std::size_t>(config.group_of_rank(r))];
+        for (std::int64_t q = 0; q < m; ++q)
+          for (std::int64_t col = 0; col < n; ++col) {
+            int const count = written[static_cast<std::size_t>(s * world * m * n + (r * m + q) * n + col)];
+            ASSERT_EQ(count, q < slots ? 1 : 0) << what << ": combine element (owner " << s << ", from " << r
+                                                << ", slot " << q << ", col " << col << ")";
+          }
+      }
+  }
+};
+
+struct Case {
+  int ep, tp, topk;
+  std::int64_t m, n, k;
+  int experts_per_group;
+  int starve;
+  Activation activation;
+  bool gated;
+};
+
+void run_case(Case const &c, std::uint64_t seed) {
+  MoeConfig config;
+  config.tokens = c.m;
+  config.hidden = c.n;
+  config.ffn = c.k * c.tp;
+  config.experts = c.experts_per_group * c.ep;
+  config.topk = c.topk;
+  config.ep = c.ep;
+  config.tp = c.tp;
+  config.activation = c.activation;
+  config.gated = c.gated;
+  auto const dense = test::random_weights(config, seed);
+  int const world = config.world();
+  std::vector<ExpertWeights> shards;
+  std::vector<HostMatrix> tokens, logits, out;
+  std::vector<GateInput> gates;
+  for (int r = 0; r < world; ++r) {
+    shards.push_back(shard_weights(config, r, dense));
+    tokens.push_back(test::random_matrix("tokens", static_cast<std::size_t>(c.m), static_cast<std::size_t>(c.n),
+                                         seed + 10 + static_cast<std::uint64_t>(r)));
+    auto l = test::random_matrix("logits", static_cast<std::size_t>(c.m), static_cast<std::size_t>(config.experts),
+                                 seed + 20 + static_cast<std::uint64_t>(r), 2.0f);
+    if (c.starve >= 0)
+      for (std::size_t t = 0; t < l.extent(0); ++t)
+        l(t, static_cast<std::size_t>(c.starve)) = -40.0f;
+    logits.push_back(l);
+    gates.push_back(GateInput::from_logits(l));
+    out.push_back(HostMatrix("out", static_cast<std::size_t>(c.m), static_cast<std::size_t>(c.n)));
+  }
+  HostExecSpace space;
+  std::vector<Routing> routings(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    route(space, config, tokens[static_cast<std::size_t>(r)], gates[static_cast<std::size_t>(r)],
+          routings[static_cast<std::size_t>(r)]);
+  std::vector<ReferenceResult> refs;
+  for (int r = 0; r < world; ++r)
+    refs.push_back(reference_forward(config, tokens[static_cast<std::size_t>(r)], gates[static_cast<std::size_t>(r)],
+                                     routings[static_cast<std::size_t>(r)].experts, dense));
+  auto verify = [&](std::string const &what) {
+    for (int r = 0; r < world; ++r) {
+      double const err = max_relative_error(out[static_cast<std::size_t>(r)], refs[static_cast<std::size_t>(r)].out);
+      EXPECT_LE(err, 1e-5) << what << " rank " << r;
+      for (std::size_t i = 0; i < out[static_cast<std::size_t>(r)].size(); ++i)
+        out[static_cast<std::size_t>(r)].data()[i] = nan_value;
+    }
+  };
+  std::ostringstream base;
+  base << config.describe() << " seed " << seed;
+  for (int chunks : {1, 3}) {
+    std::vector<DispatchPlan> plans;
+    for (int r = 0; r < world; ++r)
+      plans.push_back(make_dispatch_plan(config, routings[static_cast<std::size_t>(r)], chunks));
+    Emulator emu(config, shards, plans, tokens);
+    emu.baseline(chunks, out, base.str() + (chunks == 1 ? " sequential" : " pipelined"));
+    verify(base.str() + (chunks == 1 ? " sequential" : " pipelined"));
+    if (chunks != 1)
+      continue;
+    std::vector<CometParams> params(4);
+    params[0].tile_m = 16;
+    params[0].n_splits = 3;
+    params[1].tile_m = 128;
+    params[1].n_splits = 1;
+    params[1].policy = PlanPolicy::local_first;
+    params[2].tile_m = 40;
+    params[2].n_splits = 5;
+    params[3] = fallback_params(config, "cuda");
+    for (auto const &p : params) {
+      Emulator fresh(config, shards, plans, tokens);
+      fresh.comet(p, out, base.str() + " comet [" + p.describe() + "]");
+      verify(base.str() + " comet [" + p.describe() + "]");
+    }
+  }
+}
+
+TEST(CudaWorkPlan, layouts_topk_and_edge_cases) {
+  auto const seed = seed_now();
+  // ep, tp, topk, M, N, K/TP, experts per group, starved expert, activation, gated
+  std::vector<Case> const cases{
+      {1, 1, 1, 100, 72, 80, 4, -1, Activation::silu, true}, {2, 1, 2, 100, 72, 80, 4, -1, Activation::silu, true},
+      {4, 1, 2, 100, 72, 80, 2, 1, Activation::gelu, true},  {2, 2, 2, 77, 72, 40, 3, 2, Activation::silu, false},
+      {4, 1, 1, 3, 16, 8, 2, -1, Activation::silu, true},    {1, 4, 2, 65, 130, 70, 4, 0, Activation::gelu, true},
+  };
+  for (auto const &c : cases)
+    run_case(c, seed);
+}
+
+} // namespace
