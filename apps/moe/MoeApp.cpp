@@ -309,6 +309,13 @@ int run(Options const &o) {
       else
         std::printf(" %12s %14s\n", "-", "-");
     }
+    // No schedule can beat computation alone; when one appears to, the runs were disturbed (other processes on
+    // the cores) and the fractions above are not measurements of overlap.
+    for (auto const &r : rows)
+      if (r.median < alone.comp)
+        std::printf("note: %s ran faster than computation alone (%.2f < %.2f ms): the timings were disturbed; rerun "
+                    "with more --iters on a quiet machine\n",
+                    name_of(r.schedule), 1e3 * r.median, 1e3 * alone.comp);
     if (!o.json.empty()) {
       std::ofstream js(o.json);
       TESSEL_REQUIRE(js.good(), "cannot write '", o.json, "'");
