@@ -19,10 +19,11 @@ inline Clock::time_point deadline_after(Timeout timeout) { return Clock::now() +
 /// message whose emulated arrival is known) is slept through; not_before_moving means bytes are moving now,
 /// which needs brisk polling (MPI progresses a transfer only inside its calls); not_before_unknown is unknown. Unknown
 /// waits poll hot for a few microseconds (the latency of a tile-sized message), then yield the core between polls
-/// (ranks may outnumber cores), and after a couple of milliseconds sleep with growing pauses (capped at 1 ms) so that a
-/// long wait leaves the cores to computation.
+/// (ranks may outnumber cores) for \p yield_phase, then sleep with growing pauses (capped at 1 ms) so that a long
+/// wait leaves the cores to computation.
 template <class Done, class NotBefore>
-bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_before) {
+bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_before,
+                    Clock::duration yield_phase = std::chrono::milliseconds(2)) {
   // Returns true when the hint decided how to wait (and waited).
   auto const wait_by_hint = [&] {
     auto const hint = not_before();
@@ -41,7 +42,7 @@ bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_bef
     if (wait_by_hint())
       break;
   }
-  while (Clock::now() - start < std::chrono::milliseconds(2)) {
+  while (Clock::now() - start < yield_phase) {
     if (done())
       return true;
     if (Clock::now() >= deadline)
