@@ -106,7 +106,7 @@ void block_ffn(RankState &rs, MoeConfig const &config, Block const &b, std::int6
     if (rows == 0)
       continue;
     // Row-major C = A B is column-major C^T = B^T A^T.
-    TESSEL_MOE_CUBLAS(cublasGemmEx(
+    TESSEL_CUBLAS_CHECK(cublasGemmEx(
         rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(cols0), rows, static_cast<int>(n), &one,
         rs.w0.data() + static_cast<std::size_t>(e * n * cols0) * es, t, static_cast<int>(cols0),
         rs.x_recv.data() + static_cast<std::size_t>(r0 * n) * es, t, static_cast<int>(n), &zero,
@@ -121,11 +121,11 @@ void block_ffn(RankState &rs, MoeConfig const &config, Block const &b, std::int6
                                        b.expert_offset[static_cast<std::size_t>(e)]);
     if (rows == 0)
       continue;
-    TESSEL_MOE_CUBLAS(cublasGemmEx(rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), rows,
-                                   static_cast<int>(kp), &one, rs.w1.data() + static_cast<std::size_t>(e * kp * n) * es,
-                                   t, static_cast<int>(n), rs.h.data() + static_cast<std::size_t>(r0 * kp) * es, t,
-                                   static_cast<int>(kp), &zero, rs.y.data() + r0 * n, CUDA_R_32F, static_cast<int>(n),
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TESSEL_CUBLAS_CHECK(
+        cublasGemmEx(rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), rows, static_cast<int>(kp), &one,
+                     rs.w1.data() + static_cast<std::size_t>(e * kp * n) * es, t, static_cast<int>(n),
+                     rs.h.data() + static_cast<std::size_t>(r0 * kp) * es, t, static_cast<int>(kp), &zero,
+                     rs.y.data() + r0 * n, CUDA_R_32F, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 

@@ -12,9 +12,8 @@
 #include <tessel/moe/MoeConfig.hpp>
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/cuda/Blas.hpp>
 #include <tessel/core/cuda/Cuda.hpp>
-
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <string>
@@ -26,12 +25,6 @@ namespace tessel::moe::cuda::Impl {
 using tessel::cuda::DeviceBuffer;
 using tessel::cuda::Event;
 using tessel::cuda::Stream;
-
-inline void check_cublas(cublasStatus_t status, char const *call) {
-  TESSEL_REQUIRE(status == CUBLAS_STATUS_SUCCESS, "cuBLAS call ", call, " failed: ", cublasGetStatusString(status),
-                 " (", static_cast<int>(status), ")");
-}
-#define TESSEL_MOE_CUBLAS(call) ::tessel::moe::cuda::Impl::check_cublas((call), #call)
 
 /// Grow-only device buffer: forwards of the same shape reuse their memory.
 template <class T> T *ensure(DeviceBuffer<T> &buffer, std::size_t count, char const *label) {
@@ -47,33 +40,12 @@ template <class T> void upload(DeviceBuffer<T> &buffer, std::vector<T> const &ho
     buffer.copy_from_host(host.data(), host.size(), s);
 }
 
-/// An owned cuBLAS handle bound to a stream.
-class Cublas {
-public:
-  explicit Cublas(cudaStream_t stream) {
-    TESSEL_MOE_CUBLAS(cublasCreate(&_handle));
-    TESSEL_MOE_CUBLAS(cublasSetStream(_handle, stream));
-  }
-  ~Cublas() {
-    if (_handle != nullptr)
-      cublasDestroy(_handle);
-  }
-  Cublas(Cublas &&other) noexcept : _handle(std::exchange(other._handle, nullptr)) {}
-  Cublas &operator=(Cublas &&) = delete;
-  Cublas(Cublas const &) = delete;
-  Cublas &operator=(Cublas const &) = delete;
-  cublasHandle_t get() const noexcept { return _handle; }
-
-private:
-  cublasHandle_t _handle = nullptr;
-};
-
 /// Byte offsets of the symmetric buffers for \p config (identical on every rank; see Device.hpp).
 SymmetricLayout symmetric_layout(MoeConfig const &config);
 
 struct RankState {
   Stream stream, comm;
-  Cublas cublas{stream.get()};
+  tessel::cuda::CublasHandle cublas{stream.get()};
   DeviceBuffer<char> sym; // the symmetric allocation (one-process mode; NCCL: the window)
   DeviceBuffer<char> w0, w1;
   DeviceBuffer<float> tokens, c0, y, combine_send, out;
