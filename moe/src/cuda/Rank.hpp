@@ -58,6 +58,10 @@ struct RankState {
   DeviceBuffer<Layer0Item> items0;
   DeviceBuffer<Layer1Item> items1;
   DeviceBuffer<ReduceItem> reduces, chunk_reduces;
+  // Baselines with grouped GEMMs: per chunk, the device pointer arrays (weights, inputs, outputs) of GEMM0's
+  // problems, then GEMM1's; gemm_ptr_base[chunk] is the chunk's first entry.
+  DeviceBuffer<void *> gemm_ptrs;
+  std::vector<std::size_t> gemm_ptr_base;
   Event packed, computed, combined;
   std::vector<Event> chunk_in, chunk_out;
 };
@@ -68,12 +72,17 @@ void load_weights(RankState &rs, MoeConfig const &config, int rank, ExpertWeight
 /// Sizes x_recv, h, y (and c0 for the baselines) for \p rows rows.
 void ensure_compute(RankState &rs, MoeConfig const &config, std::int64_t rows, bool c0);
 
-/// Uploads the work lists of one forward (comet's or the baselines').
-void upload_work(RankState &rs, RankWork const &w, bool comet);
+/// Uploads the work lists of one forward (comet's or the baselines'; for the baselines with grouped GEMMs, the GEMM
+/// pointer arrays into the buffers ensure_compute sized: call it first).
+void upload_work(RankState &rs, MoeConfig const &config, RankWork const &w, bool comet);
 
-/// The baselines' expert FFN of one (source, chunk) block at row \p row of the rank's index space: cuBLAS GEMM0 per
-/// expert (cublasGemmEx, inputs in the device precision, fp32 output and accumulation), activation, GEMM1 likewise.
-void block_ffn(RankState &rs, MoeConfig const &config, Block const &b, std::int64_t row);
+/// True when the baselines' expert GEMMs in \p dtype run as one cublasGemmGroupedBatchedEx per GEMM layer and
+/// chunk; false: one cublasGemmEx per (source, expert) problem.
+bool grouped_gemms(DataType dtype);
+
+/// The baselines' expert FFN of token chunk \p ch (every source's block): GEMM0 over the chunk's (source, expert)
+/// problems (inputs in the device precision, fp32 accumulation and output), activation per block, GEMM1 likewise.
+void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch);
 
 /// Communication blocks and block budgets of the fused kernels when \p sharing ranks share the device.
 struct CometGrid {
