@@ -221,7 +221,8 @@ struct Emulator {
   }
 
   /// The baselines' lists (sequential: chunks = 1; pipelined: chunks > 1): dispatch copies per (source, chunk),
-  /// GEMMs per expert of each block, reductions into the local combine_send, combine copies into the owners.
+  /// the expert GEMMs of each chunk (ChunkGemms, the problems of the grouped cuBLAS calls), reductions into the local
+  /// combine_send, combine copies into the owners.
   void baseline(int chunks, std::vector<HostMatrix> &out, std::string const &what) {
     CometParams unused;
     WorkPlanner const planner(config, plans, unused);
@@ -239,15 +240,56 @@ struct Emulator {
           ASSERT_EQ(b.expert_offset.back(), b.rows) << what;
           auto const &src = send_rows[static_cast<std::size_t>(s)];
           std::copy(src.begin() + b.send_row * n, src.begin() + (b.send_row + b.rows) * n, x.begin() + row * n);
-          for (int e = 0; e < config.experts_per_group(); ++e)
-            for (auto r = row + b.expert_offset[static_cast<std::size_t>(e)];
-                 r < row + b.expert_offset[static_cast<std::size_t>(e) + 1]; ++r) {
-              for (std::int64_t j = 0; j < kp; ++j)
-                h[static_cast<std::size_t>(r * kp + j)] = h_value(d, x.data() + r * n, e, j);
-              for (std::int64_t c = 0; c < n; ++c)
-                y[static_cast<std::size_t>(r * n + c)] = y_value(d, h.data() + r * kp, e, c);
-            }
         }
+      // The expert GEMMs as the device runs them: the chunk's problems (one grouped cuBLAS call per layer), which
+      // must be every (source, expert) row range with rows, each once, in groups of equal row counts.
+      ASSERT_EQ(w.gemms.size(), static_cast<std::size_t>(chunks)) << what;
+      for (int ch = 0; ch < chunks; ++ch) {
+        auto const &g = w.gemms[static_cast<std::size_t>(ch)];
+        std::vector<int> covered(static_cast<std::size_t>(w.rows), 0);
+        std::int64_t expected_rows = 0;
+        std::size_t expected_problems = 0;
+        for (int s = 0; s < world; ++s) {
+          auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          expected_rows += b.rows;
+          for (int e = 0; e < config.experts_per_group(); ++e)
+            expected_problems +=
+                b.expert_offset[static_cast<std::size_t>(e) + 1] > b.expert_offset[static_cast<std::size_t>(e)];
+        }
+        ASSERT_EQ(g.problems.size(), expected_problems) << what << ", chunk " << ch;
+        ASSERT_EQ(g.group_rows.size(), g.group_size.size()) << what;
+        std::size_t next = 0;
+        for (std::size_t q = 0; q < g.group_rows.size(); ++q) {
+          ASSERT_GT(g.group_size[q], 0) << what;
+          ASSERT_TRUE(q == 0 || g.group_rows[q] > g.group_rows[q - 1]) << what << ": groups not by distinct rows";
+          for (int i = 0; i < g.group_size[q]; ++i, ++next) {
+            ASSERT_LT(next, g.problems.size()) << what;
+            ASSERT_EQ(g.problems[next].rows, g.group_rows[q]) << what << ", chunk " << ch << ", problem " << next;
+          }
+        }
+        ASSERT_EQ(next, g.problems.size()) << what;
+        std::int64_t rows = 0;
+        for (auto const &p : g.problems) {
+          ASSERT_GT(p.rows, 0) << what;
+          ASSERT_TRUE(p.expert >= 0 && p.expert < config.experts_per_group()) << what;
+          ASSERT_TRUE(p.row >= 0 && p.row + p.rows <= w.rows) << what;
+          rows += p.rows;
+          for (auto r = p.row; r < p.row + p.rows; ++r) {
+            ++covered[static_cast<std::size_t>(r)];
+            for (std::int64_t j = 0; j < kp; ++j)
+              h[static_cast<std::size_t>(r * kp + j)] = h_value(d, x.data() + r * n, p.expert, j);
+            for (std::int64_t c = 0; c < n; ++c)
+              y[static_cast<std::size_t>(r * n + c)] = y_value(d, h.data() + r * kp, p.expert, c);
+          }
+        }
+        ASSERT_EQ(rows, expected_rows) << what << ", chunk " << ch;
+        for (int s = 0; s < world; ++s) {
+          auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          std::int64_t const row = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          for (auto r = row; r < row + b.rows; ++r)
+            ASSERT_EQ(covered[static_cast<std::size_t>(r)], 1) << what << ", chunk " << ch << ", row " << r;
+        }
+      }
       for (auto const &list : w.chunk_reduces)
         for (auto const &it : list)
           reduce(d, it, y, written);

@@ -6,8 +6,7 @@
 #include "../impl/Decomposition.hpp"
 #include "Kernels.hpp"
 
-#include <cublas_v2.h>
-#include <cusparse.h>
+#include <tessel/core/cuda/Blas.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -15,28 +14,8 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <tuple>
-
-#define TESSEL_CUBLAS_CHECK(call)                                                                                      \
-  do {                                                                                                                 \
-    cublasStatus_t const tessel_cublas_rc_ = (call);                                                                   \
-    if (tessel_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                                    \
-      TESSEL_THROW("cuBLAS call ", #call, " failed: ", cublasGetStatusName(tessel_cublas_rc_), " (",                   \
-                   cublasGetStatusString(tessel_cublas_rc_), ")");                                                     \
-  } while (false)
-
-#define TESSEL_CUSPARSE_CHECK(call)                                                                                    \
-  do {                                                                                                                 \
-    cusparseStatus_t const tessel_cusparse_rc_ = (call);                                                               \
-    if (tessel_cusparse_rc_ != CUSPARSE_STATUS_SUCCESS)                                                                \
-      TESSEL_THROW("cuSPARSE call ", #call, " failed: ", cusparseGetErrorName(tessel_cusparse_rc_), " (",              \
-                   cusparseGetErrorString(tessel_cusparse_rc_), ")");                                                  \
-  } while (false)
-
-// cublasGemmGroupedBatchedEx (one launch for blocks of different shapes) exists from cuBLAS 12.5 on.
-#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
-#define TESSEL_GNN_CUBLAS_GROUPED 1
-#endif
 
 namespace tessel::gnn::cuda {
 
@@ -250,8 +229,9 @@ template <class Index> struct DeviceSpmmState {
     cusparseSpMMAlg_t algorithm = CUSPARSE_SPMM_CSR_ALG2;
     DeviceBuffer<char> buffer;
   } sp_dense;
-  cublasHandle_t cublas = nullptr;
-  cusparseHandle_t cusparse = nullptr;
+  // Created with the first call that needs them.
+  std::optional<tessel::cuda::CublasHandle> cublas;
+  std::optional<tessel::cuda::CusparseHandle> cusparse;
 
   // Adaptive.
   Partition identity;
@@ -303,26 +283,24 @@ template <class Index> struct DeviceSpmmState {
       cusparseDestroyDnMat(sp_dense.y);
     if (sp_matrix)
       cusparseDestroySpMat(sp_matrix);
-    if (cusparse)
-      cusparseDestroy(cusparse);
-    if (cublas)
-      cublasDestroy(cublas);
   }
 
   Partition const &partition() const { return dec ? dec->partition : identity; }
   bool dense_available() const { return tensor_cores || cublas_grouped; }
 
   cublasHandle_t blas(cudaStream_t stream) {
-    if (!cublas)
-      TESSEL_CUBLAS_CHECK(cublasCreate(&cublas));
-    TESSEL_CUBLAS_CHECK(cublasSetStream(cublas, stream));
-    return cublas;
+    if (cublas)
+      cublas->set_stream(stream);
+    else
+      cublas.emplace(stream);
+    return cublas->get();
   }
   cusparseHandle_t sparse(cudaStream_t stream) {
-    if (!cusparse)
-      TESSEL_CUSPARSE_CHECK(cusparseCreate(&cusparse));
-    TESSEL_CUSPARSE_CHECK(cusparseSetStream(cusparse, stream));
-    return cusparse;
+    if (cusparse)
+      cusparse->set_stream(stream);
+    else
+      cusparse.emplace(stream);
+    return cusparse->get();
   }
   cublasComputeType_t gemm_compute() const {
     return options.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -347,7 +325,7 @@ template <class Index> struct DeviceSpmmState {
     TESSEL_CUDA_CHECK(cudaGetDevice(&device));
     backend = "cuda: " + tessel::cuda::device_name(device);
     tensor_cores = options.allow_tf32 && tensor_core_kernels_available();
-#ifdef TESSEL_GNN_CUBLAS_GROUPED
+#ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
     cublas_grouped = true;
 #endif
     identity.permutation = Permutation::identity(g.num_rows());
@@ -484,7 +462,7 @@ template <class Index> struct DeviceSpmmState {
 
   void run_dense_cublas(cudaStream_t stream, DevDense &d, DeviceMatrix<float const> const &x,
                         DeviceMatrix<float> const &y) {
-#ifdef TESSEL_GNN_CUBLAS_GROUPED
+#ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
     if (d.filled_x != x.data || d.filled_y != y.data || d.filled_ldx != x.ld || d.filled_ldy != y.ld) {
       TESSEL_CUDA_CHECK(fill_gemm_pointers(stream, d.problems, d.row0.data(), d.col0.data(), x.data, x.ld, y.data, y.ld,
                                            d.x_ptr.data(), d.y_ptr.data()));

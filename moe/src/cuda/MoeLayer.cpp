@@ -222,7 +222,7 @@ struct VirtualRanksLayer::State {
       else
         ensure(rs.combine_send, static_cast<std::size_t>(world) * static_cast<std::size_t>(m * n),
                "Tessel::moe::cuda::combine_send");
-      upload_work(rs, w, schedule == Schedule::comet);
+      upload_work(rs, config, w, schedule == Schedule::comet);
       rs.stream.synchronize(timeout());
     }
     stats.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -290,8 +290,7 @@ struct VirtualRanksLayer::State {
       wait_all(s, &RankState::packed);
       for (int src = 0; src < world; ++src)
         dispatch_copy(rs, w, src, 0, s);
-      for (int src = 0; src < world; ++src)
-        block_ffn(rs, config, w.blocks[static_cast<std::size_t>(src)][0], w.row[static_cast<std::size_t>(src)][0]);
+      chunk_ffn(rs, config, w, 0);
       TESSEL_CUDA_CHECK(topk_reduce(s, view(d), rs.y.data(), static_cast<int>(w.chunk_reduces[0].size()),
                                     rs.chunk_reduces.data(), rs.combine_send.data()));
       for (int src = 0; src < world; ++src)
@@ -321,9 +320,7 @@ struct VirtualRanksLayer::State {
       std::size_t reduce_offset = 0;
       for (int ch = 0; ch < chunks; ++ch) {
         rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
-        for (int src = 0; src < world; ++src)
-          block_ffn(rs, config, w.blocks[static_cast<std::size_t>(src)][static_cast<std::size_t>(ch)],
-                    w.row[static_cast<std::size_t>(src)][static_cast<std::size_t>(ch)]);
+        chunk_ffn(rs, config, w, ch);
         auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
         TESSEL_CUDA_CHECK(topk_reduce(s, view(d), rs.y.data(), static_cast<int>(count),
                                       rs.chunk_reduces.data() + reduce_offset, rs.combine_send.data()));

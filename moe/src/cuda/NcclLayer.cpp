@@ -217,7 +217,7 @@ struct NcclMoeLayer::State {
     ensure(rs.tokens, static_cast<std::size_t>(m * n), "Tessel::moe::cuda::tokens");
     rs.tokens.copy_from_host(tokens.data(), static_cast<std::size_t>(m * n), s);
     ensure(rs.out, static_cast<std::size_t>(m * n), "Tessel::moe::cuda::out");
-    upload_work(rs, w, schedule == Schedule::comet);
+    upload_work(rs, config, w, schedule == Schedule::comet);
     rs.stream.synchronize(timeout());
     stats = DeviceStats{};
     stats.schedule = schedule;
@@ -233,8 +233,7 @@ struct NcclMoeLayer::State {
     switch (schedule) {
     case Schedule::sequential:
       dispatch(w, 0, s);
-      for (int src = 0; src < world; ++src)
-        block_ffn(rs, config, w.blocks[static_cast<std::size_t>(src)][0], w.row[static_cast<std::size_t>(src)][0]);
+      chunk_ffn(rs, config, w, 0);
       TESSEL_CUDA_CHECK(topk_reduce(s, v, rs.y.data(), static_cast<int>(w.chunk_reduces[0].size()),
                                     rs.chunk_reduces.data(), rs.combine_send.data()));
       combine(w, 0, s);
@@ -254,9 +253,7 @@ struct NcclMoeLayer::State {
       std::size_t offset = 0;
       for (int ch = 0; ch < chunks; ++ch) {
         rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
-        for (int src = 0; src < world; ++src)
-          block_ffn(rs, config, w.blocks[static_cast<std::size_t>(src)][static_cast<std::size_t>(ch)],
-                    w.row[static_cast<std::size_t>(src)][static_cast<std::size_t>(ch)]);
+        chunk_ffn(rs, config, w, ch);
         auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
         TESSEL_CUDA_CHECK(topk_reduce(s, v, rs.y.data(), static_cast<int>(count), rs.chunk_reduces.data() + offset,
                                       rs.combine_send.data()));

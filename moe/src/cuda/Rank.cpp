@@ -17,6 +17,37 @@ cudaDataType_t cuda_type(DataType dtype) {
   }
 }
 
+// One GEMM layer of the baselines' expert FFN: out = in W_e per problem, fp32 out. GEMM0: x_recv (N columns, device
+// precision) -> c0 (gemm0_cols); GEMM1: h (K/TP, device precision) -> y (N).
+struct GemmLayer {
+  char *weights = nullptr, *in = nullptr;
+  float *out = nullptr;
+  std::int64_t in_cols = 0, out_cols = 0;
+  std::size_t es = 0;
+  void *weight(int e) const { return weights + static_cast<std::size_t>(e * in_cols * out_cols) * es; }
+  void *input(std::int64_t row) const { return in + static_cast<std::size_t>(row * in_cols) * es; }
+  void *output(std::int64_t row) const { return out + row * out_cols; }
+};
+
+GemmLayer gemm_layer(RankState const &rs, MoeConfig const &config, int layer) {
+  GemmLayer g;
+  g.es = size_of(config.dtype);
+  if (layer == 0) {
+    g.weights = rs.w0.data();
+    g.in = rs.x_recv.data();
+    g.out = rs.c0.data();
+    g.in_cols = config.hidden;
+    g.out_cols = config.gemm0_cols();
+  } else {
+    g.weights = rs.w1.data();
+    g.in = rs.h.data();
+    g.out = rs.y.data();
+    g.in_cols = config.ffn_per_rank();
+    g.out_cols = config.hidden;
+  }
+  return g;
+}
+
 } // namespace
 
 SymmetricLayout symmetric_layout(MoeConfig const &config) {
@@ -73,7 +104,7 @@ void ensure_compute(RankState &rs, MoeConfig const &config, std::int64_t rows, b
     ensure(rs.c0, static_cast<std::size_t>(rows * cols0), "Tessel::moe::cuda::c0");
 }
 
-void upload_work(RankState &rs, RankWork const &w, bool comet) {
+void upload_work(RankState &rs, MoeConfig const &config, RankWork const &w, bool comet) {
   cudaStream_t const s = rs.stream.get();
   if (comet) {
     upload(rs.messages, w.messages, "Tessel::moe::cuda::messages", s);
@@ -86,47 +117,96 @@ void upload_work(RankState &rs, RankWork const &w, bool comet) {
     for (auto const &c : w.chunk_reduces)
       all.insert(all.end(), c.begin(), c.end());
     upload(rs.chunk_reduces, all, "Tessel::moe::cuda::reduces", s);
-    // `all` dies here: the copy must have left it.
+    // cublasGemmGroupedBatchedEx reads the matrix pointers from device memory (the shapes and scalars from host
+    // arrays): all of one forward's are uploaded here, ahead of the timed region, in the order chunk_ffn passes
+    // them (per chunk: GEMM0's weights, inputs, outputs, then GEMM1's).
+    std::vector<void *> ptrs;
+    rs.gemm_ptr_base.clear();
+    if (grouped_gemms(config.dtype))
+      for (auto const &g : w.gemms) {
+        rs.gemm_ptr_base.push_back(ptrs.size());
+        for (auto const &layer : {gemm_layer(rs, config, 0), gemm_layer(rs, config, 1)}) {
+          for (auto const &p : g.problems)
+            ptrs.push_back(layer.weight(p.expert));
+          for (auto const &p : g.problems)
+            ptrs.push_back(layer.input(p.row));
+          for (auto const &p : g.problems)
+            ptrs.push_back(layer.output(p.row));
+        }
+      }
+    upload(rs.gemm_ptrs, ptrs, "Tessel::moe::cuda::gemm_pointers", s);
+    // `all` and `ptrs` die here: the copies must have left them.
     TESSEL_CUDA_CHECK(cudaStreamSynchronize(s));
   }
 }
 
-void block_ffn(RankState &rs, MoeConfig const &config, Block const &b, std::int64_t row) {
-  if (b.rows == 0)
-    return;
-  std::int64_t const n = config.hidden, kp = config.ffn_per_rank(), cols0 = config.gemm0_cols();
-  std::size_t const es = size_of(config.dtype);
+bool grouped_gemms(DataType dtype) {
+#ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
+  // cublasGemmGroupedBatchedEx takes one type for A, B and C (fp32, fp16 or bf16 with CUBLAS_COMPUTE_32F): 16-bit
+  // inputs with the fp32 output the top-k reduction reads are not among its combinations, so float16 and bfloat16
+  // keep one cublasGemmEx per problem rather than round y to 16 bits.
+  return dtype == DataType::float32;
+#else
+  (void)dtype;
+  return false;
+#endif
+}
+
+namespace {
+
+// One GEMM problem batch of a chunk, through cuBLAS: grouped (device pointer arrays at \p ptrs: weights, inputs,
+// outputs of the chunk's problems) or one cublasGemmEx per problem (\p ptrs null).
+void run_gemms(RankState &rs, MoeConfig const &config, ChunkGemms const &g, GemmLayer const &layer, void *const *ptrs) {
   cudaDataType_t const t = cuda_type(config.dtype);
+  // Row-major C = A W is column-major C^T = W^T A^T: m = output columns, n = rows, k = input columns.
+  int const m = static_cast<int>(layer.out_cols), k = static_cast<int>(layer.in_cols);
+  if (ptrs != nullptr) {
+#ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
+    std::size_t const groups = g.group_rows.size(), problems = g.problems.size();
+    std::vector<cublasOperation_t> const op(groups, CUBLAS_OP_N);
+    std::vector<int> const ms(groups, m), ks(groups, k);
+    std::vector<int> ns(groups);
+    for (std::size_t i = 0; i < groups; ++i)
+      ns[i] = static_cast<int>(g.group_rows[i]);
+    std::vector<float> const alpha(groups, 1.0f), beta(groups, 0.0f);
+    TESSEL_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(rs.cublas.get(), op.data(), op.data(), ms.data(), ns.data(),
+                                                   ks.data(), alpha.data(), ptrs, t, ms.data(), ptrs + problems, t,
+                                                   ks.data(), beta.data(), ptrs + 2 * problems, CUDA_R_32F, ms.data(),
+                                                   static_cast<int>(groups), g.group_size.data(), CUBLAS_COMPUTE_32F));
+    return;
+#endif
+  }
   float const one = 1.0f, zero = 0.0f;
-  int const eg = config.experts_per_group();
-  for (int e = 0; e < eg; ++e) {
-    std::int64_t const r0 = row + b.expert_offset[static_cast<std::size_t>(e)];
-    auto const rows = static_cast<int>(b.expert_offset[static_cast<std::size_t>(e) + 1] -
-                                       b.expert_offset[static_cast<std::size_t>(e)]);
-    if (rows == 0)
-      continue;
-    // Row-major C = A B is column-major C^T = B^T A^T.
-    TESSEL_MOE_CUBLAS(cublasGemmEx(
-        rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(cols0), rows, static_cast<int>(n), &one,
-        rs.w0.data() + static_cast<std::size_t>(e * n * cols0) * es, t, static_cast<int>(cols0),
-        rs.x_recv.data() + static_cast<std::size_t>(r0 * n) * es, t, static_cast<int>(n), &zero,
-        rs.c0.data() + r0 * cols0, CUDA_R_32F, static_cast<int>(cols0), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  for (auto const &p : g.problems)
+    TESSEL_CUBLAS_CHECK(cublasGemmEx(rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, m, static_cast<int>(p.rows), k, &one,
+                                     layer.weight(p.expert), t, m, layer.input(p.row), t, k, &zero, layer.output(p.row),
+                                     CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+} // namespace
+
+void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch) {
+  auto const &g = w.gemms[static_cast<std::size_t>(ch)];
+  if (g.problems.empty())
+    return;
+  void *const *ptrs = nullptr;
+  if (grouped_gemms(config.dtype)) {
+    TESSEL_REQUIRE(static_cast<std::size_t>(ch) < rs.gemm_ptr_base.size(),
+                   "internal: tessel::moe::cuda: the GEMM pointers of chunk ", ch, " were not uploaded");
+    ptrs = rs.gemm_ptrs.data() + rs.gemm_ptr_base[static_cast<std::size_t>(ch)];
   }
-  TESSEL_CUDA_CHECK(activate(rs.stream.get(), config.dtype, static_cast<int>(config.activation), config.gated,
-                             rs.c0.data() + row * cols0, b.rows, kp,
-                             rs.h.data() + static_cast<std::size_t>(row * kp) * es));
-  for (int e = 0; e < eg; ++e) {
-    std::int64_t const r0 = row + b.expert_offset[static_cast<std::size_t>(e)];
-    auto const rows = static_cast<int>(b.expert_offset[static_cast<std::size_t>(e) + 1] -
-                                       b.expert_offset[static_cast<std::size_t>(e)]);
-    if (rows == 0)
-      continue;
-    TESSEL_MOE_CUBLAS(cublasGemmEx(rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), rows,
-                                   static_cast<int>(kp), &one, rs.w1.data() + static_cast<std::size_t>(e * kp * n) * es,
-                                   t, static_cast<int>(n), rs.h.data() + static_cast<std::size_t>(r0 * kp) * es, t,
-                                   static_cast<int>(kp), &zero, rs.y.data() + r0 * n, CUDA_R_32F, static_cast<int>(n),
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  run_gemms(rs, config, g, gemm_layer(rs, config, 0), ptrs);
+  std::int64_t const kp = config.ffn_per_rank(), cols0 = config.gemm0_cols();
+  std::size_t const es = size_of(config.dtype);
+  for (std::size_t src = 0; src < w.blocks.size(); ++src) {
+    auto const &b = w.blocks[src][static_cast<std::size_t>(ch)];
+    std::int64_t const row = w.row[src][static_cast<std::size_t>(ch)];
+    if (b.rows > 0)
+      TESSEL_CUDA_CHECK(activate(rs.stream.get(), config.dtype, static_cast<int>(config.activation), config.gated,
+                                 rs.c0.data() + row * cols0, b.rows, kp,
+                                 rs.h.data() + static_cast<std::size_t>(row * kp) * es));
   }
+  run_gemms(rs, config, g, gemm_layer(rs, config, 1), ptrs == nullptr ? nullptr : ptrs + 3 * g.problems.size());
 }
 
 CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int sharing) {

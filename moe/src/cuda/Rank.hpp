@@ -12,9 +12,8 @@
 #include <tessel/moe/MoeConfig.hpp>
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/cuda/Blas.hpp>
 #include <tessel/core/cuda/Cuda.hpp>
-
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <string>
@@ -26,12 +25,6 @@ namespace tessel::moe::cuda::Impl {
 using tessel::cuda::DeviceBuffer;
 using tessel::cuda::Event;
 using tessel::cuda::Stream;
-
-inline void check_cublas(cublasStatus_t status, char const *call) {
-  TESSEL_REQUIRE(status == CUBLAS_STATUS_SUCCESS, "cuBLAS call ", call, " failed: ", cublasGetStatusString(status),
-                 " (", static_cast<int>(status), ")");
-}
-#define TESSEL_MOE_CUBLAS(call) ::tessel::moe::cuda::Impl::check_cublas((call), #call)
 
 /// Grow-only device buffer: forwards of the same shape reuse their memory.
 template <class T> T *ensure(DeviceBuffer<T> &buffer, std::size_t count, char const *label) {
@@ -47,33 +40,12 @@ template <class T> void upload(DeviceBuffer<T> &buffer, std::vector<T> const &ho
     buffer.copy_from_host(host.data(), host.size(), s);
 }
 
-/// An owned cuBLAS handle bound to a stream.
-class Cublas {
-public:
-  explicit Cublas(cudaStream_t stream) {
-    TESSEL_MOE_CUBLAS(cublasCreate(&_handle));
-    TESSEL_MOE_CUBLAS(cublasSetStream(_handle, stream));
-  }
-  ~Cublas() {
-    if (_handle != nullptr)
-      cublasDestroy(_handle);
-  }
-  Cublas(Cublas &&other) noexcept : _handle(std::exchange(other._handle, nullptr)) {}
-  Cublas &operator=(Cublas &&) = delete;
-  Cublas(Cublas const &) = delete;
-  Cublas &operator=(Cublas const &) = delete;
-  cublasHandle_t get() const noexcept { return _handle; }
-
-private:
-  cublasHandle_t _handle = nullptr;
-};
-
 /// Byte offsets of the symmetric buffers for \p config (identical on every rank; see Device.hpp).
 SymmetricLayout symmetric_layout(MoeConfig const &config);
 
 struct RankState {
   Stream stream, comm;
-  Cublas cublas{stream.get()};
+  tessel::cuda::CublasHandle cublas{stream.get()};
   DeviceBuffer<char> sym; // the symmetric allocation (one-process mode; NCCL: the window)
   DeviceBuffer<char> w0, w1;
   DeviceBuffer<float> tokens, c0, y, combine_send, out;
@@ -86,6 +58,10 @@ struct RankState {
   DeviceBuffer<Layer0Item> items0;
   DeviceBuffer<Layer1Item> items1;
   DeviceBuffer<ReduceItem> reduces, chunk_reduces;
+  // Baselines with grouped GEMMs: per chunk, the device pointer arrays (weights, inputs, outputs) of GEMM0's
+  // problems, then GEMM1's; gemm_ptr_base[chunk] is the chunk's first entry.
+  DeviceBuffer<void *> gemm_ptrs;
+  std::vector<std::size_t> gemm_ptr_base;
   Event packed, computed, combined;
   std::vector<Event> chunk_in, chunk_out;
 };
@@ -96,12 +72,17 @@ void load_weights(RankState &rs, MoeConfig const &config, int rank, ExpertWeight
 /// Sizes x_recv, h, y (and c0 for the baselines) for \p rows rows.
 void ensure_compute(RankState &rs, MoeConfig const &config, std::int64_t rows, bool c0);
 
-/// Uploads the work lists of one forward (comet's or the baselines').
-void upload_work(RankState &rs, RankWork const &w, bool comet);
+/// Uploads the work lists of one forward (comet's or the baselines'; for the baselines with grouped GEMMs, the GEMM
+/// pointer arrays into the buffers ensure_compute sized: call it first).
+void upload_work(RankState &rs, MoeConfig const &config, RankWork const &w, bool comet);
 
-/// The baselines' expert FFN of one (source, chunk) block at row \p row of the rank's index space: cuBLAS GEMM0 per
-/// expert (cublasGemmEx, inputs in the device precision, fp32 output and accumulation), activation, GEMM1 likewise.
-void block_ffn(RankState &rs, MoeConfig const &config, Block const &b, std::int64_t row);
+/// True when the baselines' expert GEMMs in \p dtype run as one cublasGemmGroupedBatchedEx per GEMM layer and
+/// chunk; false: one cublasGemmEx per (source, expert) problem.
+bool grouped_gemms(DataType dtype);
+
+/// The baselines' expert FFN of token chunk \p ch (every source's block): GEMM0 over the chunk's (source, expert)
+/// problems (inputs in the device precision, fp32 accumulation and output), activation per block, GEMM1 likewise.
+void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch);
 
 /// Communication blocks and block budgets of the fused kernels when \p sharing ranks share the device.
 struct CometGrid {

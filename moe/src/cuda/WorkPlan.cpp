@@ -75,6 +75,29 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
     }
   }
   w.rows = row;
+  w.gemms.resize(static_cast<std::size_t>(chunks));
+  for (int ch = 0; ch < chunks; ++ch) {
+    auto &gemms = w.gemms[static_cast<std::size_t>(ch)];
+    for (int s = 0; s < world; ++s) {
+      auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+      std::int64_t const base = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+      for (int e = 0; e < eg; ++e) {
+        std::int64_t const begin = b.expert_offset[static_cast<std::size_t>(e)],
+                           end = b.expert_offset[static_cast<std::size_t>(e) + 1];
+        if (end > begin)
+          gemms.problems.push_back(ExpertGemm{e, base + begin, end - begin});
+      }
+    }
+    std::stable_sort(gemms.problems.begin(), gemms.problems.end(),
+                     [](ExpertGemm const &a, ExpertGemm const &b) { return a.rows < b.rows; });
+    for (auto const &p : gemms.problems)
+      if (gemms.group_rows.empty() || gemms.group_rows.back() != p.rows) {
+        gemms.group_rows.push_back(p.rows);
+        gemms.group_size.push_back(1);
+      } else {
+        ++gemms.group_size.back();
+      }
+  }
   w.chunk_reduces.resize(static_cast<std::size_t>(chunks));
   for (int ch = 0; ch < chunks; ++ch)
     for (int s = 0; s < world; ++s) {

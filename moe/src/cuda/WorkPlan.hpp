@@ -26,6 +26,21 @@ struct Block {
   std::int64_t slot_begin = 0, slots = 0;  // the block's slots in the source's numbering for the group
 };
 
+/// One expert GEMM of the baselines: rows [row, row + rows) of the rank's index space through expert `expert`.
+struct ExpertGemm {
+  int expert = 0;
+  std::int64_t row = 0, rows = 0;
+};
+
+/// The baselines' expert GEMMs of one token chunk (every source's block): the problems of one grouped GEMM call per
+/// layer. Experts with rows only, ordered by row count (then source, expert) so that problems of one shape are
+/// adjacent: group i is the next group_size[i] problems, each with group_rows[i] rows.
+struct ChunkGemms {
+  std::vector<ExpertGemm> problems;
+  std::vector<std::int64_t> group_rows;
+  std::vector<int> group_size;
+};
+
 /// The work of one rank (destination) in one forward.
 struct RankWork {
   std::vector<std::vector<Block>> blocks;     // [source][chunk]
@@ -38,8 +53,9 @@ struct RankWork {
   std::vector<Layer1Item> items1;
   std::vector<int> split_tiles;
   std::vector<ReduceItem> reduces;
-  // baselines: reduce items per chunk (all sources), columns [0, N)
+  // baselines: reduce items per chunk (all sources), columns [0, N); expert GEMMs per chunk
   std::vector<std::vector<ReduceItem>> chunk_reduces;
+  std::vector<ChunkGemms> gemms;
 };
 
 /// Builds the work lists of one forward.
