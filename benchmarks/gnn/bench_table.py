@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Summarizes tessel-gnn bench JSON files: median ms per kernel and the adaptive speedups, as a Markdown table."""
+"""Summarizes tessel-gnn bench JSON files: median ms per kernel and the adaptive speedups, as a Markdown table.
+`bench_table.py --runs DIR...` combines several runs of run_bench.sh (medians over the runs)."""
 import json
 import math
 import sys
@@ -83,7 +84,45 @@ def calibrate(paths):
                   f"(range {v[0]:.1f} .. {v[-1]:.1f})")
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+def over_runs(dirs):
+    """Several runs of run_bench.sh (one directory each): per graph and F, the median over the runs of adaptive's
+    speedup over the best single kernel and over the baseline, with their range; timings on a shared machine
+    move from run to run (memory placement, other processes) by more than the 5% that matters here."""
+    import glob
+    import os
+    import statistics
+    points = {}
+    for d in dirs:
+        for f in load(sorted(glob.glob(os.path.join(d, "bench-*.json")))):
+            baseline = "cusparse" if f.get("device") == "cuda" else "kk"
+            for r in f["results"]:
+                key = (f["dataset"], r["features"])
+                best = r.get("speedup_vs_best_single")
+                base = r.get("adaptive_speedup", {}).get(baseline)
+                if best is not None and base is not None:
+                    points.setdefault(key, []).append((best, base))
+    print(f"| graph | F | adaptive vs best single ({len(dirs)} runs: median [range]) | vs baseline (median) |")
+    print("|---|---|---|---|")
+    geo = {}
+    for (name, fw), v in sorted(points.items()):
+        best = [a for a, _ in v]
+        base = statistics.median(b for _, b in v)
+        med = statistics.median(best)
+        print(f"| {name} | {fw} | {med:.2f}x [{min(best):.2f}-{max(best):.2f}] | {base:.2f}x |")
+        geo.setdefault(fw, []).append((med, base))
     print()
-    calibrate(sys.argv[1:])
+    for fw in sorted(geo):
+        v = geo[fw]
+        gb = math.exp(sum(math.log(a) for a, _ in v) / len(v))
+        gk = math.exp(sum(math.log(b) for _, b in v) / len(v))
+        print(f"F = {fw}: geometric mean of the median speedups over the best single kernel {gb:.2f}x (worst graph "
+              f"{min(a for a, _ in v):.2f}x), over the baseline {gk:.2f}x, {len(v)} graphs")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--runs":
+        over_runs(sys.argv[2:])
+    else:
+        main(sys.argv[1:])
+        print()
+        calibrate(sys.argv[1:])

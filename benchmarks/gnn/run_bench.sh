@@ -3,6 +3,7 @@
 # OPENBLAS_NUM_THREADS=1), and prints the summary table of gnn/README.md.
 #
 #   benchmarks/gnn/run_bench.sh [BUILD_DIR] [OUT_DIR]      (data from TESSEL_DATA_DIR, default ../shared/datasets)
+# Several runs into several OUT_DIRs combine with benchmarks/gnn/bench_table.py --runs DIR1 DIR2 ... (medians).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build/default}
