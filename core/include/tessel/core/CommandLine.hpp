@@ -17,7 +17,7 @@ struct OptionName {
   OptionName(std::string long_name, char short_name = '\0');
   std::string long_name;
   char short_name;
-  /// `--name` or `--name/-n`, as error messages show it.
+  /// `--name` or `-n/--name`, as error messages show it.
   std::string spelling() const;
 };
 
@@ -28,9 +28,9 @@ struct OptionName {
 /// spellings: `--name VALUE`, `--name=VALUE`, `-n VALUE`, `-nVALUE`, `-n=VALUE`; flags as `--name`, `-n` or
 /// `--name=true|false|1|0`; `--` ends the options. A value cannot start with `-` unless it is a number (`-5`,
 /// `-.5`): a forgotten value then fails as "needs a value" instead of eating the next option. When an option is
-/// given twice the last one wins (scripts append overrides). After the last query, finish() (or positionals())
-/// rejects whatever no query consumed, so a misspelt option fails instead of being ignored. Every error is a
-/// tessel::Exception naming the option and the offending text.
+/// given twice the last one wins (scripts append overrides). After the last query, finish() rejects whatever no
+/// query consumed (positionals() takes the leftover arguments but rejects leftover options), so a misspelt option
+/// fails instead of being ignored. Every error is a tessel::Exception naming the option and the offending text.
 class CommandLine {
 public:
   /// Takes the \p argc arguments at \p argv; pass `argc - 1, argv + 1` to skip the program name, and construct
