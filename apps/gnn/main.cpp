@@ -4,6 +4,7 @@
 //   tessel-gnn bench --data cora.h5 --features 16,64,256 --json bench.json
 //   tessel-gnn info --data cora.h5
 //   tessel-gnn config | --version | --help
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/ScopeGuard.hpp>
@@ -69,69 +70,32 @@ char const *usage_text =
     "                         with a message (exit 0) where no GPU is visible\n"
     "  --tf32 on|off --dense-engine automatic|wmma|cublas   (--backend cuda)\n";
 
-struct Args {
-  std::string command;
-  std::map<std::string, std::string> values;
-  std::vector<std::string> flags;
-  bool has(std::string const &k) const {
-    return values.count(k) || std::find(flags.begin(), flags.end(), k) != flags.end();
-  }
-  std::string get(std::string const &k, std::string const &fallback = "") const {
-    auto it = values.find(k);
-    return it == values.end() ? fallback : it->second;
-  }
-};
-
-Args parse(int argc, char **argv) {
-  Args a;
-  if (argc >= 2)
-    a.command = argv[1];
-  static std::vector<std::string> const flag_names{"--resume", "--quiet", "--no-normalize", "--help"};
-  for (int i = 2; i < argc; ++i) {
-    std::string const k = argv[i];
-    if (std::find(flag_names.begin(), flag_names.end(), k) != flag_names.end()) {
-      a.flags.push_back(k);
-      continue;
-    }
-    TESSEL_REQUIRE(k.rfind("--", 0) == 0, "unexpected argument '", k, "' (see tessel-gnn --help)");
-    TESSEL_REQUIRE(i + 1 < argc, "option ", k, " needs a value");
-    a.values[k] = argv[++i];
-  }
-  return a;
-}
-
-void check_known(Args const &a, std::vector<std::string> const &known) {
-  for (auto const &[k, v] : a.values)
-    TESSEL_REQUIRE(std::find(known.begin(), known.end(), k) != known.end(), "unknown option ", k, " for '", a.command,
-                   "' (see tessel-gnn --help)");
-  for (auto const &k : a.flags)
-    TESSEL_REQUIRE(std::find(known.begin(), known.end(), k) != known.end(), "unknown option ", k, " for '", a.command,
-                   "' (see tessel-gnn --help)");
-}
-
-bool parse_on_off(std::string const &v) {
+/// on/off options (--timing, --tf32), absent: \p fallback.
+bool get_on_off(tessel::CommandLine &a, char const *name, bool fallback) {
+  std::string const v = a.get(name, fallback ? "on" : "off");
   if (v == "on" || v == "1" || v == "true")
     return true;
   if (v == "off" || v == "0" || v == "false")
     return false;
-  TESSEL_THROW("expected on or off, got '", v, "'");
+  TESSEL_THROW("option --", name, " expects on or off, got '", v, "'");
 }
 
-SpmmOptions spmm_options(Args const &a, SpmmAlgorithm algorithm) {
+SpmmOptions spmm_options(tessel::CommandLine &a, SpmmAlgorithm algorithm) {
   SpmmOptions o;
   o.algorithm = algorithm;
-  if (a.has("--timing"))
-    o.timing = parse_on_off(a.get("--timing"));
-  if (a.has("--partition"))
-    o.partition = parse_partition_method(a.get("--partition"));
-  if (a.has("--part-size"))
-    o.part_size = std::stoll(a.get("--part-size"));
+  o.timing = get_on_off(a, "timing", o.timing);
+  if (a.has("partition"))
+    o.partition = parse_partition_method(a.get("partition", ""));
+  o.part_size = a.get_int("part-size", o.part_size);
   return o;
 }
 
-int cmd_info(Args const &a) {
-  check_known(a, {"--data", "--part-size"});
-  auto const d = load_dataset(a.get("--data"));
+int cmd_info(tessel::CommandLine &a) {
+  std::string const data_path = a.require("data");
+  bool const compare_partitions = a.has("part-size");
+  auto const part_size = a.get_int("part-size", 0);
+  a.finish();
+  auto const d = load_dataset(data_path);
   auto const st = degree_stats(d.graph);
   std::printf("%s: %lld nodes, %lld entries, degree mean %.2f sd %.2f min %lld max %lld, %lld empty rows, %lld "
               "self-loops, %lld duplicates, %s\n",
@@ -144,9 +108,8 @@ int cmd_info(Args const &a) {
               static_cast<long long>(std::count(d.train_mask.begin(), d.train_mask.end(), 1)),
               static_cast<long long>(std::count(d.val_mask.begin(), d.val_mask.end(), 1)),
               static_cast<long long>(std::count(d.test_mask.begin(), d.test_mask.end(), 1)), d.source.c_str());
-  if (a.has("--part-size")) {
+  if (compare_partitions) {
     // How well each reordering makes communities contiguous, and what it costs.
-    auto const part_size = std::stoll(a.get("--part-size"));
     for (auto method :
          {PartitionMethod::metis, PartitionMethod::label_propagation, PartitionMethod::rcm, PartitionMethod::none}) {
       if (method == PartitionMethod::metis && !metis_available())
@@ -159,38 +122,34 @@ int cmd_info(Args const &a) {
   return 0;
 }
 
-int cmd_train(Args const &a) {
-  check_known(a,
-              {"--data",         "--model",        "--kernel",    "--epochs",    "--hidden",     "--layers",
-               "--lr",           "--weight-decay", "--dropout",   "--patience",  "--seed",       "--random-features",
-               "--no-normalize", "--timing",       "--partition", "--part-size", "--checkpoint", "--checkpoint-every",
-               "--resume",       "--json",         "--quiet"});
-  TESSEL_REQUIRE(a.has("--data"), "train needs --data FILE");
-  auto const data = load_dataset(a.get("--data"));
+int cmd_train(tessel::CommandLine &a) {
+  TESSEL_REQUIRE(a.has("data"), "train needs --data FILE");
+  std::string const data_path = a.get("data", "");
   TrainOptions o;
-  o.model = parse_model_kind(a.get("--model", "gcn"));
+  o.model = parse_model_kind(a.get("model", "gcn"));
   if (o.model == ModelKind::gin) {
     // GNNAdvisor's GIN: 5 layers, 64 hidden.
     o.layers = 5;
     o.hidden = 64;
   }
-  o.spmm = spmm_options(a, parse_spmm_algorithm(a.get("--kernel", "adaptive")));
-  o.epochs = std::stoi(a.get("--epochs", "200"));
-  if (a.has("--hidden"))
-    o.hidden = std::stoi(a.get("--hidden"));
-  if (a.has("--layers"))
-    o.layers = std::stoi(a.get("--layers"));
-  o.learning_rate = std::stod(a.get("--lr", "0.01"));
-  o.weight_decay = std::stod(a.get("--weight-decay", "5e-4"));
-  o.dropout = std::stod(a.get("--dropout", "0.5"));
-  o.patience = std::stoi(a.get("--patience", "10"));
-  o.seed = std::stoull(a.get("--seed", "42"));
-  o.random_features = std::stoi(a.get("--random-features", "0"));
-  o.normalize_features = !a.has("--no-normalize");
-  o.checkpoint = a.get("--checkpoint");
-  o.checkpoint_every = std::stoi(a.get("--checkpoint-every", "0"));
-  o.resume = a.has("--resume");
-  bool const quiet = a.has("--quiet");
+  o.spmm = spmm_options(a, parse_spmm_algorithm(a.get("kernel", "adaptive")));
+  o.epochs = static_cast<int>(a.get_int("epochs", 200));
+  o.hidden = static_cast<int>(a.get_int("hidden", o.hidden));
+  o.layers = static_cast<int>(a.get_int("layers", o.layers));
+  o.learning_rate = a.get_double("lr", 0.01);
+  o.weight_decay = a.get_double("weight-decay", 5e-4);
+  o.dropout = a.get_double("dropout", 0.5);
+  o.patience = static_cast<int>(a.get_int("patience", 10));
+  o.seed = static_cast<std::uint64_t>(a.get_int("seed", 42));
+  o.random_features = static_cast<int>(a.get_int("random-features", 0));
+  o.normalize_features = !a.flag("no-normalize");
+  o.checkpoint = a.get("checkpoint", "");
+  o.checkpoint_every = static_cast<int>(a.get_int("checkpoint-every", 0));
+  o.resume = a.flag("resume");
+  bool const quiet = a.flag("quiet");
+  std::string const json_path = a.get("json", "");
+  a.finish();
+  auto const data = load_dataset(data_path);
   bool const random = data.features_random || data.num_features() == 0;
   std::printf("tessel-gnn train: %s on '%s' (%lld nodes, %lld entries), kernel %s, %d epochs\n", name_of(o.model),
               data.name.c_str(), static_cast<long long>(data.num_nodes()), static_cast<long long>(data.graph.nnz()),
@@ -217,12 +176,11 @@ int cmd_train(Args const &a) {
               100 * result.selection_net_seconds / train_s);
   for (auto const &p : result.plans)
     print_plan(p);
-  if (a.has("--json")) {
-    std::ofstream out(a.get("--json"));
-    TESSEL_REQUIRE(out.good(), "cannot write '", a.get("--json"), "'");
-    out << "{\n  \"command\": \"train\", \"data\": " << json_str(a.get("--data"))
-        << ", \"dataset\": " << json_str(data.name) << ", \"model\": " << json_str(name_of(o.model))
-        << ", \"kernel\": " << json_str(name_of(o.spmm.algorithm))
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    TESSEL_REQUIRE(out.good(), "cannot write '", json_path, "'");
+    out << "{\n  \"command\": \"train\", \"data\": " << json_str(data_path) << ", \"dataset\": " << json_str(data.name)
+        << ", \"model\": " << json_str(name_of(o.model)) << ", \"kernel\": " << json_str(name_of(o.spmm.algorithm))
         << ", \"features_random\": " << (random ? "true" : "false") << ",\n  \"epochs_run\": " << result.epochs_run
         << ", \"early_stopped\": " << (result.early_stopped ? "true" : "false")
         << ", \"train_accuracy\": " << num(result.train_acc) << ", \"val_accuracy\": " << num(result.val_acc)
@@ -257,30 +215,23 @@ SpmmOptions fixed(SpmmAlgorithm algorithm) {
   return o;
 }
 
-int cmd_bench_cuda(Args const &a) {
+int cmd_bench_cuda(tessel::CommandLine &a) {
   CudaBenchConfig c;
-  c.data = a.get("--data");
-  c.op_name = a.get("--operator", "gcn");
-  c.json = a.get("--json");
-  {
-    std::stringstream ss(a.get("--features", "16,64,256"));
-    for (std::string item; std::getline(ss, item, ',');)
-      c.widths.push_back(std::stoi(item));
-  }
-  if (a.has("--kernels")) {
-    std::stringstream ss(a.get("--kernels"));
-    for (std::string item; std::getline(ss, item, ',');) {
-      parse_spmm_algorithm(item);
-      c.kernels.push_back(item);
-    }
-  }
-  c.reps = std::stoi(a.get("--reps", "20"));
-  c.warmup = std::stoi(a.get("--warmup", "3"));
+  c.data = a.get("data", "");
+  c.op_name = a.get("operator", "gcn");
+  c.json = a.get("json", "");
+  for (auto const w : a.get_int_list("features", {16, 64, 256}))
+    c.widths.push_back(static_cast<int>(w));
+  c.kernels = a.get_list("kernels", {});
+  for (auto const &k : c.kernels)
+    parse_spmm_algorithm(k);
+  c.reps = static_cast<int>(a.get_int("reps", 20));
+  c.warmup = static_cast<int>(a.get_int("warmup", 3));
   TESSEL_REQUIRE(c.reps >= 1 && c.warmup >= 0, "--reps must be >= 1 and --warmup >= 0");
   c.options = spmm_options(a, SpmmAlgorithm::adaptive);
-  if (a.has("--tf32"))
-    c.allow_tf32 = parse_on_off(a.get("--tf32"));
-  c.dense_engine = a.get("--dense-engine", "automatic");
+  c.allow_tf32 = get_on_off(a, "tf32", c.allow_tf32);
+  c.dense_engine = a.get("dense-engine", "automatic");
+  a.finish();
 #ifdef TESSEL_ENABLE_CUDA
   return bench_cuda(c);
 #else
@@ -294,36 +245,31 @@ int cmd_bench_cuda(Args const &a) {
 #endif
 }
 
-int cmd_bench(Args const &a) {
-  check_known(a, {"--data", "--features", "--kernels", "--reps", "--warmup", "--operator", "--timing", "--partition",
-                  "--part-size", "--json", "--backend", "--tf32", "--dense-engine"});
-  TESSEL_REQUIRE(a.has("--data"), "bench needs --data FILE");
+int cmd_bench(tessel::CommandLine &a) {
+  TESSEL_REQUIRE(a.has("data"), "bench needs --data FILE");
   // --backend, not --device: Kokkos 3.4 takes --device (a device id) from the command line before we see it.
-  std::string const backend = a.get("--backend", "host");
+  std::string const backend = a.get("backend", "host");
   TESSEL_REQUIRE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
   if (backend == "cuda")
     return cmd_bench_cuda(a);
-  TESSEL_REQUIRE(!a.has("--tf32") && !a.has("--dense-engine"), "--tf32 and --dense-engine need --backend cuda");
-  auto const data = load_dataset(a.get("--data"));
-  std::string const op_name = a.get("--operator", "gcn");
+  TESSEL_REQUIRE(!a.has("tf32") && !a.has("dense-engine"), "--tf32 and --dense-engine need --backend cuda");
+  std::string const data_path = a.get("data", "");
+  std::string const op_name = a.get("operator", "gcn");
   TESSEL_REQUIRE(op_name == "gcn" || op_name == "raw", "--operator must be gcn or raw, got '", op_name, "'");
-  auto const op = op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
   std::vector<int> widths;
-  {
-    std::stringstream ss(a.get("--features", "16,64,256"));
-    for (std::string item; std::getline(ss, item, ',');)
-      widths.push_back(std::stoi(item));
-  }
-  std::vector<std::string> kernels;
-  {
-    std::stringstream ss(a.get("--kernels", "csr,csr_feature_tiled,coo,tiles,dense,kk,adaptive"));
-    for (std::string item; std::getline(ss, item, ',');) {
-      parse_spmm_algorithm(item);
-      kernels.push_back(item);
-    }
-  }
-  int const reps = std::stoi(a.get("--reps", "15")), warmup = std::stoi(a.get("--warmup", "3"));
+  for (auto const w : a.get_int_list("features", {16, 64, 256}))
+    widths.push_back(static_cast<int>(w));
+  std::vector<std::string> const kernels =
+      a.get_list("kernels", {"csr", "csr_feature_tiled", "coo", "tiles", "dense", "kk", "adaptive"});
+  for (auto const &k : kernels)
+    parse_spmm_algorithm(k);
+  int const reps = static_cast<int>(a.get_int("reps", 15)), warmup = static_cast<int>(a.get_int("warmup", 3));
   TESSEL_REQUIRE(reps >= 1 && warmup >= 0, "--reps must be >= 1 and --warmup >= 0");
+  SpmmOptions const base_options = spmm_options(a, SpmmAlgorithm::adaptive);
+  std::string const json_path = a.get("json", "");
+  a.finish();
+  auto const data = load_dataset(data_path);
+  auto const op = op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
   Exec space;
   bool wrong = false;
   auto const n = static_cast<std::size_t>(op.num_rows());
@@ -331,10 +277,9 @@ int cmd_bench(Args const &a) {
               data.name.c_str(), n, static_cast<long long>(op.nnz()), op_name.c_str(),
               env_or("OPENBLAS_NUM_THREADS", "unset").c_str(), reps);
   std::ostringstream js;
-  js << "{\n  \"command\": \"bench\", \"data\": " << json_str(a.get("--data"))
-     << ", \"dataset\": " << json_str(data.name) << ", \"nodes\": " << n << ", \"nnz\": " << op.nnz()
-     << ", \"operator\": " << json_str(op_name) << ", \"reps\": " << reps
-     << ", \"openblas_num_threads\": " << json_str(env_or("OPENBLAS_NUM_THREADS", "unset"))
+  js << "{\n  \"command\": \"bench\", \"data\": " << json_str(data_path) << ", \"dataset\": " << json_str(data.name)
+     << ", \"nodes\": " << n << ", \"nnz\": " << op.nnz() << ", \"operator\": " << json_str(op_name)
+     << ", \"reps\": " << reps << ", \"openblas_num_threads\": " << json_str(env_or("OPENBLAS_NUM_THREADS", "unset"))
      << ", \"build\": " << json_str(tessel::build_summary()) << ",\n  \"results\": [";
   for (std::size_t wi = 0; wi < widths.size(); ++wi) {
     int const f = widths[wi];
@@ -424,7 +369,8 @@ int cmd_bench(Args const &a) {
       auto const algorithm = parse_spmm_algorithm(k);
       try {
         auto const t0 = std::chrono::steady_clock::now();
-        auto options = spmm_options(a, algorithm);
+        auto options = base_options;
+        options.algorithm = algorithm;
         options.probe_features = {f}; // this handle serves width f only
         auto h = std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, op, options);
         double const setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -543,9 +489,9 @@ int cmd_bench(Args const &a) {
     js << ", \"plan\": " << plan_json << "}";
   }
   js << "\n  ]\n}\n";
-  if (a.has("--json")) {
-    std::ofstream out(a.get("--json"));
-    TESSEL_REQUIRE(out.good(), "cannot write '", a.get("--json"), "'");
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    TESSEL_REQUIRE(out.good(), "cannot write '", json_path, "'");
     out << js.str();
   }
   if (wrong)
@@ -574,8 +520,8 @@ int main(int argc, char **argv) {
                   env_or("OPENBLAS_NUM_THREADS", "unset").c_str());
       return 0;
     }
-    auto const args = parse(argc, argv);
-    if (args.has("--help")) {
+    tessel::CommandLine args(argc - 2, argv + 2);
+    if (args.flag({"help", 'h'})) {
       std::printf("%s", usage_text);
       return 0;
     }

@@ -10,6 +10,7 @@
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Reference.hpp>
 
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
@@ -76,71 +77,44 @@ void usage() {
 }
 
 Options parse(int argc, char **argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto next = [&]() -> std::string {
-      TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
-      return argv[++i];
-    };
-    if (a == "--schedule") {
-      auto const value = next();
-      o.schedules.clear();
-      if (value == "all") {
-        o.schedules = {Schedule::sequential, Schedule::pipelined, Schedule::comet};
-      } else {
-        std::stringstream ss(value);
-        std::string item;
-        while (std::getline(ss, item, ','))
-          o.schedules.push_back(parse_schedule(item));
-      }
-    } else if (a == "--ep") {
-      o.ep = std::stoi(next());
-    } else if (a == "--tp") {
-      o.tp = std::stoi(next());
-    } else if (a == "--iters") {
-      o.iters = std::stoi(next());
-    } else if (a == "--warmup") {
-      o.warmup = std::stoi(next());
-    } else if (a == "--chunks") {
-      o.chunks = std::stoi(next());
-    } else if (a == "--comm-share") {
-      o.share = std::stod(next());
-    } else if (a == "--bandwidth") {
-      o.bandwidth_mbps = std::stod(next());
-    } else if (a == "--latency") {
-      o.latency_us = std::stod(next());
-    } else if (a == "--no-emulation") {
-      o.emulate = false;
-    } else if (a == "--verify") {
-      o.verify = true;
-    } else if (a == "--tune") {
-      o.tune = true;
-    } else if (a == "--registry") {
-      o.registry = next();
-    } else if (a == "--tuning") {
-      o.tuning = next();
-    } else if (a == "--json") {
-      o.json = next();
-    } else if (a == "--verbose") {
-      o.verbose = true;
-    } else if (a == "--stats") {
-      o.stats = true;
-    } else if (a == "--timeout") {
-      o.timeout_s = std::stod(next());
-    } else if (a == "-h" || a == "--help") {
-      usage();
-      std::exit(0);
-    } else if (a == "--version") {
-      std::printf("tessel-moe %s\n", tessel::build_summary().c_str());
-      std::exit(0);
-    } else if (!a.empty() && a[0] == '-') {
-      TESSEL_THROW("unknown option '", a, "' (see --help)");
-    } else {
-      TESSEL_REQUIRE(o.file.empty(), "more than one input file given ('", o.file, "' and '", a, "')");
-      o.file = a;
-    }
+  tessel::CommandLine cl(argc - 1, argv + 1);
+  if (cl.flag({"help", 'h'})) {
+    usage();
+    std::exit(0);
   }
+  if (cl.flag("version")) {
+    std::printf("tessel-moe %s\n", tessel::build_summary().c_str());
+    std::exit(0);
+  }
+  Options o;
+  auto const schedules = cl.get_list("schedule", {"all"});
+  if (schedules != std::vector<std::string>{"all"}) {
+    o.schedules.clear();
+    for (auto const &item : schedules)
+      o.schedules.push_back(parse_schedule(item));
+  }
+  o.ep = static_cast<int>(cl.get_int("ep", o.ep));
+  o.tp = static_cast<int>(cl.get_int("tp", o.tp));
+  o.iters = static_cast<int>(cl.get_int("iters", o.iters));
+  o.warmup = static_cast<int>(cl.get_int("warmup", o.warmup));
+  o.chunks = static_cast<int>(cl.get_int("chunks", o.chunks));
+  o.share = cl.get_double("comm-share", o.share);
+  o.bandwidth_mbps = cl.get_double("bandwidth", o.bandwidth_mbps);
+  o.latency_us = cl.get_double("latency", o.latency_us);
+  o.emulate = !cl.flag("no-emulation");
+  o.verify = cl.flag("verify");
+  o.tune = cl.flag("tune");
+  o.registry = cl.get("registry", o.registry);
+  o.tuning = cl.get("tuning", o.tuning);
+  o.json = cl.get("json", o.json);
+  o.verbose = cl.flag("verbose");
+  o.stats = cl.flag("stats");
+  o.timeout_s = cl.get_double("timeout", o.timeout_s);
+  auto const files = cl.positionals();
+  TESSEL_REQUIRE(files.size() <= 1, "more than one input file given ('", files.size() > 1 ? files[0] : "", "' and '",
+                 files.size() > 1 ? files[1] : "", "')");
+  if (!files.empty())
+    o.file = files[0];
   TESSEL_REQUIRE(!o.file.empty(), "no input file given (see --help)");
   TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
   TESSEL_REQUIRE(o.share > 0 && o.share < 1, "--comm-share must be in (0, 1), got ", o.share);

@@ -110,7 +110,7 @@ ErrorStats plan_errors(Cluster const &cluster, ProfileTable const &fit, ProfileT
 
 } // namespace
 
-int estimate_command(Args &args) {
+int estimate_command(tessel::CommandLine &args) {
   if (args.flag("help")) {
     std::printf("usage: tessel-sched estimate --profile F|DIR [--cluster F|crius] [--json F] [--dump F.csv]\n"
                 "  Calibrates the analytic estimator on the measured plans of the profile (prof_database_est) and\n"
@@ -246,7 +246,7 @@ int estimate_command(Args &args) {
   return 0;
 }
 
-int cells_command(Args &args) {
+int cells_command(tessel::CommandLine &args) {
   if (args.flag("help")) {
     std::printf(
         "usage: tessel-sched cells --model M --batch B --gpu TYPE --gpus N [--cluster F|crius] [--profile F|DIR]\n"
@@ -256,9 +256,9 @@ int cells_command(Args &args) {
     return 0;
   }
   std::string const model_name = args.require("model");
-  int const batch = static_cast<int>(args.integer("batch", 0));
+  int const batch = static_cast<int>(args.get_int("batch", 0));
   std::string const gpu = args.require("gpu");
-  int const gpus = static_cast<int>(args.integer("gpus", 0));
+  int const gpus = static_cast<int>(args.get_int("gpus", 0));
   std::string const cluster_path = args.get("cluster", "crius");
   std::string const profile_path = args.get("profile", "");
   std::string const strategy_arg = args.get("strategy", "all");

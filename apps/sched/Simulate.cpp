@@ -24,71 +24,6 @@
 
 namespace tessel::sched::app {
 
-Args::Args(int argc, char **argv) {
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    TESSEL_REQUIRE(a.rfind("--", 0) == 0 && a.size() > 2, "unexpected argument '", a, "' (options start with --)");
-    a = a.substr(2);
-    auto const eq = a.find('=');
-    if (eq != std::string::npos) {
-      _values[a.substr(0, eq)] = a.substr(eq + 1);
-    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
-      _values[a] = argv[++i];
-    } else {
-      _values[a] = "";
-    }
-  }
-}
-
-bool Args::flag(std::string const &name) {
-  auto const it = _values.find(name);
-  if (it == _values.end())
-    return false;
-  _used[name] = true;
-  TESSEL_REQUIRE(it->second.empty() || it->second == "1" || it->second == "true", "--", name,
-                 " is a flag and takes no value (got '", it->second, "')");
-  return true;
-}
-
-std::string Args::get(std::string const &name, std::string const &fallback) {
-  auto const it = _values.find(name);
-  if (it == _values.end())
-    return fallback;
-  _used[name] = true;
-  TESSEL_REQUIRE(!it->second.empty(), "--", name, " needs a value");
-  return it->second;
-}
-
-std::string Args::require(std::string const &name) {
-  TESSEL_REQUIRE(_values.count(name), "missing required option --", name);
-  return get(name, "");
-}
-
-double Args::number(std::string const &name, double fallback) {
-  std::string const v = get(name, "");
-  if (v.empty())
-    return fallback;
-  char *end = nullptr;
-  double const d = std::strtod(v.c_str(), &end);
-  TESSEL_REQUIRE(end && *end == '\0', "--", name, " expects a number, got '", v, "'");
-  return d;
-}
-
-long long Args::integer(std::string const &name, long long fallback) {
-  std::string const v = get(name, "");
-  if (v.empty())
-    return fallback;
-  char *end = nullptr;
-  long long const d = std::strtoll(v.c_str(), &end, 10);
-  TESSEL_REQUIRE(end && *end == '\0', "--", name, " expects an integer, got '", v, "'");
-  return d;
-}
-
-void Args::finish() const {
-  for (auto const &kv : _values)
-    TESSEL_REQUIRE(_used.count(kv.first), "unknown or unused option --", kv.first);
-}
-
 namespace {
 
 void simulate_usage() {
@@ -205,7 +140,7 @@ void write_json(std::string const &path, Cluster const &cluster, std::string con
 
 } // namespace
 
-int simulate_command(Args &args) {
+int simulate_command(tessel::CommandLine &args) {
   if (args.flag("help")) {
     simulate_usage();
     return 0;
@@ -216,17 +151,17 @@ int simulate_command(Args &args) {
   std::string const profile_path = args.get("profile", "");
   std::string const policy_arg = args.require("policy");
   SimOptions opt;
-  opt.max_rounds = static_cast<int>(args.integer("rounds", 0));
-  opt.interval = args.number("interval", 300);
+  opt.max_rounds = static_cast<int>(args.get_int("rounds", 0));
+  opt.interval = args.get_double("interval", 300);
   opt.arena_compat = args.flag("arena-compat");
-  opt.iteration_divisor = args.number("iteration-divisor", opt.arena_compat ? 5 : 1);
-  opt.seed = static_cast<std::uint64_t>(args.integer("seed", 1));
-  opt.node_mtbf_hours = args.number("node-mtbf", 0);
-  opt.node_repair_rounds = static_cast<int>(args.integer("repair-rounds", 6));
-  opt.job_mtbf_hours = args.number("job-mtbf", 0);
-  opt.checkpoint_interval = args.number("checkpoint", 1800);
+  opt.iteration_divisor = args.get_double("iteration-divisor", opt.arena_compat ? 5 : 1);
+  opt.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
+  opt.node_mtbf_hours = args.get_double("node-mtbf", 0);
+  opt.node_repair_rounds = static_cast<int>(args.get_int("repair-rounds", 6));
+  opt.job_mtbf_hours = args.get_double("job-mtbf", 0);
+  opt.checkpoint_interval = args.get_double("checkpoint", 1800);
   opt.check_invariants = args.flag("check");
-  int const threads = static_cast<int>(std::max(1LL, args.integer("parallel", 1)));
+  int const threads = static_cast<int>(std::max<std::int64_t>(1, args.get_int("parallel", 1)));
   std::string const json_path = args.get("json", "");
   bool const quiet = args.flag("quiet");
   std::string source_name_arg = args.get("source", profile_path.empty() ? "estimator" : "table");

@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
   }
   std::string const command = argv[1];
   try {
-    tessel::sched::app::Args args(argc - 2, argv + 2);
+    tessel::CommandLine args(argc - 2, argv + 2);
     if (command == "simulate")
       return tessel::sched::app::simulate_command(args);
     if (command == "estimate")

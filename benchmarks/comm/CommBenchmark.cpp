@@ -7,6 +7,7 @@
 // algbw  S / time, S = bytes one rank contributes (GB = 1e9)
 // busbw  algbw x 2(n-1)/n for allreduce, x (n-1)/n for alltoallv (nccl-tests doc/PERFORMANCE.md)
 // #wrong elements that differ from the exact expected result of a checked call after the timed ones
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/ScopeGuard.hpp>
@@ -16,7 +17,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -36,26 +36,28 @@ struct Options {
   bool check = true;
 };
 
-std::size_t parse_size(std::string const &text) {
-  char *end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  switch (end && *end ? *end : ' ') {
+// Bytes with an optional K/M/G suffix (powers of 1024), as nccl-tests reads -b and -e.
+std::size_t parse_size(std::string const &option, std::string const &text) {
+  double scale = 1;
+  switch (text.empty() ? ' ' : text.back()) {
   case 'K':
   case 'k':
-    value *= 1024;
+    scale = 1024;
     break;
   case 'M':
   case 'm':
-    value *= 1024 * 1024;
+    scale = 1024.0 * 1024;
     break;
   case 'G':
   case 'g':
-    value *= 1024.0 * 1024 * 1024;
+    scale = 1024.0 * 1024 * 1024;
     break;
   default:
     break;
   }
-  TESSEL_REQUIRE(value > 0, "size '", text, "' must be positive");
+  std::string const number = scale == 1 ? text : text.substr(0, text.size() - 1);
+  double const value = tessel::CommandLine::parse_double(option, number) * scale;
+  TESSEL_REQUIRE(value >= 1, "option ", option, " expects a positive size, got '", text, "'");
   return static_cast<std::size_t>(value);
 }
 
@@ -66,35 +68,22 @@ void usage() {
 }
 
 Options parse(int argc, char **argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto next = [&]() -> std::string {
-      TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
-      return argv[++i];
-    };
-    if (a == "-b" || a == "--minbytes")
-      o.min_bytes = parse_size(next());
-    else if (a == "-e" || a == "--maxbytes")
-      o.max_bytes = parse_size(next());
-    else if (a == "-f" || a == "--stepfactor")
-      o.step = std::stod(next());
-    else if (a == "-w" || a == "--warmup_iters")
-      o.warmup = std::stoi(next());
-    else if (a == "-n" || a == "--iters")
-      o.iters = std::stoi(next());
-    else if (a == "-o" || a == "--op")
-      o.ops = next();
-    else if (a == "-c" || a == "--check")
-      o.check = std::stoi(next()) != 0;
-    else if (a == "-J" || a == "--json")
-      o.json = next();
-    else if (a == "-h" || a == "--help") {
-      usage();
-      std::exit(0);
-    } else
-      TESSEL_THROW("unknown option '", a, "' (see --help)");
+  tessel::CommandLine cl(argc - 1, argv + 1);
+  if (cl.flag({"help", 'h'})) {
+    usage();
+    std::exit(0);
   }
+  // nccl-tests spellings (-b -e -f -w -n -o -c) so its command lines carry over.
+  Options o;
+  o.min_bytes = parse_size("-b/--minbytes", cl.get({"minbytes", 'b'}, std::to_string(o.min_bytes)));
+  o.max_bytes = parse_size("-e/--maxbytes", cl.get({"maxbytes", 'e'}, std::to_string(o.max_bytes)));
+  o.step = cl.get_double({"stepfactor", 'f'}, o.step);
+  o.warmup = static_cast<int>(cl.get_int({"warmup_iters", 'w'}, o.warmup));
+  o.iters = static_cast<int>(cl.get_int({"iters", 'n'}, o.iters));
+  o.ops = cl.get({"op", 'o'}, o.ops);
+  o.check = cl.get_int({"check", 'c'}, o.check ? 1 : 0) != 0;
+  o.json = cl.get({"json", 'J'}, o.json);
+  cl.finish();
   TESSEL_REQUIRE(o.step > 1.0, "step factor must be > 1, got ", o.step);
   TESSEL_REQUIRE(o.iters > 0 && o.warmup >= 0, "need iters > 0 and warmup >= 0");
   TESSEL_REQUIRE(o.ops == "all" || o.ops == "allreduce" || o.ops == "alltoallv", "unknown op '", o.ops, "'");

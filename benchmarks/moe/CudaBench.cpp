@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #endif
 
 #include <cstdio>
@@ -35,7 +34,7 @@ namespace tessel::moe::bench {
 
 #ifndef TESSEL_ENABLE_CUDA
 
-int run_cuda_bench(int, char **) {
+int run_cuda_bench(tessel::CommandLine &) {
   std::printf(
       "tessel-moe-bench --backend cuda: skipped: this Tessel was built without CUDA (Tessel_ENABLE_CUDA=OFF)\n");
   return 0;
@@ -45,30 +44,17 @@ int run_cuda_bench(int, char **) {
 
 namespace {
 
-struct CudaOptions {
+struct CudaOptions : SweepOptions {
+  CudaOptions() {
+    tokens = {4096};
+    scale = 4.0;
+    iters = 10;
+    warmup = 2;
+  }
   int world = 4;
-  int tp = 1;
-  std::vector<std::string> models{"mixtral", "qwen2", "phi35"};
-  std::vector<std::int64_t> tokens{4096};
-  double scale = 4.0;
   DataType dtype = DataType::bfloat16;
-  double imbalance = 0.04;
-  std::vector<int> chunks{2, 4};
-  int iters = 10, warmup = 2;
   std::int64_t check_tokens = 32;
-  std::string json;
-  std::uint64_t seed = 2025;
 };
-
-std::vector<std::string> split_list(std::string const &s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty())
-      out.push_back(item);
-  return out;
-}
 
 DataType parse_dtype(std::string const &s) {
   if (s == "float32" || s == "fp32")
@@ -83,71 +69,36 @@ DataType parse_dtype(std::string const &s) {
 /// Bound of max |y - ref| / max |ref| per dtype (the GPU test's bounds, tstCudaMoe.cpp).
 double bound(DataType dtype) { return dtype == DataType::float32 ? 1e-4 : dtype == DataType::float16 ? 1e-2 : 6e-2; }
 
-CudaOptions parse(int argc, char **argv) {
-  CudaOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto next = [&]() -> std::string {
-      TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
-      return argv[++i];
-    };
-    if (a == "--backend") {
-      TESSEL_REQUIRE(next() == "cuda", "internal: not the CUDA backend");
-    } else if (a == "--virtual-ranks") {
-      o.world = std::stoi(next());
-    } else if (a == "--tp") {
-      o.tp = std::stoi(next());
-    } else if (a == "--models") {
-      o.models = split_list(next());
-    } else if (a == "--tokens") {
-      o.tokens.clear();
-      for (auto const &t : split_list(next()))
-        o.tokens.push_back(std::stoll(t));
-    } else if (a == "--scale") {
-      o.scale = std::stod(next());
-    } else if (a == "--dtype") {
-      o.dtype = parse_dtype(next());
-    } else if (a == "--imbalance") {
-      o.imbalance = std::stod(next());
-    } else if (a == "--chunks") {
-      o.chunks.clear();
-      for (auto const &c : split_list(next()))
-        o.chunks.push_back(std::stoi(c));
-    } else if (a == "--iters") {
-      o.iters = std::stoi(next());
-    } else if (a == "--warmup") {
-      o.warmup = std::stoi(next());
-    } else if (a == "--check-tokens") {
-      o.check_tokens = std::stoll(next());
-    } else if (a == "--json") {
-      o.json = next();
-    } else if (a == "--seed") {
-      o.seed = std::stoull(next());
-    } else if (a == "--smoke") {
-      o.models = {"mixtral", "qwen2"};
-      o.tokens = {256};
-      o.scale = 16;
-      o.iters = 2;
-      o.warmup = 1;
-    } else if (a == "-h" || a == "--help") {
-      std::printf("usage: tessel-moe-bench --backend cuda [options]\n"
-                  "  --virtual-ranks W  virtual ranks in this process on the current GPU (default 4)\n"
-                  "  --tp T             tensor-parallel size; EP = W / T (default 1)\n"
-                  "  --models LIST      mixtral, qwen2, phi35 (default all three)\n"
-                  "  --tokens LIST      tokens per rank M (default 4096)\n"
-                  "  --scale F          divide N and K by F (default 4)\n"
-                  "  --dtype D          float32, float16 or bfloat16 (default bfloat16)\n"
-                  "  --imbalance STD    routing imbalance (default 0.04)\n"
-                  "  --chunks LIST      pipelined chunk counts; the fastest is reported (default 2,4)\n"
-                  "  --iters N          timed runs per schedule (default 10), --warmup N (default 2)\n"
-                  "  --check-tokens T   rank 0's first T tokens are checked against the dense reference (default 32)\n"
-                  "  --json FILE        write the results as JSON\n"
-                  "  --smoke            tiny sizes, two iterations\n");
-      std::exit(0);
-    } else {
-      TESSEL_THROW("unknown option '", a, "' for --backend cuda (see --backend cuda --help)");
-    }
+CudaOptions parse(tessel::CommandLine &cl) {
+  if (cl.flag({"help", 'h'})) {
+    std::printf("usage: tessel-moe-bench --backend cuda [options]\n"
+                "  --virtual-ranks W  virtual ranks in this process on the current GPU (default 4)\n"
+                "  --tp T             tensor-parallel size; EP = W / T (default 1)\n"
+                "  --models LIST      mixtral, qwen2, phi35 (default all three)\n"
+                "  --tokens LIST      tokens per rank M (default 4096)\n"
+                "  --scale F          divide N and K by F (default 4)\n"
+                "  --dtype D          float32, float16 or bfloat16 (default bfloat16)\n"
+                "  --imbalance STD    routing imbalance (default 0.04)\n"
+                "  --chunks LIST      pipelined chunk counts; the fastest is reported (default 2,4)\n"
+                "  --iters N          timed runs per schedule (default 10), --warmup N (default 2)\n"
+                "  --check-tokens T   rank 0's first T tokens are checked against the dense reference (default 32)\n"
+                "  --json FILE        write the results as JSON\n"
+                "  --smoke            tiny sizes, two iterations\n");
+    std::exit(0);
   }
+  CudaOptions o;
+  if (cl.flag("smoke")) { // options given with --smoke still override these
+    o.models = {"mixtral", "qwen2"};
+    o.tokens = {256};
+    o.scale = 16;
+    o.iters = 2;
+    o.warmup = 1;
+  }
+  o.read(cl);
+  o.world = static_cast<int>(cl.get_int("virtual-ranks", o.world));
+  o.dtype = parse_dtype(cl.get("dtype", "bfloat16"));
+  o.check_tokens = cl.get_int("check-tokens", o.check_tokens);
+  cl.finish();
   TESSEL_REQUIRE(o.world >= 1 && o.tp >= 1 && o.world % o.tp == 0, "--tp ", o.tp, " must divide --virtual-ranks ",
                  o.world);
   TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
@@ -184,8 +135,8 @@ double rel_diff(std::vector<HostMatrix> const &a, std::vector<HostMatrix> const 
 
 } // namespace
 
-int run_cuda_bench(int argc, char **argv) {
-  auto const o = parse(argc, argv);
+int run_cuda_bench(tessel::CommandLine &cl) {
+  auto const o = parse(cl);
   if (!cuda::device_available()) {
     std::printf("tessel-moe-bench --backend cuda: skipped: no CUDA device visible\n");
     return 0;

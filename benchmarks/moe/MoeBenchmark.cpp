@@ -37,33 +37,19 @@ namespace {
 using namespace tessel::moe;
 using tessel::Communicator;
 
-struct Options {
-  std::vector<std::string> models{"mixtral", "qwen2", "phi35"};
-  std::vector<std::int64_t> tokens{1024, 4096};
-  double scale = 8.0;
-  int tp = 1;
+struct Options : tessel::moe::bench::SweepOptions {
+  Options() {
+    tokens = {1024, 4096};
+    scale = 8.0;
+    iters = 5;
+    warmup = 1;
+  }
   double share = 0.47;
   double latency_us = 10.0;
-  double imbalance = 0.04;
-  std::vector<int> chunks{2, 4};
-  int iters = 5;
-  int warmup = 1;
-  std::string json;
   bool tune = false;
   std::string registry = "moe/tuning/host.registry";
-  std::uint64_t seed = 2025;
   std::string trace; ///< write each rank's comet timeline of the last run per point to TRACE.<model>.<M>.rank<r>
 };
-
-std::vector<std::string> split_list(std::string const &s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty())
-      out.push_back(item);
-  return out;
-}
 
 void usage() {
   std::printf(
@@ -86,63 +72,22 @@ void usage() {
       "  --smoke           tiny sizes, one iteration (for CI)\n");
 }
 
-Options parse(int argc, char **argv) {
+Options parse(tessel::CommandLine &cl) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto next = [&]() -> std::string {
-      TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
-      return argv[++i];
-    };
-    if (a == "--models") {
-      o.models = split_list(next());
-    } else if (a == "--tokens") {
-      o.tokens.clear();
-      for (auto const &t : split_list(next()))
-        o.tokens.push_back(std::stoll(t));
-    } else if (a == "--scale") {
-      o.scale = std::stod(next());
-    } else if (a == "--tp") {
-      o.tp = std::stoi(next());
-    } else if (a == "--share") {
-      o.share = std::stod(next());
-    } else if (a == "--latency") {
-      o.latency_us = std::stod(next());
-    } else if (a == "--imbalance") {
-      o.imbalance = std::stod(next());
-    } else if (a == "--chunks") {
-      o.chunks.clear();
-      for (auto const &c : split_list(next()))
-        o.chunks.push_back(std::stoi(c));
-    } else if (a == "--iters") {
-      o.iters = std::stoi(next());
-    } else if (a == "--warmup") {
-      o.warmup = std::stoi(next());
-    } else if (a == "--json") {
-      o.json = next();
-    } else if (a == "--tune") {
-      o.tune = true;
-    } else if (a == "--registry") {
-      o.registry = next();
-    } else if (a == "--trace") {
-      o.trace = next();
-    } else if (a == "--seed") {
-      o.seed = std::stoull(next());
-    } else if (a == "--backend") {
-      TESSEL_REQUIRE(next() == "host", "internal: --backend cuda is handled before");
-    } else if (a == "--smoke") {
-      o.models = {"mixtral", "qwen2"};
-      o.tokens = {64};
-      o.scale = 64;
-      o.iters = 1;
-      o.warmup = 0;
-    } else if (a == "-h" || a == "--help") {
-      usage();
-      std::exit(0);
-    } else {
-      TESSEL_THROW("unknown option '", a, "' (see --help)");
-    }
+  if (cl.flag("smoke")) { // tiny sizes for CI; options given with --smoke still override these
+    o.models = {"mixtral", "qwen2"};
+    o.tokens = {64};
+    o.scale = 64;
+    o.iters = 1;
+    o.warmup = 0;
   }
+  o.read(cl);
+  o.share = cl.get_double("share", o.share);
+  o.latency_us = cl.get_double("latency", o.latency_us);
+  o.tune = cl.flag("tune");
+  o.registry = cl.get("registry", o.registry);
+  o.trace = cl.get("trace", o.trace);
+  cl.finish();
   TESSEL_REQUIRE(o.share > 0 && o.share < 1, "--share must be in (0, 1), got ", o.share);
   TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
   return o;
@@ -195,24 +140,23 @@ double hidden(Point const &p, double t) { return (p.t_seq - t) / p.t_comm; }
 int main(int argc, char **argv) {
   tessel::ScopeGuard guard(argc, argv);
   int status = 0;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--backend") {
-      std::string const backend = argv[i + 1];
-      if (backend == "cuda") {
-        try {
-          return tessel::moe::bench::run_cuda_bench(argc, argv);
-        } catch (std::exception const &e) {
-          std::fprintf(stderr, "tessel-moe-bench --backend cuda: error: %s\n", e.what());
-          return 1;
-        }
-      }
-      if (backend != "host") {
-        std::fprintf(stderr, "tessel-moe-bench: --backend must be host or cuda, got '%s'\n", backend.c_str());
+  try {
+    tessel::CommandLine cl(argc - 1, argv + 1);
+    std::string const backend = cl.get("backend", "host");
+    TESSEL_REQUIRE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
+    if (backend == "cuda") {
+      try {
+        return tessel::moe::bench::run_cuda_bench(cl);
+      } catch (std::exception const &e) {
+        std::fprintf(stderr, "tessel-moe-bench --backend cuda: error: %s\n", e.what());
         return 1;
       }
     }
-  try {
-    auto const o = parse(argc, argv);
+    if (cl.flag({"help", 'h'})) {
+      usage();
+      return 0;
+    }
+    auto const o = parse(cl);
     auto const world = Communicator::world();
     int const w = world.size(), me = world.rank();
     TESSEL_REQUIRE(w % o.tp == 0, "--tp ", o.tp, " does not divide the ", w, " ranks");

@@ -11,6 +11,7 @@
 #include <tessel/sched/Simulator.hpp>
 #include <tessel/sched/Synthetic.hpp>
 
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 
@@ -18,11 +19,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -64,71 +62,56 @@ Run run_once(Cluster const &cluster, Trace const &trace, ProfileTable const *tab
 
 int main(int argc, char **argv) {
   tessel::ScopeGuard guard(argc, argv);
-  std::map<std::string, std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
+  try {
+    tessel::CommandLine args(argc - 1, argv + 1);
+    if (args.flag({"help", 'h'})) {
       std::printf(
           "usage: tessel-sched-bench [--trace F --profile DIR|F] [--cluster F|crius] [--rounds N] [--repeat R]\n"
           "                          [--arena-compat] [--policy LIST] [--jobs N] [--json F]\n");
       return 0;
     }
-    if (a.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "tessel-sched-bench: unexpected argument '%s'\n", a.c_str());
-      return 2;
-    }
-    a = a.substr(2);
-    if (a == "arena-compat")
-      args[a] = "1";
-    else if (i + 1 < argc)
-      args[a] = argv[++i];
-    else {
-      std::fprintf(stderr, "tessel-sched-bench: --%s needs a value\n", a.c_str());
-      return 2;
-    }
-  }
-  auto get = [&](char const *k, std::string const &d) { return args.count(k) ? args[k] : d; };
-  try {
+    std::string const cluster_path = args.get("cluster", "crius");
+    std::string const profile_path = args.get("profile", "");
+    std::string const trace_path = args.get("trace", "");
+    int const jobs = static_cast<int>(args.get_int("jobs", 400));
+    bool const arena_compat = args.flag("arena-compat");
+    int const rounds = static_cast<int>(args.get_int("rounds", 2000));
+    int const repeat = static_cast<int>(std::max<std::int64_t>(1, args.get_int("repeat", 3)));
+    std::vector<std::string> const policies = args.get_list("policy", {"crius", "fcfs", "elasticflow", "gavel", "sia"});
+    std::string const json_path = args.get("json", "");
+    args.finish();
     std::printf("%s\n", tessel::build_summary().c_str());
-    Cluster const cluster = load_cluster(get("cluster", "crius"));
+    Cluster const cluster = load_cluster(cluster_path);
     std::unique_ptr<ProfileTable> table;
     Estimator est(cluster);
-    if (args.count("profile")) {
-      table = std::make_unique<ProfileTable>(load_profile(args["profile"]));
+    if (!profile_path.empty()) {
+      table = std::make_unique<ProfileTable>(load_profile(profile_path));
       est.calibrate(*table);
     }
     ThroughputSource const source = table ? ThroughputSource::table : ThroughputSource::estimator;
     Trace trace;
-    if (args.count("trace")) {
-      trace = load_trace(args["trace"], cluster);
+    if (!trace_path.empty()) {
+      trace = load_trace(trace_path, cluster);
     } else {
       ThroughputOracle const gen(cluster, table.get(), &est, source);
       SyntheticOptions s;
-      s.jobs = std::atoi(get("jobs", "400").c_str());
+      s.jobs = jobs;
       s.jobs_per_hour = 20;
       trace = generate_trace(cluster, gen, s);
     }
     SimOptions opt;
-    opt.arena_compat = args.count("arena-compat") > 0;
+    opt.arena_compat = arena_compat;
     opt.iteration_divisor = opt.arena_compat ? 5 : 1;
-    opt.max_rounds = std::atoi(get("rounds", "2000").c_str());
-    int const repeat = std::max(1, std::atoi(get("repeat", "3").c_str()));
-    std::vector<std::string> policies;
-    {
-      std::stringstream ss(get("policy", "crius,fcfs,elasticflow,gavel,sia"));
-      std::string p;
-      while (std::getline(ss, p, ','))
-        policies.push_back(p);
-    }
+    opt.max_rounds = rounds;
     std::printf("trace: %s (%zu jobs), %d rounds, %d repeats, throughput from %s\n",
-                args.count("trace") ? args["trace"].c_str() : "synthetic", trace.jobs.size(), opt.max_rounds, repeat,
+                trace_path.empty() ? "synthetic" : trace_path.c_str(), trace.jobs.size(), opt.max_rounds, repeat,
                 source_name(source));
     std::printf("\n%-12s %12s %14s %14s %14s %12s %16s\n", "policy", "wall (s)", "sched ms/round", "lookups",
                 "computed", "memo off (s)", "memo saves (x)");
     std::ofstream json;
-    if (args.count("json")) {
-      json.open(args["json"]);
-      TESSEL_REQUIRE(json.good(), "cannot write '", args["json"], "'");
+    if (!json_path.empty()) {
+      json.open(json_path);
+      TESSEL_REQUIRE(json.good(), "cannot write '", json_path, "'");
       json << "{\"build\":\"" << tessel::build_summary() << "\",\"repeat\":" << repeat << ",\"policies\":{";
     }
     double total = 0;

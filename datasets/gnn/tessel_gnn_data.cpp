@@ -4,14 +4,13 @@
 //   tessel-gnn-data rmat --scale 16 --edge-factor 8 --out rmat.h5
 //   tessel-gnn-data csv  --edges facebook_edges.csv --targets facebook_target.csv --id-column id
 //                        --target-column page_type --name facebook --out facebook.h5
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/gnn/Dataset.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,25 +27,6 @@ char const *usage_text =
     "        [--name NAME] [--source TEXT] [--split PER_CLASS,VAL,TEST] [--seed S]\n"
     "        edge list with a header line (first two columns: source, target; undirected unless --directed);\n"
     "        targets: RFC-4180 CSV, one row per node, classes = the sorted distinct values of the target column\n";
-
-std::map<std::string, std::string> parse(int argc, char **argv, std::vector<std::string> &flags) {
-  std::map<std::string, std::string> v;
-  for (int i = 2; i < argc; ++i) {
-    std::string const k = argv[i];
-    if (k == "--no-shuffle" || k == "--directed") {
-      flags.push_back(k);
-      continue;
-    }
-    TESSEL_REQUIRE(k.rfind("--", 0) == 0 && i + 1 < argc, "bad argument '", k, "'\n", usage_text);
-    v[k] = argv[++i];
-  }
-  return v;
-}
-
-std::string get(std::map<std::string, std::string> const &v, std::string const &k, std::string const &fallback) {
-  auto it = v.find(k);
-  return it == v.end() ? fallback : it->second;
-}
 
 /// Splits one CSV record (RFC 4180: quoted fields may hold commas, quotes doubled); records span one line.
 std::vector<std::string> csv_fields(std::string const &line, std::string const &file, std::size_t line_no) {
@@ -91,9 +71,19 @@ std::int64_t parse_id(std::string const &s, std::string const &file, std::size_t
   return v;
 }
 
-int cmd_csv(std::map<std::string, std::string> const &v, std::vector<std::string> const &flags) {
-  std::string const edges_path = get(v, "--edges", "");
+int cmd_csv(tessel::CommandLine &v, std::string const &out) {
+  std::string const edges_path = v.get("edges", "");
   TESSEL_REQUIRE(!edges_path.empty(), "csv needs --edges FILE");
+  bool const directed = v.flag("directed");
+  std::string const name = v.get("name", edges_path);
+  std::string const source = v.get("source", "edge list " + edges_path);
+  std::string const targets = v.get("targets", "");
+  std::string const id_column = v.get("id-column", "id");
+  std::string const target_column = v.get("target-column", "target");
+  auto const split = v.get_int_list("split", {20, 500, 1000});
+  TESSEL_REQUIRE(split.size() == 3, "--split expects PER_CLASS,VAL,TEST, got ", split.size(), " numbers");
+  auto const seed = static_cast<std::uint64_t>(v.get_int("seed", 1));
+  v.finish();
   std::ifstream in(edges_path);
   TESSEL_REQUIRE(in.good(), "cannot open '", edges_path, "'");
   std::string line;
@@ -113,14 +103,12 @@ int cmd_csv(std::map<std::string, std::string> const &v, std::vector<std::string
     max_id = std::max({max_id, a, b});
     edges.emplace_back(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
   }
-  bool const directed = std::find(flags.begin(), flags.end(), "--directed") != flags.end();
   Dataset d;
-  d.name = get(v, "--name", edges_path);
-  d.source = get(v, "--source", "edge list " + edges_path);
+  d.name = name;
+  d.source = source;
   d.directed = directed;
   std::int64_t n = max_id + 1;
 
-  std::string const targets = get(v, "--targets", "");
   std::vector<std::string> target_of;
   if (!targets.empty()) {
     std::ifstream tin(targets);
@@ -132,8 +120,8 @@ int cmd_csv(std::map<std::string, std::string> const &v, std::vector<std::string
       TESSEL_REQUIRE(it != header.end(), "file '", targets, "': no column '", name, "' in the header");
       return static_cast<std::size_t>(it - header.begin());
     };
-    std::size_t const id_col = column(get(v, "--id-column", "id"));
-    std::size_t const target_col = column(get(v, "--target-column", "target"));
+    std::size_t const id_col = column(id_column);
+    std::size_t const target_col = column(target_column);
     std::vector<std::pair<std::int64_t, std::string>> rows;
     line_no = 1;
     while (std::getline(tin, line)) {
@@ -168,19 +156,14 @@ int cmd_csv(std::map<std::string, std::string> const &v, std::vector<std::string
       if (!target_of[i].empty())
         d.labels[i] =
             static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), target_of[i]) - classes.begin());
-    std::stringstream ss(get(v, "--split", "20,500,1000"));
-    std::string a, b, c;
-    std::getline(ss, a, ',');
-    std::getline(ss, b, ',');
-    std::getline(ss, c, ',');
-    make_split(d, std::stoi(a), std::stoll(b), std::stoll(c), std::stoull(get(v, "--seed", "1")));
+    make_split(d, static_cast<int>(split[0]), split[1], split[2], seed);
     std::printf("classes:");
     for (std::size_t k = 0; k < classes.size(); ++k)
       std::printf(" %zu=%s", k, classes[k].c_str());
     std::printf("\n");
   }
-  save_dataset(get(v, "--out", ""), d);
-  std::printf("wrote %s: %lld nodes, %lld entries\n", get(v, "--out", "").c_str(), static_cast<long long>(n),
+  save_dataset(out, d);
+  std::printf("wrote %s: %lld nodes, %lld entries\n", out.c_str(), static_cast<long long>(n),
               static_cast<long long>(d.graph.nnz()));
   return 0;
 }
@@ -195,35 +178,40 @@ int main(int argc, char **argv) {
       return argc < 2 ? 1 : 0;
     }
     std::string const command = argv[1];
-    std::vector<std::string> flags;
-    auto const v = parse(argc, argv, flags);
-    std::string const out = get(v, "--out", "");
+    tessel::CommandLine v(argc - 2, argv + 2);
+    if (v.flag({"help", 'h'})) {
+      std::printf("%s", usage_text);
+      return 0;
+    }
+    std::string const out = v.get("out", "");
     TESSEL_REQUIRE(!out.empty(), "--out FILE is required\n", usage_text);
     if (command == "csv")
-      return cmd_csv(v, flags);
+      return cmd_csv(v, out);
     Dataset d;
     if (command == "sbm") {
       SbmOptions o;
-      o.nodes = std::stoll(get(v, "--nodes", "10000"));
-      o.community_size = std::stoll(get(v, "--community", "128"));
-      o.p_in = std::stod(get(v, "--p-in", "0.1"));
-      o.inter_degree = std::stod(get(v, "--inter-degree", "2"));
-      o.classes = std::stoi(get(v, "--classes", "8"));
-      o.features = std::stoi(get(v, "--features", "32"));
-      o.feature_signal = std::stod(get(v, "--signal", "1"));
-      o.seed = std::stoull(get(v, "--seed", "1"));
-      o.shuffle = std::find(flags.begin(), flags.end(), "--no-shuffle") == flags.end();
+      o.nodes = v.get_int("nodes", 10000);
+      o.community_size = v.get_int("community", 128);
+      o.p_in = v.get_double("p-in", 0.1);
+      o.inter_degree = v.get_double("inter-degree", 2);
+      o.classes = static_cast<int>(v.get_int("classes", 8));
+      o.features = static_cast<int>(v.get_int("features", 32));
+      o.feature_signal = v.get_double("signal", 1);
+      o.seed = static_cast<std::uint64_t>(v.get_int("seed", 1));
+      o.shuffle = !v.flag("no-shuffle");
+      v.finish();
       d = generate_sbm(o);
     } else if (command == "rmat") {
       RmatOptions o;
-      o.scale = std::stoi(get(v, "--scale", "14"));
-      o.edge_factor = std::stod(get(v, "--edge-factor", "8"));
-      o.a = std::stod(get(v, "--a", "0.57"));
-      o.b = std::stod(get(v, "--b", "0.19"));
-      o.c = std::stod(get(v, "--c", "0.19"));
-      o.classes = std::stoi(get(v, "--classes", "4"));
-      o.features = std::stoi(get(v, "--features", "0"));
-      o.seed = std::stoull(get(v, "--seed", "1"));
+      o.scale = static_cast<int>(v.get_int("scale", 14));
+      o.edge_factor = v.get_double("edge-factor", 8);
+      o.a = v.get_double("a", 0.57);
+      o.b = v.get_double("b", 0.19);
+      o.c = v.get_double("c", 0.19);
+      o.classes = static_cast<int>(v.get_int("classes", 4));
+      o.features = static_cast<int>(v.get_int("features", 0));
+      o.seed = static_cast<std::uint64_t>(v.get_int("seed", 1));
+      v.finish();
       d = generate_rmat(o);
     } else {
       std::fprintf(stderr, "tessel-gnn-data: unknown command '%s'\n%s", command.c_str(), usage_text);

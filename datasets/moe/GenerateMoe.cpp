@@ -6,6 +6,7 @@
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/Synthetic.hpp>
 
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 
@@ -37,49 +38,24 @@ void usage() {
 int main(int argc, char **argv) {
   tessel::ScopeGuard guard(argc, argv);
   try {
-    std::string model = "mixtral", out;
-    double scale = 8.0, imbalance = 0.04, alpha = -1.0;
-    std::int64_t tokens = 0;
-    bool logits = false;
-    std::uint64_t seed = 1;
-    std::string activation = "silu";
-    std::int64_t nan_row = -1, nan_col = -1;
-    for (int i = 1; i < argc; ++i) {
-      std::string const a = argv[i];
-      auto next = [&]() -> std::string {
-        TESSEL_REQUIRE(i + 1 < argc, "option ", a, " needs a value");
-        return argv[++i];
-      };
-      if (a == "--model")
-        model = next();
-      else if (a == "--scale")
-        scale = std::stod(next());
-      else if (a == "--tokens")
-        tokens = std::stoll(next());
-      else if (a == "--imbalance")
-        imbalance = std::stod(next());
-      else if (a == "--zipf-alpha")
-        alpha = std::stod(next());
-      else if (a == "--logits")
-        logits = true;
-      else if (a == "--activation")
-        activation = next();
-      else if (a == "--seed")
-        seed = std::stoull(next());
-      else if (a == "--out")
-        out = next();
-      else if (a == "--nan-token") {
-        auto const v = next();
-        auto const comma = v.find(',');
-        TESSEL_REQUIRE(comma != std::string::npos, "--nan-token expects ROW,COL, got '", v, "'");
-        nan_row = std::stoll(v.substr(0, comma));
-        nan_col = std::stoll(v.substr(comma + 1));
-      } else if (a == "-h" || a == "--help") {
-        usage();
-        return 0;
-      } else
-        TESSEL_THROW("unknown option '", a, "' (see --help)");
+    tessel::CommandLine cl(argc - 1, argv + 1);
+    if (cl.flag({"help", 'h'})) {
+      usage();
+      return 0;
     }
+    std::string const model = cl.get("model", "mixtral");
+    double const scale = cl.get_double("scale", 8.0);
+    std::int64_t const tokens = cl.get_int("tokens", 0);
+    double const imbalance = cl.get_double("imbalance", 0.04);
+    double alpha = cl.get_double("zipf-alpha", -1.0);
+    bool const logits = cl.flag("logits");
+    std::string const activation = cl.get("activation", "silu");
+    auto const seed = static_cast<std::uint64_t>(cl.get_int("seed", 1));
+    std::string const out = cl.get("out", "");
+    auto const nan_token = cl.get_int_list("nan-token", {-1, -1});
+    TESSEL_REQUIRE(nan_token.size() == 2, "--nan-token expects ROW,COL, got ", nan_token.size(), " numbers");
+    std::int64_t const nan_row = nan_token[0], nan_col = nan_token[1];
+    cl.finish();
     TESSEL_REQUIRE(!out.empty(), "--out FILE is required (see --help)");
     TESSEL_REQUIRE(tokens > 0, "--tokens must be positive (see --help)");
     TESSEL_REQUIRE(imbalance >= 0, "--imbalance must be >= 0");

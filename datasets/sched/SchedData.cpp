@@ -16,13 +16,13 @@
 #include <tessel/sched/Throughput.hpp>
 #include <tessel/sched/Trace.hpp>
 
+#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,53 +31,12 @@ namespace {
 
 using namespace tessel::sched;
 
-struct Options {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> named;
-  std::map<std::string, bool> used;
-
-  Options(int argc, char **argv) {
-    for (int i = 0; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a.rfind("--", 0) == 0) {
-        a = a.substr(2);
-        auto const eq = a.find('=');
-        if (eq != std::string::npos)
-          named[a.substr(0, eq)] = a.substr(eq + 1);
-        else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 && a != "keep-gpus")
-          named[a] = argv[++i];
-        else
-          named[a] = "";
-      } else {
-        positional.push_back(a);
-      }
-    }
-  }
-  std::string get(std::string const &k, std::string const &fallback) {
-    used[k] = true;
-    auto const it = named.find(k);
-    return it == named.end() ? fallback : it->second;
-  }
-  bool flag(std::string const &k) {
-    used[k] = true;
-    return named.count(k) > 0;
-  }
-  double number(std::string const &k, double fallback) {
-    std::string const v = get(k, "");
-    if (v.empty())
-      return fallback;
-    char *end = nullptr;
-    double const d = std::strtod(v.c_str(), &end);
-    TESSEL_REQUIRE(end && *end == '\0', "--", k, " expects a number, got '", v, "'");
-    return d;
-  }
-  void finish(std::size_t positional_count) const {
-    TESSEL_REQUIRE(positional.size() == positional_count, "expected ", positional_count, " file argument",
-                   positional_count == 1 ? "" : "s", ", got ", positional.size());
-    for (auto const &kv : named)
-      TESSEL_REQUIRE(used.count(kv.first), "unknown option --", kv.first);
-  }
-};
+/// The \p count file arguments of a sub-command, after every option was read (unknown ones fail first).
+std::vector<std::string> files(tessel::CommandLine &o, std::size_t count) {
+  std::vector<std::string> f = o.positionals();
+  TESSEL_REQUIRE(f.size() == count, "expected ", count, " file argument", count == 1 ? "" : "s", ", got ", f.size());
+  return f;
+}
 
 bool is_h5(std::string const &p) {
   return (p.size() > 3 && p.compare(p.size() - 3, 3, ".h5") == 0) ||
@@ -105,34 +64,34 @@ void usage() {
       "        [--gpt-share X] [--cluster F|crius] [--profile DIR|F]  synthetic trace (Arena's job mix)\n");
 }
 
-int run(std::string const &cmd, Options &o) {
+int run(std::string const &cmd, tessel::CommandLine &o) {
   if (cmd == "crius-trace") {
     std::string const cluster_path = o.get("cluster", "crius");
-    o.finish(2);
+    auto const f = files(o, 2);
     Cluster const cluster = load_cluster(cluster_path);
-    Trace trace = load_trace(o.positional[0], cluster);
-    trace.source = o.positional[0] + " (Crius trace CSV)";
-    save_trace(trace, o.positional[1]);
-    std::printf("wrote %zu jobs to %s\n", trace.jobs.size(), o.positional[1].c_str());
+    Trace trace = load_trace(f[0], cluster);
+    trace.source = f[0] + " (Crius trace CSV)";
+    save_trace(trace, f[1]);
+    std::printf("wrote %zu jobs to %s\n", trace.jobs.size(), f[1].c_str());
     return 0;
   }
   if (cmd == "profile") {
-    o.finish(2);
-    ProfileTable const table = load_profile(o.positional[0]);
-    save_profile(table, o.positional[1], o.positional[0] + " (Crius profile tables)");
+    auto const f = files(o, 2);
+    ProfileTable const table = load_profile(f[0]);
+    save_profile(table, f[1], f[0] + " (Crius profile tables)");
     std::printf("wrote %zu best-plan entries, %zu plan records, %zu DP-memory rows to %s (%zu source rows skipped)\n",
-                table.entries().size(), table.plans().size(), table.dp_memory().size(), o.positional[1].c_str(),
+                table.entries().size(), table.plans().size(), table.dp_memory().size(), f[1].c_str(),
                 table.skipped.size());
     return 0;
   }
   if (cmd == "cluster") {
     std::string const spec = o.get("crius-spec", "");
     std::string const infos = o.get("device-infos", "");
-    o.finish(spec.empty() ? 2 : 1);
-    Cluster const cluster = spec.empty() ? load_cluster(o.positional[0]) : load_crius_cluster_spec(spec, infos);
-    std::string const &out = o.positional.back();
+    auto const f = files(o, spec.empty() ? 2 : 1);
+    Cluster const cluster = spec.empty() ? load_cluster(f[0]) : load_crius_cluster_spec(spec, infos);
+    std::string const &out = f.back();
     if (is_h5(out))
-      save_cluster(cluster, out, spec.empty() ? o.positional[0] : spec);
+      save_cluster(cluster, out, spec.empty() ? f[0] : spec);
     else
       save_cluster_csv(cluster, out);
     std::printf("wrote %d nodes, %d GPUs to %s\n", cluster.num_nodes(), cluster.num_gpus(), out.c_str());
@@ -141,7 +100,7 @@ int run(std::string const &cmd, Options &o) {
   if (cmd == "elasticflow-trace" || cmd == "synth") {
     std::string const cluster_path = o.get("cluster", "crius");
     std::string const profile_path = o.get("profile", "");
-    auto const seed = static_cast<std::uint64_t>(o.number("seed", 1));
+    auto const seed = static_cast<std::uint64_t>(o.get_int("seed", 1));
     Cluster const cluster = load_cluster(cluster_path);
     std::unique_ptr<ProfileTable> table;
     Estimator estimator(cluster);
@@ -153,22 +112,21 @@ int run(std::string const &cmd, Options &o) {
                                   table ? ThroughputSource::table : ThroughputSource::estimator);
     if (cmd == "elasticflow-trace") {
       bool const keep = o.flag("keep-gpus");
-      double const from = o.number("from", 0);
-      int const sample = static_cast<int>(o.number("sample", 1));
-      o.finish(2);
-      write_trace(convert_elasticflow_trace(o.positional[0], cluster, oracle, seed, keep, from, sample),
-                  o.positional[1]);
+      double const from = o.get_double("from", 0);
+      int const sample = static_cast<int>(o.get_int("sample", 1));
+      auto const f = files(o, 2);
+      write_trace(convert_elasticflow_trace(f[0], cluster, oracle, seed, keep, from, sample), f[1]);
       return 0;
     }
     SyntheticOptions s;
     s.seed = seed;
-    s.jobs = static_cast<int>(o.number("jobs", 100));
-    s.jobs_per_hour = o.number("rate", 10);
-    s.median_hours = o.number("median-hours", 1);
-    s.sigma = o.number("sigma", 1);
-    s.gpt_share = o.number("gpt-share", 0);
-    o.finish(1);
-    write_trace(generate_trace(cluster, oracle, s), o.positional[0]);
+    s.jobs = static_cast<int>(o.get_int("jobs", 100));
+    s.jobs_per_hour = o.get_double("rate", 10);
+    s.median_hours = o.get_double("median-hours", 1);
+    s.sigma = o.get_double("sigma", 1);
+    s.gpt_share = o.get_double("gpt-share", 0);
+    auto const f = files(o, 1);
+    write_trace(generate_trace(cluster, oracle, s), f[0]);
     return 0;
   }
   std::fprintf(stderr, "tessel-sched-data: unknown command '%s'\n", cmd.c_str());
@@ -186,7 +144,7 @@ int main(int argc, char **argv) {
   }
   std::string const cmd = argv[1];
   try {
-    Options o(argc - 2, argv + 2);
+    tessel::CommandLine o(argc - 2, argv + 2);
     return run(cmd, o);
   } catch (std::exception const &e) {
     std::fprintf(stderr, "tessel-sched-data %s: error: %s\n", cmd.c_str(), e.what());
