@@ -843,14 +843,7 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
       ", expected E/EP x K/TP x N = ", eg, " x ", config.ffn_per_rank(), " x ", config.hidden);
   TESSEL_REQUIRE(st.options.pipeline_chunks >= 1 && st.options.pipeline_chunks <= max_chunks,
                  "MoeLayer: pipeline_chunks must be in [1, ", max_chunks, "], got ", st.options.pipeline_chunks);
-  if (st.options.comet) {
-    st.comet = *st.options.comet;
-    st.comet_source = "given";
-  } else {
-    auto const &registry = st.options.registry ? *st.options.registry : TuningRegistry::builtin();
-    st.comet = registry.lookup(config, st.options.backend, &st.comet_source);
-  }
-  st.comet.validate(config);
+  st.comet = resolve_comet_params(config, st.options.comet, st.options.registry, st.options.backend, &st.comet_source);
   Impl::limit_blas_threads();
 }
 

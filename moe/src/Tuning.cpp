@@ -285,4 +285,18 @@ TuningRegistry const &TuningRegistry::builtin() {
   return registry;
 }
 
+CometParams resolve_comet_params(MoeConfig const &config, std::optional<CometParams> const &given,
+                                 TuningRegistry const *registry, std::string const &backend, std::string *source) {
+  CometParams params;
+  if (given) {
+    params = *given;
+    if (source)
+      *source = "given";
+  } else {
+    params = (registry ? *registry : TuningRegistry::builtin()).lookup(config, backend, source);
+  }
+  params.validate(config, backend);
+  return params;
+}
+
 } // namespace tessel::moe

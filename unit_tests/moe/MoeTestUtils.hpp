@@ -5,12 +5,15 @@
 // differ per rank. The seed is fresh per run, agreed on by rank 0, and printed with every failure.
 #include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Router.hpp>
+#include <tessel/moe/Tuning.hpp>
 
 #include <tessel/core/Communicator.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <sstream>
+#include <string>
 
 namespace tessel::moe::test {
 
@@ -42,6 +45,22 @@ inline HostMatrix random_matrix(char const *label, std::size_t rows, std::size_t
   fill_normal(m.data(), m.size(), seed, stddev);
   return m;
 }
+
+/// One schedule with its parameters, as the schedule tests run it (host and device).
+struct Variant {
+  Schedule schedule;
+  CometParams comet;
+  int chunks = 3;
+  std::string describe() const {
+    std::ostringstream os;
+    os << name_of(schedule);
+    if (schedule == Schedule::comet)
+      os << " [" << comet.describe() << "]";
+    if (schedule == Schedule::pipelined)
+      os << " [chunks=" << chunks << "]";
+    return os.str();
+  }
+};
 
 } // namespace tessel::moe::test
 

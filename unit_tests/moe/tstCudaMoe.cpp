@@ -121,20 +121,7 @@ MoeConfig small_config(int ep, int tp, int topk, DataType dtype) {
 
 std::vector<std::pair<int, int>> layouts() { return {{1, 1}, {2, 1}, {4, 1}, {2, 2}}; }
 
-struct Variant {
-  Schedule schedule;
-  CometParams comet;
-  int chunks = 3;
-  std::string describe() const {
-    std::ostringstream os;
-    os << name_of(schedule);
-    if (schedule == Schedule::comet)
-      os << " [" << comet.describe() << "]";
-    if (schedule == Schedule::pipelined)
-      os << " [chunks=" << chunks << "]";
-    return os.str();
-  }
-};
+using tessel::moe::test::Variant;
 
 std::vector<Variant> variants() {
   std::vector<Variant> v;

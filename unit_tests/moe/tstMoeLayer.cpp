@@ -97,20 +97,7 @@ Inputs make_inputs(Case const &c, MoeConfig const &config, int rank, std::uint64
   return in;
 }
 
-struct Variant {
-  Schedule schedule;
-  CometParams comet;
-  int chunks = 3;
-  std::string describe() const {
-    std::ostringstream os;
-    os << name_of(schedule);
-    if (schedule == Schedule::comet)
-      os << " [" << comet.describe() << "]";
-    if (schedule == Schedule::pipelined)
-      os << " [chunks=" << chunks << "]";
-    return os.str();
-  }
-};
+using tessel::moe::test::Variant;
 
 std::vector<Variant> variants() {
   std::vector<Variant> v;

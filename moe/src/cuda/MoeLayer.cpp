@@ -62,14 +62,7 @@ struct VirtualRanksLayer::State {
     es = size_of(c.dtype);
     TESSEL_REQUIRE(static_cast<int>(weights.size()) == world, "tessel::moe::cuda::VirtualRanksLayer: ", weights.size(),
                    " weight shards for ", world, " ranks (EP x TP)");
-    if (options.comet) {
-      comet = *options.comet;
-      comet_source = "given";
-    } else {
-      auto const &registry = options.registry ? *options.registry : TuningRegistry::builtin();
-      comet = registry.lookup(host_config, "cuda", &comet_source);
-    }
-    comet.validate(host_config, "cuda");
+    comet = resolve_comet_params(host_config, options.comet, options.registry, "cuda", &comet_source);
 
     layout = symmetric_layout(c);
     ranks.resize(static_cast<std::size_t>(world));

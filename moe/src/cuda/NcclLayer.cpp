@@ -52,14 +52,7 @@ struct NcclMoeLayer::State {
     groups = c.ep;
     eg = c.experts_per_group();
     es = size_of(c.dtype);
-    if (options.comet) {
-      comet = *options.comet;
-      comet_source = "given";
-    } else {
-      auto const &registry = options.registry ? *options.registry : TuningRegistry::builtin();
-      comet = registry.lookup(host_config, "cuda", &comet_source);
-    }
-    comet.validate(host_config, "cuda");
+    comet = resolve_comet_params(host_config, options.comet, options.registry, "cuda", &comet_source);
     comm.require_same("CometParams", comet.hash());
     // The all-to-all counts come from the exchanged plans and match by construction; the communicator's per-call
     // count check (a host all-gather) would add a host round trip to every baseline all-to-all.

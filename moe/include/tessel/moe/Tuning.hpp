@@ -16,6 +16,7 @@
 #include <tessel/moe/OverlapPlan.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,12 @@ public:
 private:
   std::vector<TuningEntry> _entries;
 };
+
+/// \brief The comet parameters a layer runs with (host and device layers alike): \p given when set, else the
+/// lookup in \p registry (nullptr: TuningRegistry::builtin()) under \p backend; validated for \p config.
+/// \p source receives "given" or how the lookup found them.
+CometParams resolve_comet_params(MoeConfig const &config, std::optional<CometParams> const &given,
+                                 TuningRegistry const *registry, std::string const &backend, std::string *source);
 
 } // namespace tessel::moe
 
