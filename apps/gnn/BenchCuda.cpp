@@ -248,56 +248,8 @@ int bench_cuda(CudaBenchConfig const &c) {
         print_plan(plan);
       }
     }
-    // Ratios: adaptive against each baseline (> 1 means adaptive is faster).
-    double best = INFINITY;
-    std::string best_name;
-    for (auto const &[k, v] : ms)
-      if (k != "adaptive" && k != "csr(reordered)" && v < best) {
-        best = v;
-        best_name = k;
-      }
-    js << (wi ? "," : "") << "\n    {\"features\": " << f << ", \"flops\": " << num(flops) << ", \"median_ms\": {";
-    bool first = true;
-    for (auto const &[k, v] : ms) {
-      js << (first ? "" : ", ") << json_str(k) << ": " << num(v);
-      first = false;
-    }
-    js << "}, \"max_err_over_abs_a_abs_x\": {";
-    first = true;
-    for (auto const &[k, v] : err) {
-      js << (first ? "" : ", ") << json_str(k) << ": " << num(v);
-      first = false;
-    }
-    js << "}, \"notes\": {";
-    first = true;
-    for (auto const &[k, v] : notes) {
-      js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
-      first = false;
-    }
-    js << "}";
-    if (ms.count("adaptive")) {
-      double const ad = ms["adaptive"];
-      std::printf("  adaptive speedup:");
-      js << ", \"adaptive_speedup\": {";
-      first = true;
-      // The named baselines first: cuSPARSE, then Tessel's CSR.
-      std::vector<std::string> order{"cusparse", "csr"};
-      for (auto const &[k, v] : ms)
-        if (k != "adaptive" && k != "cusparse" && k != "csr")
-          order.push_back(k);
-      for (auto const &k : order) {
-        if (!ms.count(k))
-          continue;
-        std::printf(" vs %s %.2fx", k.c_str(), ms[k] / ad);
-        js << (first ? "" : ", ") << json_str(k) << ": " << num(ms[k] / ad);
-        first = false;
-      }
-      std::printf("\n  best single full-graph kernel: %s (%.4f ms); adaptive / best = %.2fx faster\n",
-                  best_name.c_str(), best, best / ad);
-      js << "}, \"best_single\": " << json_str(best_name) << ", \"speedup_vs_best_single\": " << num(best / ad);
-    }
-    js << ", \"plan\": " << plan_json << "}";
-    std::fflush(stdout);
+    // The named baselines first: cuSPARSE, then Tessel's CSR.
+    report_width(js, wi == 0, f, flops, ms, &err, notes, {"cusparse", "csr"}, plan_json);
   }
   js << "\n  ]\n}\n";
   if (!c.json.empty())

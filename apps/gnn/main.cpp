@@ -447,46 +447,7 @@ int cmd_bench(tessel::CommandLine &a) {
                   "permute in+out", 1e3 * median(t));
     }
     std::fflush(stdout);
-    // Ratios: adaptive against each baseline (> 1 means adaptive is faster).
-    double best = INFINITY;
-    std::string best_name;
-    for (auto const &[k, v] : ms)
-      if (k != "adaptive" && k != "csr(reordered)" && k != "permute_in_out" && v < best) {
-        best = v;
-        best_name = k;
-      }
-    js << (wi ? "," : "") << "\n    {\"features\": " << f << ", \"flops\": " << num(flops) << ", \"median_ms\": {";
-    bool first = true;
-    for (auto const &[k, v] : ms) {
-      js << (first ? "" : ", ") << json_str(k) << ": " << num(v);
-      first = false;
-    }
-    js << "}, \"notes\": {";
-    first = true;
-    for (auto const &[k, v] : notes) {
-      js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
-      first = false;
-    }
-    js << "}";
-    if (ms.count("adaptive")) {
-      double const ad = ms["adaptive"];
-      std::printf("  adaptive speedup:");
-      js << ", \"adaptive_speedup\": {";
-      first = true;
-      for (auto const &[k, v] : ms) {
-        if (k == "adaptive" || k == "permute_in_out")
-          continue;
-        std::printf(" vs %s %.2fx", k.c_str(), v / ad);
-        js << (first ? "" : ", ") << json_str(k) << ": " << num(v / ad);
-        first = false;
-      }
-      std::printf("\n  best single full-graph kernel: %s (%.4f ms); adaptive / best = %.2fx faster\n",
-                  best_name.c_str(), best, best / ad);
-      js << "}, \"best_single\": " << json_str(best_name) << ", \"speedup_vs_best_single\": " << num(best / ad);
-      if (ms.count("permute_in_out"))
-        js << ", \"speedup_vs_best_single_with_permute\": " << num(best / (ad + ms["permute_in_out"]));
-    }
-    js << ", \"plan\": " << plan_json << "}";
+    report_width(js, wi == 0, f, flops, ms, nullptr, notes, {}, plan_json);
   }
   js << "\n  ]\n}\n";
   if (!json_path.empty()) {
