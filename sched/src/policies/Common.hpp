@@ -37,6 +37,27 @@ std::vector<int> nodes_with_free(Allocation const &alloc, int type, int need);
 /// Inserts \p job into \p queue after every job submitted no later (FIFO by submission round, then id).
 void insert_by_priority(std::vector<int> &queue, std::vector<JobRecord> const &jobs, int job);
 
+/// Starts the jobs of \p pending in queue order when \p fit(job) places them (fit allocates; it returns false and
+/// changes nothing when the job does not fit); once a job of a GPU type does not fit, the later jobs of that type
+/// wait too (Arena's restart rule for its FIFO baselines). The jobs left waiting stay in \p pending in order.
+template <class Fit> void restart_pending_fifo(SchedContext &ctx, std::vector<int> &pending, Fit &&fit) {
+  std::vector<int> blocked_types, still;
+  for (int id : pending) {
+    int const type = ctx.job(id).quota_type;
+    if (std::find(blocked_types.begin(), blocked_types.end(), type) != blocked_types.end()) {
+      still.push_back(id);
+      continue;
+    }
+    if (fit(id)) {
+      ctx.start(id);
+    } else {
+      blocked_types.push_back(type);
+      still.push_back(id);
+    }
+  }
+  pending.swap(still);
+}
+
 /// Layout of a running job from its quota.
 inline Layout quota_layout(JobRecord const &j) { return {j.quota_hosts, j.quota_per_host}; }
 

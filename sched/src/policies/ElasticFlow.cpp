@@ -173,21 +173,7 @@ private:
   }
 
   void restart_pending(SchedContext &ctx) {
-    std::vector<int> blocked, still;
-    for (int id : _pending) {
-      int const type = ctx.job(id).quota_type;
-      if (std::find(blocked.begin(), blocked.end(), type) != blocked.end()) {
-        still.push_back(id);
-        continue;
-      }
-      if (fit(ctx, id)) {
-        ctx.start(id);
-      } else {
-        blocked.push_back(type);
-        still.push_back(id);
-      }
-    }
-    _pending.swap(still);
+    restart_pending_fifo(ctx, _pending, [&](int id) { return fit(ctx, id); });
   }
 
   PolicyOptions _opt;

@@ -43,23 +43,11 @@ public:
 
 private:
   void restart_pending(SchedContext &ctx) {
-    auto &jobs = ctx.jobs();
-    std::vector<int> blocked_types, still;
-    for (int id : _pending) {
-      auto const &j = jobs[static_cast<std::size_t>(id)];
-      if (std::find(blocked_types.begin(), blocked_types.end(), j.quota_type) != blocked_types.end()) {
-        still.push_back(id);
-        continue;
-      }
-      Layout const layout = best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type));
-      if (place_scatter(ctx.alloc(), id, j.quota_type, layout)) {
-        ctx.start(id);
-      } else {
-        blocked_types.push_back(j.quota_type);
-        still.push_back(id);
-      }
-    }
-    _pending.swap(still);
+    restart_pending_fifo(ctx, _pending, [&](int id) {
+      auto const &j = ctx.job(id);
+      return place_scatter(ctx.alloc(), id, j.quota_type,
+                           best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type)));
+    });
   }
 
   std::vector<int> _pending;
