@@ -303,23 +303,14 @@ struct VirtualRanksLayer::State {
         rs.chunk_in.resize(static_cast<std::size_t>(chunks));
         rs.chunk_out.resize(static_cast<std::size_t>(chunks));
       }
-      cudaStream_t const s = rs.stream.get(), q = rs.comm.get();
+      cudaStream_t const q = rs.comm.get();
       wait_all(q, &RankState::packed);
       for (int ch = 0; ch < chunks; ++ch) {
         for (int src = 0; src < world; ++src)
           dispatch_copy(rs, w, src, ch, q);
         rs.chunk_in[static_cast<std::size_t>(ch)].record(q);
       }
-      std::size_t reduce_offset = 0;
-      for (int ch = 0; ch < chunks; ++ch) {
-        rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
-        chunk_ffn(rs, config, w, ch);
-        auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
-        TESSEL_CUDA_CHECK(topk_reduce(s, view(d), rs.y.data(), static_cast<int>(count),
-                                      rs.chunk_reduces.data() + reduce_offset, rs.combine_send.data()));
-        reduce_offset += count;
-        rs.chunk_out[static_cast<std::size_t>(ch)].record(s);
-      }
+      pipelined_compute(rs, config, w, view(d), chunks);
       for (int ch = 0; ch < chunks; ++ch) {
         rs.chunk_out[static_cast<std::size_t>(ch)].wait_on(q);
         for (int src = 0; src < world; ++src)

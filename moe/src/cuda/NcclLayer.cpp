@@ -243,16 +243,7 @@ struct NcclMoeLayer::State {
         dispatch(w, ch, q);
         rs.chunk_in[static_cast<std::size_t>(ch)].record(q);
       }
-      std::size_t offset = 0;
-      for (int ch = 0; ch < chunks; ++ch) {
-        rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
-        chunk_ffn(rs, config, w, ch);
-        auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
-        TESSEL_CUDA_CHECK(topk_reduce(s, v, rs.y.data(), static_cast<int>(count), rs.chunk_reduces.data() + offset,
-                                      rs.combine_send.data()));
-        offset += count;
-        rs.chunk_out[static_cast<std::size_t>(ch)].record(s);
-      }
+      pipelined_compute(rs, config, w, v, chunks);
       for (int ch = 0; ch < chunks; ++ch) {
         rs.chunk_out[static_cast<std::size_t>(ch)].wait_on(q);
         combine(w, ch, q);

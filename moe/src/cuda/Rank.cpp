@@ -209,6 +209,20 @@ void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch
   run_gemms(rs, config, g, gemm_layer(rs, config, 1), ptrs == nullptr ? nullptr : ptrs + 3 * g.problems.size());
 }
 
+void pipelined_compute(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view, int chunks) {
+  cudaStream_t const s = rs.stream.get();
+  std::size_t offset = 0;
+  for (int ch = 0; ch < chunks; ++ch) {
+    rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
+    chunk_ffn(rs, config, w, ch);
+    auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
+    TESSEL_CUDA_CHECK(topk_reduce(s, view, rs.y.data(), static_cast<int>(count), rs.chunk_reduces.data() + offset,
+                                  rs.combine_send.data()));
+    offset += count;
+    rs.chunk_out[static_cast<std::size_t>(ch)].record(s);
+  }
+}
+
 CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int sharing) {
   int device = 0, sms = 0, per_sm0 = 0, per_sm1 = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&device));

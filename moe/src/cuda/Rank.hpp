@@ -84,6 +84,11 @@ bool grouped_gemms(DataType dtype);
 /// problems (inputs in the device precision, fp32 accumulation and output), activation per block, GEMM1 likewise.
 void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch);
 
+/// The compute side of the pipelined schedule on one rank's stream: per token chunk, once its rows have landed
+/// (chunk_in recorded on the communication stream), chunk_ffn and the top-k reduce into the combine buffer, then
+/// chunk_out for the chunk's combine.
+void pipelined_compute(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view, int chunks);
+
 /// Communication blocks and block budgets of the fused kernels when \p sharing ranks share the device.
 struct CometGrid {
   int comm_blocks = 1, cap0 = 2, cap1 = 2;
