@@ -5,6 +5,8 @@
 //   tessel-gnn-data csv  --edges facebook_edges.csv --targets facebook_target.csv --id-column id
 //                        --target-column page_type --name facebook --out facebook.h5
 #include <tessel/core/CommandLine.hpp>
+#include <tessel/core/Csv.hpp>
+#include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/gnn/Dataset.hpp>
 
@@ -28,34 +30,9 @@ char const *usage_text =
     "        edge list with a header line (first two columns: source, target; undirected unless --directed);\n"
     "        targets: RFC-4180 CSV, one row per node, classes = the sorted distinct values of the target column\n";
 
-/// Splits one CSV record (RFC 4180: quoted fields may hold commas, quotes doubled); records span one line.
+/// One CSV record of \p file (see tessel::split_csv_record).
 std::vector<std::string> csv_fields(std::string const &line, std::string const &file, std::size_t line_no) {
-  std::vector<std::string> out;
-  std::string field;
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    char const c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(field);
-      field.clear();
-    } else if (c != '\r') {
-      field += c;
-    }
-  }
-  TESSEL_REQUIRE(!quoted, "file '", file, "' line ", line_no, ": unterminated quoted field");
-  out.push_back(field);
-  return out;
+  return tessel::split_csv_record(line, tessel::Impl::concat("file '", file, "' line ", line_no));
 }
 
 std::int64_t parse_id(std::string const &s, std::string const &file, std::size_t line_no) {

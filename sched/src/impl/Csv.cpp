@@ -1,5 +1,6 @@
 #include "Csv.hpp"
 
+#include <tessel/core/Csv.hpp>
 #include <tessel/core/Error.hpp>
 
 #include <cerrno>
@@ -19,34 +20,6 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-std::vector<std::string> split_csv_line(std::string_view line) {
-  std::vector<std::string> out;
-  std::string field;
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    char const c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(trim(field));
-      field.clear();
-    } else {
-      field += c;
-    }
-  }
-  out.push_back(trim(field));
-  return out;
-}
-
 CsvTable CsvTable::read(std::string const &path) {
   std::ifstream in(path);
   TESSEL_REQUIRE(in.good(), "cannot open CSV file '", path, "'");
@@ -59,7 +32,9 @@ CsvTable CsvTable::read(std::string const &path) {
     std::string const stripped = trim(line);
     if (stripped.empty() || stripped[0] == '#')
       continue;
-    auto fields = split_csv_line(stripped);
+    auto fields = split_csv_record(stripped, tessel::Impl::concat("CSV file '", path, "' line ", line_no));
+    for (auto &f : fields)
+      f = trim(f);
     if (t._header.empty()) {
       t._header = std::move(fields);
       continue;

@@ -39,7 +39,6 @@ private:
 };
 
 std::string trim(std::string_view s);
-std::vector<std::string> split_csv_line(std::string_view line);
 
 } // namespace tessel::sched::Impl
 
