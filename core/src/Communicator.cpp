@@ -77,6 +77,32 @@ void Request::wait(Timeout timeout) {
   _impl.reset();
 }
 
+namespace {
+
+/// When waiting for \p requests is worth polling again: bytes moving anywhere need brisk polling, an unknown one
+/// needs the backoff; otherwise the earliest known completion (any one completes the wait) or, with \p all, the
+/// latest (all must complete).
+std::chrono::steady_clock::time_point combined_not_before(std::vector<Request> const &requests, bool all) {
+  bool known = false, unknown = false;
+  auto when = all ? std::chrono::steady_clock::time_point::min() : std::chrono::steady_clock::time_point::max();
+  for (auto const &r : requests) {
+    if (r.is_null())
+      continue;
+    auto const t = r.not_before();
+    if (t == not_before_moving)
+      return not_before_moving;
+    if (t == not_before_unknown) {
+      unknown = true;
+    } else {
+      known = true;
+      when = all ? std::max(when, t) : std::min(when, t);
+    }
+  }
+  return unknown || !known ? not_before_unknown : when;
+}
+
+} // namespace
+
 std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
   bool any = std::any_of(requests.begin(), requests.end(), [](Request const &r) { return !r.is_null(); });
   TESSEL_REQUIRE(any, "all ", requests.size(), " requests are null");
@@ -90,22 +116,7 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
       }
     return false;
   };
-  // Bytes moving beat unknown, which beats the earliest known completion.
-  auto const not_before = [&] {
-    auto earliest = std::chrono::steady_clock::time_point::max();
-    bool unknown = false;
-    for (auto &r : requests)
-      if (!r.is_null()) {
-        auto const t = r._impl->not_before();
-        if (t == not_before_moving)
-          return not_before_moving;
-        if (t == not_before_unknown)
-          unknown = true;
-        else
-          earliest = std::min(earliest, t);
-      }
-    return unknown ? not_before_unknown : earliest;
-  };
+  auto const not_before = [&] { return combined_not_before(requests, false); };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
     os << "tessel::Request::wait_any: none of the pending requests completed within " << timeout.count()
@@ -128,23 +139,7 @@ void Request::wait_all(std::vector<Request> &requests, Timeout timeout) {
       all = r.test() && all;
     return all;
   };
-  // All must complete: bytes moving anywhere need polling; sleeping until the latest known completion is safe
-  // only when every one is known.
-  auto const not_before = [&] {
-    auto latest = not_before_unknown;
-    bool unknown = false;
-    for (auto &r : requests)
-      if (!r.is_null()) {
-        auto const t = r._impl->not_before();
-        if (t == not_before_moving)
-          return not_before_moving;
-        if (t == not_before_unknown)
-          unknown = true;
-        else
-          latest = std::max(latest, t);
-      }
-    return unknown ? not_before_unknown : latest;
-  };
+  auto const not_before = [&] { return combined_not_before(requests, true); };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
     os << "tessel::Request::wait_all: requests still pending after " << timeout.count() << " ms:";
