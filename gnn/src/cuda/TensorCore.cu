@@ -37,6 +37,18 @@ template <class Frag> __device__ __forceinline__ void round_to_tf32(Frag &frag) 
   for (int t = 0; t < frag.num_elements; ++t)
     frag.x[t] = wmma::__float_to_tf32(frag.x[t]);
 }
+
+/// acc += A B on TF32 tensor cores: A a 16 x 8 row-major tile at \p a (leading dimension \p lda), B the 8 x 16
+/// slice of X staged in shared memory at \p b; both rounded to TF32 first.
+__device__ __forceinline__ void mma_tf32(FragC &acc, float const *a, unsigned lda, float const *b) {
+  FragA fa;
+  wmma::load_matrix_sync(fa, a, lda);
+  round_to_tf32(fa);
+  FragB fb;
+  wmma::load_matrix_sync(fb, b, 16);
+  round_to_tf32(fb);
+  wmma::mma_sync(acc, fa, fb, acc);
+}
 #endif
 
 /// Four consecutive features c .. c + 3 of X row \p row (zeros for row < 0 and beyond F).
@@ -127,13 +139,7 @@ __global__ void __launch_bounds__(tc_block)
       __syncwarp();
       if (t + 1 < te)
         next = gather4<VEC4>(x, ldx, static_cast<std::int64_t>(a.tile_col[(t + 1) * tile_cols + i]), c, f);
-      FragA fa;
-      wmma::load_matrix_sync(fa, a.tile_val + t * (tile_rows * tile_cols), tile_cols);
-      round_to_tf32(fa);
-      FragB fb;
-      wmma::load_matrix_sync(fb, buf, 16);
-      round_to_tf32(fb);
-      wmma::mma_sync(acc, fa, fb, acc);
+      mma_tf32(acc, a.tile_val + t * (tile_rows * tile_cols), tile_cols, buf);
     }
     __syncwarp();
     wmma::store_matrix_sync(buf, acc, 16, wmma::mem_row_major);
@@ -180,13 +186,7 @@ __global__ void __launch_bounds__(tc_block) dense_kernel(DenseArgs a, float cons
       __syncwarp();
       if (b < s.block_end)
         next = gather4<VEC4>(x, ldx, k + i < d.cols ? d.col0 + k + i : -1, c, f);
-      FragA fa;
-      wmma::load_matrix_sync(fa, ap, lda);
-      round_to_tf32(fa);
-      FragB fb;
-      wmma::load_matrix_sync(fb, buf, 16);
-      round_to_tf32(fb);
-      wmma::mma_sync(acc, fa, fb, acc);
+      mma_tf32(acc, ap, lda, buf);
     }
     __syncwarp();
     wmma::store_matrix_sync(buf, acc, 16, wmma::mem_row_major);
