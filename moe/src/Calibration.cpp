@@ -132,12 +132,13 @@ TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatr
     if (config.hidden / s >= 32)
       splits.push_back(s);
   std::vector<std::int64_t> tiles{128, 256, 512, 1024};
+  // Workers first: whether a communication thread competes with computation changes every other timing.
+  try_values([](CometParams &p, int v) { p.comm_workers = v; }, std::vector<int>{0, 1, 2});
   try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);
   try_values([](CometParams &p, int v) { p.m_splits = v; }, std::vector<int>{1, 2, 4});
   try_values([](CometParams &p, std::int64_t v) { p.tile_m = v; }, tiles);
   try_values([](CometParams &p, PlanPolicy v) { p.policy = v; },
              std::vector<PlanPolicy>{PlanPolicy::critical_path, PlanPolicy::local_first});
-  try_values([](CometParams &p, int v) { p.comm_workers = v; }, std::vector<int>{1, 2});
   try_values([](CometParams &p, int v) { p.in_flight = v; }, std::vector<int>{0, 4});
   // A second look at the split count, which interacts with the tile size.
   try_values([](CometParams &p, int v) { p.n_splits = v; }, splits);

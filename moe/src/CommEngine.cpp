@@ -44,10 +44,13 @@ void request_short_slice() {
 
 CommEngine::CommEngine(Communicator const &comm, int workers, int in_flight, std::string context)
     : _comm(comm), _in_flight(in_flight), _context(std::move(context)) {
-  TESSEL_REQUIRE(workers >= 1, "need at least one communication worker, got ", workers);
-  for (int i = 0; i < workers; ++i)
+  TESSEL_REQUIRE(workers >= 0, "the number of communication workers must not be negative, got ", workers);
+  _threaded = workers > 0;
+  for (int i = 0; i < std::max(workers, 1); ++i)
     _workers.push_back(std::make_unique<Worker>());
   for (auto &w : _workers) {
+    if (!_threaded)
+      break;
     Worker *worker = w.get();
     worker->thread = std::thread([this, worker] {
       request_short_slice();
@@ -109,6 +112,10 @@ void CommEngine::close() {
 
 void CommEngine::join() {
   close();
+  if (!_threaded && !_joined && !_failed.load()) {
+    _joined = true; // even when drive() throws: nothing is left to stop
+    drive([] { return false; });
+  }
   for (auto &w : _workers)
     if (w->thread.joinable())
       w->thread.join();
@@ -233,6 +240,20 @@ void CommEngine::progress() {
   }
 }
 
+Clock::time_point CommEngine::wake_time(PassResult const &r, std::chrono::microseconds &backoff) {
+  // Briefly while bytes are moving (MPI progresses them only inside its calls); until the earliest known
+  // completion when every pending request has one; otherwise with a growing backoff.
+  auto const now = Clock::now();
+  if (r.moving)
+    return now + std::chrono::microseconds(20);
+  if (!r.unknown && r.earliest != Clock::time_point::max())
+    return std::min(r.earliest, now + std::chrono::milliseconds(20));
+  auto wake_at = std::min(now + backoff, r.earliest);
+  if (backoff < std::chrono::microseconds(1000))
+    backoff *= 2;
+  return wake_at;
+}
+
 void CommEngine::run(Worker &worker) {
   auto backoff = std::chrono::microseconds(20);
   Timeout const timeout = _comm.timeout();
@@ -252,22 +273,32 @@ void CommEngine::run(Worker &worker) {
       backoff = std::chrono::microseconds(20);
       continue;
     }
-    // Sleep: briefly while bytes are moving (MPI progresses them only inside its calls); until the earliest
-    // known completion when every pending request has one; otherwise with a growing backoff.
-    auto wake_at = Clock::now() + backoff;
-    if (r.moving) {
-      wake_at = Clock::now() + std::chrono::microseconds(20);
-    } else if (!r.unknown && r.earliest != Clock::time_point::max()) {
-      wake_at = std::min(r.earliest, Clock::now() + std::chrono::milliseconds(20));
-    } else {
-      if (r.earliest != Clock::time_point::max())
-        wake_at = std::min(wake_at, r.earliest);
-      if (backoff < std::chrono::microseconds(1000))
-        backoff *= 2;
-    }
+    auto const wake_at = wake_time(r, backoff);
     std::unique_lock<std::mutex> lock(worker.mutex);
     worker.wake.wait_until(lock, wake_at,
                            [&] { return !worker.inbox.empty() || _stop.load() || (worker.closed && !r.closed); });
+  }
+}
+
+void CommEngine::drive(std::function<bool()> const &done) {
+  auto &worker = *_workers.front();
+  auto backoff = std::chrono::microseconds(20);
+  Timeout const timeout = _comm.timeout();
+  while (!done()) {
+    std::unique_lock<std::mutex> lock(worker.state);
+    auto const r = pass(worker);
+    if (r.done)
+      return;
+    if (r.progressed) {
+      backoff = std::chrono::microseconds(20);
+      continue;
+    }
+    if (!worker.active.empty() && Clock::now() - worker.last_progress > timeout)
+      throw_timeout(worker, timeout);
+    lock.unlock();
+    if (done())
+      return;
+    std::this_thread::sleep_until(wake_time(r, backoff));
   }
 }
 

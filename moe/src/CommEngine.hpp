@@ -1,11 +1,15 @@
 #ifndef TESSEL_MOE_SRC_COMMENGINE_HPP
 #define TESSEL_MOE_SRC_COMMENGINE_HPP
 
-// Dedicated communication threads of the overlapped schedules (host path). The compute thread posts messages
+// Communication workers of the overlapped schedules (host path). The compute thread posts messages
 // (send/recv) and waits on conditions; each worker owns the peers p with ring distance (p - rank) % workers ==
 // its index, posts their messages in order (sends limited to `in_flight` outstanding), progresses them, and
 // runs a completion callback per message. Workers sleep between polls: until the earliest known completion
 // (link emulation) or with a short backoff, and wake at once when new messages are posted.
+//
+// With zero workers no thread is started: the compute thread progresses the messages itself, between tiles
+// (progress()) and while it waits (wait(), join()). That is the split to pick when every core already runs a
+// compute thread: a communication thread would only take time slices from one.
 
 #include <tessel/core/Communicator.hpp>
 
@@ -54,6 +58,14 @@ public:
   /// \p ready is evaluated under the engine's notification lock, after every completion callback.
   /// While waiting it drives progress() itself, since a waking communication thread may be scheduled late.
   template <class Ready> void wait(Ready &&ready) {
+    if (!threaded()) {
+      drive([&] {
+        std::lock_guard<std::mutex> lock(_notify_mutex);
+        return ready() || _failed.load();
+      });
+      rethrow_if_failed();
+      return;
+    }
     auto pause = std::chrono::microseconds(50);
     while (true) {
       {
@@ -78,8 +90,10 @@ public:
   void notify();
   void rethrow_if_failed();
   std::mutex &notify_mutex() { return _notify_mutex; }
-  /// CPU seconds the workers used (valid after join()).
+  /// CPU seconds the worker threads used (valid after join(); 0 without threads).
   double cpu_seconds() const { return _cpu_seconds.load(); }
+  /// False with zero workers: the calling thread progresses the messages.
+  bool threaded() const { return _threaded; }
 
 private:
   struct Op {
@@ -115,13 +129,19 @@ private:
   };
   void post(Op op);
   void run(Worker &worker);
+  // Without worker threads: passes over the messages from the calling thread until done() is true, sleeping
+  // like a worker in between.
+  void drive(std::function<bool()> const &done);
   PassResult pass(Worker &worker); // caller holds worker.state
+  // When a worker that made no progress sleeps until (\p backoff grows while nothing is known).
+  static std::chrono::steady_clock::time_point wake_time(PassResult const &r, std::chrono::microseconds &backoff);
   [[noreturn]] void throw_timeout(Worker &worker, Timeout timeout);
   void fail(std::exception_ptr error);
 
   Communicator _comm;
   int _in_flight;
   std::string _context;
+  bool _threaded = true;
   std::vector<std::unique_ptr<Worker>> _workers;
   std::atomic<bool> _failed{false};
   std::atomic<double> _cpu_seconds{0.0};

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 namespace tessel::moe {
@@ -144,6 +145,9 @@ struct MoeLayer::State {
   int rank() const { return comm.rank(); }
   int world() const { return comm.size(); }
   int group_of(int r) const { return config.group_of_rank(r); }
+  static void check_pipeline_comm_workers(int workers) {
+    TESSEL_REQUIRE(workers >= 0 && workers <= 8, "MoeLayer: pipeline_comm_workers must be in [0, 8], got ", workers);
+  }
   std::string context(Schedule s) const {
     return tessel::Impl::concat("tessel::moe::MoeLayer::forward (", name_of(s), ") on rank ", rank(), " of ", world());
   }
@@ -278,7 +282,8 @@ struct MoeLayer::State {
 
   // The baselines' expert computation of one chunk: rows of all sources permuted expert-major (Megatron's
   // permutation), one GEMM pair per expert, then the top-k reduction per source into the combine rows.
-  void baseline_compute(HostExecSpace const &space, int chunk, std::vector<float const *> const &source_rows) {
+  void baseline_compute(HostExecSpace const &space, int chunk, std::vector<float const *> const &source_rows,
+                        std::function<void()> const &between_experts = {}) {
     ScopedRegion region("Tessel::moe::experts");
     int const w = world(), eg = config.experts_per_group();
     std::int64_t const n = config.hidden;
@@ -313,6 +318,8 @@ struct MoeLayer::State {
       auto const b = expert_begin[static_cast<std::size_t>(e)], end = expert_begin[static_cast<std::size_t>(e) + 1];
       if (end > b)
         ffn_rows(space, e, {xpd + b * n, end - b, n, n}, {yd + b * n, end - b, n, n});
+      if (between_experts)
+        between_experts();
     }
     for (int s = 0; s < w; ++s) {
       auto const &ms = meta[static_cast<std::size_t>(s)];
@@ -433,8 +440,9 @@ struct MoeLayer::State {
   }
 
   // ------------------------------------------------------------------------------------------------------------
-  // pipelined: C token chunks; a communication thread runs the dispatches of all chunks, then each chunk's
-  // combine as soon as the compute thread has produced it (Tutel's a2a_ffn_overlap_degree order).
+  // pipelined: C token chunks; the communication engine (pipeline_comm_workers threads, or the compute thread
+  // between experts) runs the dispatches of all chunks, then each chunk's combine as soon as the compute thread
+  // has produced it (Tutel's a2a_ffn_overlap_degree order).
   // ------------------------------------------------------------------------------------------------------------
 
   void forward_pipelined(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
@@ -452,7 +460,7 @@ struct MoeLayer::State {
         route_out(static_cast<std::size_t>(chunks * w));
     std::atomic<int> routes_done{0}, combines_left{0};
     std::vector<std::atomic<int>> data_left(static_cast<std::size_t>(chunks));
-    Impl::CommEngine engine(comm, 1, 0, context_text);
+    Impl::CommEngine engine(comm, options.pipeline_comm_workers, 0, context_text);
     for (int c = 0; c < chunks; ++c) {
       auto const cap = route_capacity(config, plan.chunk_tokens[static_cast<std::size_t>(c) + 1] -
                                                   plan.chunk_tokens[static_cast<std::size_t>(c)]);
@@ -546,7 +554,7 @@ struct MoeLayer::State {
       std::vector<float const *> src(static_cast<std::size_t>(w));
       for (int s = 0; s < w; ++s)
         src[static_cast<std::size_t>(s)] = s == me ? local_rows(c) : xd + xo[static_cast<std::size_t>(c * w + s)] * n;
-      baseline_compute(space, c, src);
+      baseline_compute(space, c, src, [&] { engine.progress(); });
       for (int k = 1; k < w; ++k) {
         int const s = (me - k + w) % w;
         auto const &ms = metas[static_cast<std::size_t>(c)][static_cast<std::size_t>(s)];
@@ -841,6 +849,7 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
           st.weights.w1.extent(2) == static_cast<std::size_t>(config.hidden),
       "MoeLayer: w1 is ", st.weights.w1.extent(0), " x ", st.weights.w1.extent(1), " x ", st.weights.w1.extent(2),
       ", expected E/EP x K/TP x N = ", eg, " x ", config.ffn_per_rank(), " x ", config.hidden);
+  st.check_pipeline_comm_workers(st.options.pipeline_comm_workers);
   TESSEL_REQUIRE(st.options.pipeline_chunks >= 1 && st.options.pipeline_chunks <= max_chunks,
                  "MoeLayer: pipeline_chunks must be in [1, ", max_chunks, "], got ", st.options.pipeline_chunks);
   st.comet = resolve_comet_params(config, st.options.comet, st.options.registry, st.options.backend, &st.comet_source);
@@ -871,6 +880,11 @@ void MoeLayer::set_pipeline_chunks(int chunks) {
                  "], got ", chunks);
   _state->options.pipeline_chunks = chunks;
   _state->chunks_checked = false;
+}
+
+void MoeLayer::set_pipeline_comm_workers(int workers) {
+  State::check_pipeline_comm_workers(workers);
+  _state->options.pipeline_comm_workers = workers;
 }
 
 void MoeLayer::forward(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,

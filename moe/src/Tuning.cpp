@@ -31,7 +31,8 @@ void CometParams::validate(MoeConfig const &config, std::string const &backend) 
                    "CometParams: the CUDA comet schedule runs COMET's single token range (m_splits = 1), got ",
                    m_splits);
   } else {
-    TESSEL_REQUIRE(comm_workers >= 1 && comm_workers <= 8, "CometParams: comm_workers must be in [1, 8], got ",
+    TESSEL_REQUIRE(comm_workers >= 0 && comm_workers <= 8,
+                   "CometParams: comm_workers must be in [0, 8] (0: the compute thread progresses the messages), got ",
                    comm_workers);
   }
   TESSEL_REQUIRE(in_flight >= 0, "CometParams: in_flight must be >= 0 (0: no limit), got ", in_flight);
@@ -98,7 +99,9 @@ CometParams fallback_params(MoeConfig const &config, std::string const &backend)
   p.tile_m = tile;
   p.n_splits = config.hidden >= 256 ? 2 : 1;
   p.m_splits = 1;
-  p.comm_workers = 1;
+  // The compute thread progresses the messages between tiles: a communication thread only pays off on a spare
+  // core, and MPI jobs usually run one rank per core.
+  p.comm_workers = 0;
   p.in_flight = 0;
   p.policy = PlanPolicy::critical_path;
   return p;
@@ -192,9 +195,9 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
       TESSEL_THROW(where, ": ", e.what());
     }
     TESSEL_REQUIRE(
-        entry.params.comm_workers >= 1 && entry.params.in_flight >= 0 && entry.params.n_splits >= 1 &&
+        entry.params.comm_workers >= 0 && entry.params.in_flight >= 0 && entry.params.n_splits >= 1 &&
             entry.params.m_splits >= 1 && entry.params.tile_m >= 1,
-        where, ": parameters out of range (workers >= 1, in_flight >= 0, n_splits >= 1, m_splits >= 1, tile_m >= 1)");
+        where, ": parameters out of range (workers >= 0, in_flight >= 0, n_splits >= 1, m_splits >= 1, tile_m >= 1)");
     entry.note = parts.size() == 3 ? parts[2] : std::string();
     reg.set(entry.key, entry.params, entry.note);
   }

@@ -51,13 +51,14 @@ struct Variant {
   Schedule schedule;
   CometParams comet;
   int chunks = 3;
+  int pipeline_workers = 0; ///< communication threads of the pipelined schedule
   std::string describe() const {
     std::ostringstream os;
     os << name_of(schedule);
     if (schedule == Schedule::comet)
       os << " [" << comet.describe() << "]";
     if (schedule == Schedule::pipelined)
-      os << " [chunks=" << chunks << "]";
+      os << " [chunks=" << chunks << " workers=" << pipeline_workers << "]";
     return os.str();
   }
 };

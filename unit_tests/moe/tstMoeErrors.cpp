@@ -126,10 +126,20 @@ TEST(MoeErrors, silent_peer_times_out_on_every_waiting_rank) {
   // error names the silent rank.
   LayerOptions options;
   options.check_finite = false;
-  for (auto s : {Schedule::sequential, Schedule::pipelined, Schedule::comet}) {
+  // Pipelined and comet twice: messages progressed by the compute thread, and by a communication thread.
+  for (auto [s, workers] : {std::pair{Schedule::sequential, 0},
+                            {Schedule::pipelined, 0},
+                            {Schedule::pipelined, 1},
+                            {Schedule::comet, 0},
+                            {Schedule::comet, 1}}) {
+    SCOPED_TRACE(tessel::Impl::concat(name_of(s), ", ", workers, " communication threads"));
     auto short_comm = comm;
     short_comm.set_timeout(std::chrono::milliseconds(1000));
+    options.pipeline_comm_workers = workers;
     MoeLayer layer(config, short_comm, shard_weights(config, comm.rank(), dense), options);
+    auto params = layer.comet_params();
+    params.comm_workers = workers;
+    layer.set_comet_params(params);
     // One complete forward first (it also runs the one-time parameter check), then rank 0 falls silent.
     layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
     if (comm.rank() != 0) {

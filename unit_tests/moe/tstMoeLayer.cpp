@@ -103,8 +103,9 @@ std::vector<Variant> variants() {
   std::vector<Variant> v;
   v.push_back({Schedule::sequential, {}, 3});
   v.push_back({Schedule::pipelined, {}, 3});
-  v.push_back({Schedule::pipelined, {}, 1});
+  v.push_back({Schedule::pipelined, {}, 1, 1});
   CometParams p;
+  p.comm_workers = 0; // the compute thread progresses the messages
   p.tile_m = 8;
   p.n_splits = 3;
   p.policy = PlanPolicy::critical_path;
@@ -149,6 +150,7 @@ void check_case(Case const &c, Communicator const &comm, bool all_variants = tru
       SCOPED_TRACE(variant.describe());
       layer.set_comet_params(variant.comet);
       layer.set_pipeline_chunks(variant.chunks);
+      layer.set_pipeline_comm_workers(variant.pipeline_workers);
       Kokkos::deep_copy(out, std::nanf(""));
       layer.forward(space, in.tokens, in.gate(), out, variant.schedule);
       if (!have_ref) {

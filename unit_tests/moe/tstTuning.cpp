@@ -39,7 +39,7 @@ TEST(Tuning, fallback_rule) {
   EXPECT_EQ(p.tile_m, 512);
   EXPECT_EQ(p.n_splits, 2);
   EXPECT_EQ(p.m_splits, 1);
-  EXPECT_EQ(p.comm_workers, 1);
+  EXPECT_EQ(p.comm_workers, 0);
   EXPECT_EQ(p.in_flight, 0);
   EXPECT_EQ(p.policy, PlanPolicy::critical_path);
   EXPECT_EQ(fallback_params(mixtral(1024)).tile_m, 128);
@@ -151,7 +151,12 @@ TEST(Tuning, builtin_registry_is_valid) {
 TEST(Tuning, params_validation) {
   CometParams p;
   auto const c = mixtral(64);
-  p.comm_workers = 0;
+  p.comm_workers = -1;
+  EXPECT_THROW(p.validate(c), tessel::Exception);
+  p.comm_workers = 0; // the compute thread progresses the messages (host only)
+  EXPECT_NO_THROW(p.validate(c));
+  EXPECT_THROW(p.validate(c, "cuda"), tessel::Exception);
+  p.comm_workers = 9;
   EXPECT_THROW(p.validate(c), tessel::Exception);
   p = CometParams{};
   p.n_splits = 513;

@@ -29,6 +29,9 @@ struct LayerOptions {
   std::string backend = "host";
   /// Token chunks of the pipelined schedule (Tutel's a2a_ffn_overlap_degree).
   int pipeline_chunks = 4;
+  /// Communication threads of the pipelined schedule (0: the compute thread progresses the messages between
+  /// experts, which wins when every core already runs a rank; see CometParams::comm_workers).
+  int pipeline_comm_workers = 0;
   /// Check the tokens for NaN and infinity before each forward (collective: every rank reports the first bad
   /// value of any rank).
   bool check_finite = true;
@@ -99,6 +102,8 @@ public:
   void set_comet_params(CometParams const &params);
   int pipeline_chunks() const;
   void set_pipeline_chunks(int chunks);
+  /// Communication threads of the pipelined schedule (LayerOptions::pipeline_comm_workers).
+  void set_pipeline_comm_workers(int workers);
 
   /// \brief Measures the layer's communication alone (route exchange, dispatch and combine all-to-alls with no
   /// computation between them) and computation alone (routing, packing, expert GEMMs, top-k reduction and

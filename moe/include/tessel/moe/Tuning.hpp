@@ -24,7 +24,7 @@ namespace tessel::moe {
 
 /// \brief The knobs of the comet schedule.
 struct CometParams {
-  int comm_workers = 1;      ///< communication threads (host) / communication blocks (CUDA)
+  int comm_workers = 1;      ///< communication threads (host; 0: the compute thread progresses) / blocks (CUDA)
   int in_flight = 0;         ///< sends each communication worker keeps outstanding; 0: no limit
   int n_splits = 4;          ///< column blocks of layer1 (N-split)
   int m_splits = 1;          ///< token ranges per source, each with its own layer1 and combine (1: COMET)
@@ -34,7 +34,7 @@ struct CometParams {
   /// "workers=1 in_flight=0 n_splits=4 m_splits=1 tile_m=128 policy=critical_path"
   std::string describe() const;
   /// Throws naming the parameter that does not fit \p config on \p backend ("cuda": comm_workers in [1, 1024]
-  /// blocks and m_splits = 1; "host": comm_workers in [1, 8] threads).
+  /// blocks and m_splits = 1; "host": comm_workers in [0, 8] threads).
   void validate(MoeConfig const &config, std::string const &backend = "host") const;
   /// Order-independent hash (for checking that all ranks use the same parameters).
   std::uint64_t hash() const;
@@ -64,9 +64,10 @@ struct TuningKey {
 /// \brief The documented rule for shapes the registry does not know (never an error).
 ///
 /// Backend "host": tile_m = half the rows one source sends one expert (M topk / E / 2), rounded down to a power of
-/// two and clamped to [128, 1024]; n_splits = 2 when N >= 256, else 1; m_splits = 1; one communication worker; no
-/// in-flight limit; critical_path. (On the host, every GEMM call packs the expert's weights: fewer, larger calls
-/// win.)
+/// two and clamped to [128, 1024]; n_splits = 2 when N >= 256, else 1; m_splits = 1; no communication thread (the
+/// compute thread progresses the messages between tiles: with a rank on every core, a communication thread only
+/// takes time slices from computation); no in-flight limit; critical_path. (On the host, every GEMM call packs
+/// the expert's weights: fewer, larger calls win.)
 ///
 /// Backend "cuda" (comm_workers = n_c, the communication thread blocks of each fused kernel): n_c = 28, Flux's
 /// release default for BF16 on 132-SM Hopper parts (COMET reports 18 to 46 as the tuned range); the device layer
