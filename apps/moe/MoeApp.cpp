@@ -65,7 +65,8 @@ void usage() {
       "  --latency US      emulated latency per message in microseconds (default 10)\n"
       "  --no-emulation    plain MPI, no link emulation\n"
       "  --verify          compare every schedule with the dense single-process reference (double precision)\n"
-      "  --tune            measure comet parameter candidates and merge the best into --registry FILE\n"
+      "  --tune            measure comet parameter candidates (--iters runs each) and merge the best into\n"
+      "                    --registry FILE\n"
       "  --registry FILE   registry written by --tune (default moe/tuning/host.registry)\n"
       "  --tuning FILE     use this registry's entries (over the built-in one) for the comet parameters\n"
       "  --timeout SEC     communication timeout (default: TESSEL_COMM_TIMEOUT or 120 s)\n"
@@ -211,7 +212,7 @@ int run(Options const &o) {
   }
   if (o.tune) {
     say("tuning the comet parameters ...");
-    auto const result = tune_comet(space, layer, tokens, gate, 3, say);
+    auto const result = tune_comet(space, layer, tokens, gate, o.iters, say);
     std::ostringstream note;
     note << (info.model.empty() ? o.file : info.model) << " W=" << w << ": comet " << 1e3 * result.best_seconds
          << " ms";

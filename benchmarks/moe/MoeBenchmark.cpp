@@ -42,7 +42,7 @@ struct Options : tessel::moe::bench::SweepOptions {
     tokens = {1024, 4096};
     scale = 8.0;
     iters = 5;
-    warmup = 1;
+    warmup = 2;
   }
   double share = 0.47;
   double latency_us = 10.0;
@@ -64,9 +64,10 @@ void usage() {
       "  --imbalance STD   routing imbalance (std of per-expert token fractions; default 0.04)\n"
       "  --chunks LIST     chunk counts of the pipelined schedule; each is measured, the fastest reported\n"
       "                    (default 2,4)\n"
-      "  --iters N         timed runs per schedule (default 5), --warmup N (default 1)\n"
+      "  --iters N         timed runs per schedule (default 5), --warmup N (default 2)\n"
       "  --json FILE       write the results as JSON\n"
-      "  --tune            tune the comet parameters per point and merge them into --registry FILE\n"
+      "  --tune            tune the comet parameters per point (--iters runs per candidate) and merge them into\n"
+      "                    --registry FILE\n"
       "  --registry FILE   registry written by --tune (default moe/tuning/host.registry)\n"
       "  --trace PREFIX    write each rank's comet timeline (tiles, landings, waits) to PREFIX.<model>.<M>.rank<r>\n"
       "  --smoke           tiny sizes, one iteration (for CI)\n");
@@ -215,7 +216,7 @@ int main(int argc, char **argv) {
         p.imbalance = layer.routing().imbalance_std(world);
         p.cal = calibrate_comm_share(space, layer, tokens, gate_input, o.share, o.latency_us * 1e-6, 5, say);
         if (o.tune) {
-          auto const result = tune_comet(space, layer, tokens, gate_input, 3, say);
+          auto const result = tune_comet(space, layer, tokens, gate_input, o.iters, say);
           p.comet = result.best;
           p.comet_source = "tuned";
           std::ostringstream note;

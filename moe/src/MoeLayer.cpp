@@ -684,12 +684,37 @@ struct MoeLayer::State {
     std::vector<std::int64_t> rows_of(sz(w));
     for (int s = 0; s < w; ++s)
       rows_of[sz(s)] = overlap.source_rows(s);
-    auto x_rows = rows_of;
-    x_rows[sz(me)] = 0;
-    auto const xo = exclusive_offsets(x_rows);
-    auto const ho = exclusive_offsets(rows_of);
-    float *const xd = ensure(x, "Tessel::moe::recv_rows", sz(xo.back() * n));
-    float *const hd = ensure(h, "Tessel::moe::hidden", sz(ho.back() * kp));
+    // Received rows (x) and hidden rows (h) are (chunk, expert)-major, the sources of one (chunk, expert) back to
+    // back: the remote ones in arrival order, then (in h only) this rank. Ready remote tiles of one expert from
+    // consecutive sources are then one GEMM, as large as the sequential layer's per-expert calls.
+    auto const &remote = overlap.source_order();
+    auto const rows_at = [&](int s, int c, int e) { return shape.rows[sz(s)][sz(c * eg + e)]; };
+    auto const block = [&](int s, int c, int e) { return sz((c * eg + e) * w + s); };
+    std::vector<std::int64_t> x_at(sz(chunks * eg * w), 0), h_at(x_at.size(), 0);
+    std::vector<int> next_remote(sz(w), -1); // the remote source after s in the block order
+    for (std::size_t k = 0; k + 1 < remote.size(); ++k)
+      next_remote[sz(remote[k])] = remote[k + 1];
+    std::int64_t x_total = 0, h_total = 0;
+    for (int c = 0; c < chunks; ++c)
+      for (int e = 0; e < eg; ++e) {
+        for (int s : remote) {
+          x_at[block(s, c, e)] = x_total;
+          h_at[block(s, c, e)] = h_total;
+          x_total += rows_at(s, c, e);
+          h_total += rows_at(s, c, e);
+        }
+        h_at[block(me, c, e)] = h_total;
+        h_total += rows_at(me, c, e);
+      }
+    // Layer0 tiles of each (source, chunk, expert), in row order (the plan lists them so).
+    std::vector<std::vector<int>> layer0_tiles(x_at.size());
+    for (std::size_t i = 0; i < overlap.tiles().size(); ++i) {
+      auto const &t = overlap.tiles()[i];
+      if (t.kind == PlanTile::Kind::layer0)
+        layer0_tiles[block(t.source, t.chunk, t.expert)].push_back(static_cast<int>(i));
+    }
+    float *const xd = ensure(x, "Tessel::moe::recv_rows", sz(x_total * n));
+    float *const hd = ensure(h, "Tessel::moe::hidden", sz(h_total * kp));
     std::int64_t max_rows = 0, max_width = 0;
     for (int s = 0; s < w; ++s)
       for (auto r : shape.rows[sz(s)])
@@ -709,8 +734,7 @@ struct MoeLayer::State {
       auto const messages = OverlapPlan::messages_for(shape.rows[sz(s)], eg, tile_m);
       for (std::size_t m = 0; m < messages.size(); ++m) {
         auto const &msg = messages[m];
-        auto const row = overlap.row_offset(s, msg.chunk, msg.expert) + msg.row_begin;
-        engine.recv(s, tag_data + static_cast<int>(m), xd + (xo[sz(s)] + row) * n,
+        engine.recv(s, tag_data + static_cast<int>(m), xd + (x_at[block(s, msg.chunk, msg.expert)] + msg.row_begin) * n,
                     static_cast<std::size_t>((msg.row_end - msg.row_begin) * n), DataType::float32,
                     tessel::Impl::concat("dispatch tile ", m, " (chunk ", msg.chunk, ", expert ", msg.expert, ", rows ",
                                          msg.row_begin, "-", msg.row_end, ")"),
@@ -748,6 +772,7 @@ struct MoeLayer::State {
 
     // 3. Tiles in plan order as their data lands.
     PlanScheduler scheduler(overlap);
+    std::vector<int> run; // the tiles of the current GEMM
     scheduler.set_min_batch_rows(merge_rows);
     std::vector<std::pair<int, int>> drained;
     while (!scheduler.all_finished()) {
@@ -771,29 +796,44 @@ struct MoeLayer::State {
       auto const tile_start = Clock::now();
       auto const &tile = overlap.tiles()[sz(index)];
       int const s = tile.source, c = tile.chunk;
-      int last = index; // a run of contiguous, ready layer0 tiles of one (source, chunk, expert) becomes one GEMM
+      // A run of ready layer0 tiles adjacent in memory becomes one GEMM: the rest of this (source, chunk,
+      // expert)'s rows, then (remote rows only) the next remote sources' rows of the same (chunk, expert).
+      run.assign(1, index);
       if (tile.kind == PlanTile::Kind::layer0) {
-        auto row_end = tile.row_end;
-        for (int more; row_end - tile.row_begin < merge_rows && (more = scheduler.next_contiguous(last)) >= 0;) {
-          last = more;
-          row_end = overlap.tiles()[sz(more)].row_end;
+        int const e = tile.expert;
+        auto rows = tile.row_end - tile.row_begin;
+        int run_source = s;
+        auto run_end = tile.row_end;
+        while (rows < merge_rows) {
+          int more = scheduler.next_contiguous(run.back());
+          if (more < 0 && s != me && run_end == rows_at(run_source, c, e)) {
+            int s2 = next_remote[sz(run_source)];
+            while (s2 >= 0 && rows_at(s2, c, e) == 0)
+              s2 = next_remote[sz(s2)];
+            if (s2 >= 0 && scheduler.claim(layer0_tiles[block(s2, c, e)].front()))
+              more = layer0_tiles[block(s2, c, e)].front();
+          }
+          if (more < 0)
+            break;
+          auto const &t = overlap.tiles()[sz(more)];
+          run.push_back(more);
+          rows += t.row_end - t.row_begin;
+          run_source = t.source;
+          run_end = t.row_end;
         }
-        auto const rows = row_end - tile.row_begin;
-        auto const in_chunk = overlap.row_offset(s, c, tile.expert) - overlap.row_offset(s, c, 0) + tile.row_begin;
-        float const *src = s == me ? local_chunk[sz(c)] + in_chunk * n
-                                   : xd + (xo[sz(s)] + overlap.row_offset(s, c, tile.expert) + tile.row_begin) * n;
-        Impl::layer0_tile(
-            space, config, weights, tile.expert, {src, rows, n, n},
-            {hd + (ho[sz(s)] + overlap.row_offset(s, c, tile.expert) + tile.row_begin) * kp, rows, kp, kp}, scratch);
+        auto const in_chunk = overlap.row_offset(s, c, e) - overlap.row_offset(s, c, 0) + tile.row_begin;
+        float const *src =
+            s == me ? local_chunk[sz(c)] + in_chunk * n : xd + (x_at[block(s, c, e)] + tile.row_begin) * n;
+        Impl::layer0_tile(space, config, weights, e, {src, rows, n, n},
+                          {hd + (h_at[block(s, c, e)] + tile.row_begin) * kp, rows, kp, kp}, scratch);
       } else {
         // Expert e's slice of column block b: its rows times W1's columns, added per token into the block.
         auto const cb = tile.col_begin, width = tile.col_end - tile.col_begin;
         auto const &ms = metas[sz(c)][sz(s)];
         auto const rows = ms.expert_rows[sz(tile.expert)];
-        auto const first = overlap.row_offset(s, c, tile.expert);
         auto const in_chunk = ms.expert_offset(tile.expert);
         compat::fence(space, "Tessel::moe::layer1");
-        Impl::layer1_block(config, weights, tile.expert, {hd + (ho[sz(s)] + first) * kp, rows, kp, kp}, cb,
+        Impl::layer1_block(config, weights, tile.expert, {hd + h_at[block(s, c, tile.expert)] * kp, rows, kp, kp}, cb,
                            tile.col_end, {yd, rows, width, width});
         float *const block = combine_send.data() + send_off[sz(s)] + slots_of[sz(s)] * cb;
         Impl::scatter_add(space, rows, ms.slot.data() + in_chunk, 0, ms.weight.data() + in_chunk,
@@ -812,9 +852,10 @@ struct MoeLayer::State {
             {std::chrono::duration<double>(tile_start - t0).count(), since(t0),
              tile.kind == PlanTile::Kind::layer0
                  ? tessel::Impl::concat("layer0 s=", s, " c=", c, " e=", tile.expert, " rows ", tile.row_begin, "-",
-                                        overlap.tiles()[sz(last)].row_end)
+                                        overlap.tiles()[sz(run.back())].row_end,
+                                        " of s=", overlap.tiles()[sz(run.back())].source)
                  : tessel::Impl::concat("layer1 s=", s, " c=", c, " e=", tile.expert, " block ", tile.split)});
-      for (int i = index; i <= last; ++i)
+      for (int i : run)
         scheduler.finish(i);
     }
     auto const [wait1, busy1] = finish_combines(space, engine, combines_left, out, cols);

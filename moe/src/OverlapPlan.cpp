@@ -251,12 +251,18 @@ int PlanScheduler::next() {
 int PlanScheduler::next_contiguous(int tile) {
   auto const &tiles = _plan->tiles();
   auto const next = static_cast<std::size_t>(tile) + 1;
-  if (next >= tiles.size() || _state[next] != 0 || !same_run(tiles[static_cast<std::size_t>(tile)], tiles[next]) ||
-      !ready(static_cast<int>(next)))
+  if (next >= tiles.size() || !same_run(tiles[static_cast<std::size_t>(tile)], tiles[next]))
     return -1;
-  _state[next] = 1;
+  return claim(static_cast<int>(next)) ? static_cast<int>(next) : -1;
+}
+
+bool PlanScheduler::claim(int tile) {
+  auto &state = _state[static_cast<std::size_t>(tile)];
+  if (state != 0 || !ready(tile))
+    return false;
+  state = 1;
   ++_started;
-  return static_cast<int>(next);
+  return true;
 }
 
 void PlanScheduler::finish(int tile) {

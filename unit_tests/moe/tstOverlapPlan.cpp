@@ -398,3 +398,36 @@ TEST(OverlapPlan, uneven_column_splits) {
 }
 
 } // namespace
+
+TEST(OverlapPlan, claim_starts_only_ready_tiles_once) {
+  // Rank 0 of 3: sources 2 and 1 each send expert 0's rows as one message (the host runs such tiles of one
+  // expert from consecutive sources as one GEMM by claiming them).
+  PlanShape shape;
+  shape.world = 3;
+  shape.rank = 0;
+  shape.hidden = 8;
+  shape.experts = 1;
+  shape.tile_m = 100;
+  shape.rows = {{4}, {6}, {5}};
+  auto const plan = OverlapPlan::build(shape);
+  auto const tile_of = [&](int source) { return plan.tile_of_message(source, 0); };
+  PlanScheduler scheduler(plan);
+  EXPECT_FALSE(scheduler.claim(tile_of(1))); // not landed
+  scheduler.landed(2, 0);
+  scheduler.landed(1, 0);
+  int const first = scheduler.next();
+  ASSERT_GE(first, 0);
+  int const other = plan.tiles()[static_cast<std::size_t>(first)].source == 2 ? tile_of(1) : tile_of(2);
+  EXPECT_TRUE(scheduler.claim(other));
+  EXPECT_FALSE(scheduler.claim(other)); // started already
+  EXPECT_FALSE(scheduler.claim(first));
+  scheduler.finish(first);
+  scheduler.finish(other);
+  // Both sources' layer1 tiles and the local work remain; no layer0 tile of a remote source runs twice.
+  for (int i; (i = scheduler.next()) >= 0;) {
+    auto const &t = plan.tiles()[static_cast<std::size_t>(i)];
+    EXPECT_FALSE(t.kind == PlanTile::Kind::layer0 && t.source != 0) << "remote layer0 tile " << i << " ran twice";
+    scheduler.finish(i);
+  }
+  EXPECT_TRUE(scheduler.all_finished());
+}

@@ -139,6 +139,10 @@ public:
   /// expert's weights once per call, so larger calls amortize it) without waiting for anything that has not
   /// landed.
   int next_contiguous(int tile);
+  /// Marks \p tile started when it has not started and its inputs are ready; returns whether it did. An executor
+  /// whose buffers hold other tiles' rows next to a started tile's (on the host: the remote sources of one
+  /// (chunk, expert) back to back) may claim them to run them in the same GEMM.
+  bool claim(int tile);
   /// Marks tile \p tile finished.
   void finish(int tile);
   bool all_started() const { return _started == static_cast<int>(_state.size()); }
