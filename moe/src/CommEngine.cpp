@@ -223,6 +223,7 @@ CommEngine::PassResult CommEngine::pass(Worker &worker) {
   }
   if (r.progressed)
     worker.last_progress = Clock::now();
+  _moving.store(r.moving, std::memory_order_relaxed);
   if (r.closed && active.empty() && worker.pending_sends.empty() && worker.urgent_sends.empty()) {
     std::lock_guard<std::mutex> lock(worker.mutex);
     r.done = worker.inbox.empty();

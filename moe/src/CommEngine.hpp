@@ -94,6 +94,9 @@ public:
   double cpu_seconds() const { return _cpu_seconds.load(); }
   /// False with zero workers: the calling thread progresses the messages.
   bool threaded() const { return _threaded; }
+  /// Whether the last pass found bytes still moving: MPI moves them only inside its calls, so without worker
+  /// threads a long computation should stop to call progress() now and then.
+  bool moving() const { return _moving.load(std::memory_order_relaxed); }
 
 private:
   struct Op {
@@ -144,6 +147,7 @@ private:
   bool _threaded = true;
   std::vector<std::unique_ptr<Worker>> _workers;
   std::atomic<bool> _failed{false};
+  std::atomic<bool> _moving{false};
   std::atomic<double> _cpu_seconds{0.0};
   std::atomic<bool> _stop{false};
   std::mutex _error_mutex;

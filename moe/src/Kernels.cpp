@@ -2,6 +2,7 @@
 
 #include <tessel/core/Execution.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 namespace tessel::moe::Impl {
@@ -14,7 +15,8 @@ KOKKOS_INLINE_FUNCTION float gelu(float x) { return 0.5f * x * (1.0f + std::erf(
 } // namespace
 
 void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
-                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch) {
+                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols,
+                 std::function<void()> const &between) {
   std::int64_t const rows = x.rows, kp = config.ffn_per_rank(), n = config.hidden;
   if (rows == 0)
     return;
@@ -22,8 +24,18 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
   MatRef<float const> const w0{&weights.w0(expert, 0, 0), n, cols0, cols0};
   bool const silu_act = config.activation == Activation::silu;
   compat::fence(space, "Tessel::moe::layer0");
+  // out[:, c) = x W0[:, c), whole or in column panels (each panel packs only its columns of W0).
+  auto const gemm0 = [&](MatRef<float> out) {
+    std::int64_t const step = panel_cols > 0 ? panel_cols : cols0;
+    for (std::int64_t c = 0; c < cols0; c += step) {
+      auto const width = std::min(step, cols0 - c);
+      gemm(x, w0.cols_range(c, c + width), 0.0f, out.cols_range(c, c + width));
+      if (c + width < cols0 && between)
+        between();
+    }
+  };
   if (!config.gated) {
-    gemm(x, w0, 0.0f, h);
+    gemm0(h);
     float *const hd = h.data;
     std::int64_t const ld = h.ld;
     Kokkos::parallel_for(
@@ -39,7 +51,7 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
     scratch.pre = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::layer0_scratch"),
                              static_cast<std::size_t>(rows), static_cast<std::size_t>(cols0));
   MatRef<float> const pre{scratch.pre.data(), rows, cols0, cols0};
-  gemm(x, w0, 0.0f, pre);
+  gemm0(pre);
   float const *const pd = pre.data;
   float *const hd = h.data;
   std::int64_t const ld = h.ld;

@@ -10,6 +10,7 @@
 #include <tessel/moe/ExpertFfn.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace tessel::moe::Impl {
@@ -19,9 +20,12 @@ struct Layer0Scratch {
   HostMatrix pre;
 };
 
-/// h[rows] = act(x[rows] W0_e) (gated: act(x Wg) * (x Wu)); x is [rows, N], h is [rows, K/TP].
+/// h[rows] = act(x[rows] W0_e) (gated: act(x Wg) * (x Wu)); x is [rows, N], h is [rows, K/TP]. With
+/// \p panel_cols > 0 the GEMM runs in column panels of that width and \p between runs after each but the last
+/// (a compute thread that also progresses communication calls into MPI there).
 void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
-                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch);
+                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols = 0,
+                 std::function<void()> const &between = {});
 
 /// y[rows, cols) = h[rows] W1_e[:, cols) (h: [rows, K/TP], y: [rows, col_end - col_begin]).
 void layer1_block(MoeConfig const &config, ExpertWeights const &weights, int expert, MatRef<float const> h,

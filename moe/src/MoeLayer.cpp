@@ -824,8 +824,16 @@ struct MoeLayer::State {
         auto const in_chunk = overlap.row_offset(s, c, e) - overlap.row_offset(s, c, 0) + tile.row_begin;
         float const *src =
             s == me ? local_chunk[sz(c)] + in_chunk * n : xd + (x_at[block(s, c, e)] + tile.row_begin) * n;
+        // Without a communication thread, a transport that moves a large message only while both sides call MPI
+        // (copy-in/copy-out shared memory) would stall during a long GEMM: while bytes are moving, the GEMM runs
+        // in column panels of about 2^29 flops (a few ms) with progress in between.
+        std::int64_t panel = 0;
+        if (!engine.threaded() && engine.moving())
+          panel = std::max<std::int64_t>(256, ((std::int64_t{1} << 28) / std::max<std::int64_t>(rows * n, 1) + 63) /
+                                                  64 * 64);
         Impl::layer0_tile(space, config, weights, e, {src, rows, n, n},
-                          {hd + (h_at[block(s, c, e)] + tile.row_begin) * kp, rows, kp, kp}, scratch);
+                          {hd + (h_at[block(s, c, e)] + tile.row_begin) * kp, rows, kp, kp}, scratch, panel,
+                          [&] { engine.progress(); });
       } else {
         // Expert e's slice of column block b: its rows times W1's columns, added per token into the block.
         auto const cb = tile.col_begin, width = tile.col_end - tile.col_begin;

@@ -2,6 +2,8 @@
 // an expert with no rows, and TP sharding (the shards' partial outputs sum to the full FFN).
 #include "MoeTestUtils.hpp"
 
+#include <Kernels.hpp> // moe/src: the layer0 tile in column panels
+
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/Reference.hpp>
 
@@ -96,6 +98,37 @@ TEST(ExpertFfn, weights_of_other_groups_are_not_copied_and_shapes_are_checked) {
   HostMatrix x("x", 3, 4), y("y", 3, 4);
   EXPECT_THROW(grouped_ffn(space, c, w, x, {0, 1}, y), tessel::Exception);
   EXPECT_THROW(grouped_ffn(space, c, w, x, {0, 1, 2}, y), tessel::Exception);
+}
+
+TEST(ExpertFfn, layer0_in_column_panels_equals_one_gemm) {
+  // The compute thread of a schedule without communication threads splits long layer0 GEMMs into column panels
+  // and progresses messages in between; the panels must compute the same tile.
+  std::mt19937_64 rng(std::random_device{}());
+  HostExecSpace space;
+  for (bool gated : {true, false}) {
+    MoeConfig c;
+    c.tokens = 1;
+    c.hidden = 24;
+    c.ffn = 70; // gated: 140 GEMM0 columns, not a multiple of the panel
+    c.experts = 2;
+    c.topk = 1;
+    c.ep = 1;
+    c.gated = gated;
+    auto const seed = rng();
+    SCOPED_TRACE("seed " + std::to_string(seed) + (gated ? " gated" : " plain"));
+    auto const weights = shard_weights(c, 0, test::random_weights(c, seed));
+    auto const x = test::random_matrix("x", 13, 24, seed + 1);
+    HostMatrix whole("whole", 13, 70), panels("panels", 13, 70);
+    Impl::Layer0Scratch scratch;
+    Impl::layer0_tile(space, c, weights, 1, {x.data(), 13, 24, 24}, {whole.data(), 13, 70, 70}, scratch);
+    int calls = 0;
+    Impl::layer0_tile(space, c, weights, 1, {x.data(), 13, 24, 24}, {panels.data(), 13, 70, 70}, scratch, 32,
+                      [&] { ++calls; });
+    EXPECT_EQ(calls, (c.gemm0_cols() + 31) / 32 - 1);
+    for (std::size_t i = 0; i < 13; ++i)
+      for (std::size_t j = 0; j < 70; ++j)
+        EXPECT_NEAR(panels(i, j), whole(i, j), 1e-5f * (1.0f + std::fabs(whole(i, j)))) << i << ", " << j;
+  }
 }
 
 } // namespace

@@ -50,9 +50,9 @@ struct TuneResult {
 };
 
 /// \brief Measures comet parameter candidates on \p layer (its current communicator and link) by coordinate
-/// descent from the layer's current parameters: N-split count, M tile, plan policy, communication workers and
-/// sends in flight, one knob at a time, each candidate timed with time_schedule(\p iters). Leaves the best
-/// parameters set on the layer. Collective.
+/// descent from the better of the layer's current parameters and fallback_params(): communication workers,
+/// N-split count, token ranges, M tile, plan policy and sends in flight, one knob at a time, each candidate timed
+/// with time_schedule(\p iters). Leaves the best parameters set on the layer. Collective.
 TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                       int iters = 3, std::function<void(std::string const &)> const &progress = {});
 
