@@ -1,6 +1,8 @@
 # Test harness in the style of Kokkos and Cabana: a test body is written once in unit_tests/<pkg>/tst<Name>.hpp
 # with TEST(TEST_CATEGORY, ...) and TEST_EXECSPACE, and one translation unit per enabled Kokkos backend is
-# generated from it. Targets are Tessel_<Pkg>_Test_<Name>_<BACKEND>; ctest names are <pkg>.<Name>.<backend>.
+# generated from it (TEST_CATEGORY_NAME is the backend as a string, for file names that must not collide when the
+# backends' tests run in parallel). Targets are Tessel_<Pkg>_Test_<Name>_<BACKEND>; ctest names are
+# <pkg>.<Name>.<backend>.
 #
 #   tessel_add_tests(PACKAGE <pkg> NAMES <Name...> [LIBS <targets>] [LABELS <labels>])
 #       per-backend tests of tst<Name>.hpp
@@ -54,7 +56,7 @@ function(tessel_add_tests)
       set(_tu ${CMAKE_CURRENT_BINARY_DIR}/${_backend}/tst${_name}_${_category}.cpp)
       # Written to a temporary file and copied only on change, so reconfiguring does not trigger rebuilds.
       file(WRITE ${_tu}.tmp
-           "#include <Kokkos_Core.hpp>\n#define TEST_CATEGORY ${_category}\n"
+           "#include <Kokkos_Core.hpp>\n#define TEST_CATEGORY ${_category}\n#define TEST_CATEGORY_NAME \"${_category}\"\n"
            "#define TEST_EXECSPACE ${Tessel_TEST_SPACE_${_backend}}\n#include <tst${_name}.hpp>\n")
       configure_file(${_tu}.tmp ${_tu} COPYONLY)
       set(_target Tessel_${_Pkg}_Test_${_name}_${_backend})

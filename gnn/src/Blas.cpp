@@ -1,8 +1,9 @@
 #include "impl/Blas.hpp"
 
-#include <tessel/core/KokkosCompat.hpp>
+#include <tessel/core/Execution.hpp>
 
-#include <KokkosBlas3_gemm.hpp>
+#define TESSEL_COMPAT_KOKKOS_BLAS
+#include <tessel/core/KokkosCompat.hpp>
 
 namespace tessel::gnn::Impl {
 
@@ -30,13 +31,12 @@ void gemm(ExecSpace const &space, char const *trans_a, char const *trans_b, floa
           });
     return;
   }
-  // Kokkos Kernels 3.4 has no execution-space-instance overload: order the call after the instance's work.
-  compat::fence(space, "Tessel::gnn::gemm");
-  KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
+  compat::gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
 }
 
-template void gemm(Kokkos::DefaultHostExecutionSpace const &, char const *, char const *, float,
-                   ConstMatrix<Kokkos::HostSpace> const &, ConstMatrix<Kokkos::HostSpace> const &, float,
-                   Matrix<Kokkos::HostSpace> const &);
+#define TESSEL_GNN_INSTANTIATE_GEMM(SPACE)                                                                             \
+  template void gemm(SPACE const &, char const *, char const *, float, ConstMatrix<Kokkos::HostSpace> const &,         \
+                     ConstMatrix<Kokkos::HostSpace> const &, float, Matrix<Kokkos::HostSpace> const &);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_GNN_INSTANTIATE_GEMM)
 
 } // namespace tessel::gnn::Impl

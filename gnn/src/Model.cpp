@@ -145,11 +145,13 @@ template <class ExecSpace> struct ModelState {
   /// Softmax cross-entropy over the nodes of \p mask: (mean loss, accuracy); fills grad with dL/dlogits when
   /// \p gradient (mean over the mask).
   std::pair<double, double> loss(int mask, Matrix<M> const *gradient) {
+    compat::fence(space, "Tessel::gnn::loss");
     auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), h.back());
     typename Matrix<M>::HostMirror g;
     if (gradient) {
       g = Kokkos::create_mirror_view(*gradient);
-      Kokkos::deep_copy(g, 0.0f);
+      Kokkos::deep_copy(space, g, 0.0f);
+      space.fence();
     }
     double total = 0;
     std::int64_t count = 0, correct = 0;
@@ -181,7 +183,7 @@ template <class ExecSpace> struct ModelState {
                                        static_cast<double>(denom));
     }
     if (gradient)
-      Kokkos::deep_copy(*gradient, g);
+      Kokkos::deep_copy(space, *gradient, g);
     return {count ? total / static_cast<double>(count) : 0.0,
             count ? static_cast<double>(correct) / static_cast<double>(count) : 0.0};
   }
@@ -375,8 +377,10 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   // Features (normalized, random when absent), labels and masks in the handle's order.
   Matrix<Kokkos::HostSpace> features;
   if (data.num_features() > 0) {
-    features = Matrix<Kokkos::HostSpace>("Tessel::gnn::features", data.features.extent(0), data.features.extent(1));
-    Kokkos::deep_copy(features, data.features);
+    features = Matrix<Kokkos::HostSpace>(Kokkos::view_alloc(space, "Tessel::gnn::features"), data.features.extent(0),
+                                         data.features.extent(1));
+    Kokkos::deep_copy(space, features, data.features);
+    space.fence();
   } else {
     TESSEL_REQUIRE(options.random_features > 0, "train: dataset '", data.name,
                    "' has no features; pass random_features (--random-features) to train on random ones");
@@ -385,7 +389,7 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   if (options.normalize_features)
     normalize_rows(features);
   auto const fdev = Kokkos::create_mirror_view_and_copy(space, features);
-  s.x = Matrix<M>("Tessel::gnn::x", fdev.extent(0), fdev.extent(1));
+  s.x = Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::x"), fdev.extent(0), fdev.extent(1));
   permute_rows(space, perm, ConstMatrix<M>(fdev), s.x);
   s.labels = permute_vector(perm, data.labels);
   s.masks[0] = permute_vector(perm, data.train_mask);
@@ -403,34 +407,34 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
     auto const in = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l)]);
     auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
     // Glorot uniform, as Kipf.
-    Matrix<M> w("Tessel::gnn::weight", in, out);
+    Matrix<M> w(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "Tessel::gnn::weight"), in, out);
     auto hw = Kokkos::create_mirror_view(w);
     double const limit = std::sqrt(6.0 / static_cast<double>(in + out));
     std::uniform_real_distribution<double> u(-limit, limit);
     for (std::size_t k = 0; k < hw.size(); ++k)
       hw.data()[k] = static_cast<float>(u(rng));
-    Kokkos::deep_copy(w, hw);
+    Kokkos::deep_copy(space, w, hw);
     s.w.push_back(w);
-    s.dw.push_back(Matrix<M>("Tessel::gnn::weight_grad", in, out));
-    s.mw.push_back(Matrix<M>("Tessel::gnn::adam_m", in, out));
-    s.vw.push_back(Matrix<M>("Tessel::gnn::adam_v", in, out));
+    s.dw.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::weight_grad"), in, out));
+    s.mw.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::adam_m"), in, out));
+    s.vw.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::adam_v"), in, out));
     std::size_t const brows = options.model == ModelKind::gin ? 1 : 0;
-    s.b.push_back(Matrix<M>("Tessel::gnn::bias", brows, out));
-    s.db.push_back(Matrix<M>("Tessel::gnn::bias_grad", brows, out));
-    s.mb.push_back(Matrix<M>("Tessel::gnn::adam_m", brows, out));
-    s.vb.push_back(Matrix<M>("Tessel::gnn::adam_v", brows, out));
+    s.b.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias"), brows, out));
+    s.db.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias_grad"), brows, out));
+    s.mb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::adam_m"), brows, out));
+    s.vb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::adam_v"), brows, out));
     // Aggregate on the narrower side (GNNAdvisor: GCN transforms first, GIN aggregates first).
     s.aggregate_first.push_back(in <= out);
-    s.s.push_back(Matrix<M>("Tessel::gnn::aggregated", un, in <= out ? in : out));
+    s.s.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::aggregated"), un, in <= out ? in : out));
   }
   s.h.push_back(s.x);
-  s.hd.push_back(Matrix<M>("Tessel::gnn::dropped", un, s.x.extent(1)));
-  s.grad.push_back(Matrix<M>("Tessel::gnn::grad", un, s.x.extent(1)));
+  s.hd.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::dropped"), un, s.x.extent(1)));
+  s.grad.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::grad"), un, s.x.extent(1)));
   for (int l = 0; l < s.layers(); ++l) {
     auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
-    s.h.push_back(Matrix<M>("Tessel::gnn::activation", un, out));
-    s.hd.push_back(Matrix<M>("Tessel::gnn::dropped", un, out));
-    s.grad.push_back(Matrix<M>("Tessel::gnn::grad", un, out));
+    s.h.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::activation"), un, out));
+    s.hd.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::dropped"), un, out));
+    s.grad.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::grad"), un, out));
   }
   s.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -628,6 +632,7 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   return result;
 }
 
-template class GnnModel<Kokkos::DefaultHostExecutionSpace>;
+#define TESSEL_GNN_INSTANTIATE_MODEL(SPACE) template class GnnModel<SPACE>;
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_GNN_INSTANTIATE_MODEL)
 
 } // namespace tessel::gnn

@@ -481,10 +481,11 @@ template Partition partition(Graph<std::int32_t> const &, std::int64_t, Partitio
 template Partition partition(Graph<std::int64_t> const &, std::int64_t, PartitionMethod, std::int64_t, std::uint64_t);
 template Graph<std::int32_t> permute(Graph<std::int32_t> const &, Permutation const &);
 template Graph<std::int64_t> permute(Graph<std::int64_t> const &, Permutation const &);
-using HostExec = Kokkos::DefaultHostExecutionSpace;
-template void permute_rows(HostExec const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,
-                           Matrix<Kokkos::HostSpace> const &);
-template void unpermute_rows(HostExec const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,
-                             Matrix<Kokkos::HostSpace> const &);
+#define TESSEL_GNN_INSTANTIATE_PERMUTE(SPACE)                                                                          \
+  template void permute_rows(SPACE const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,               \
+                             Matrix<Kokkos::HostSpace> const &);                                                       \
+  template void unpermute_rows(SPACE const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,             \
+                               Matrix<Kokkos::HostSpace> const &);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_GNN_INSTANTIATE_PERMUTE)
 
 } // namespace tessel::gnn

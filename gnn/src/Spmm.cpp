@@ -185,6 +185,7 @@ std::vector<DenseBlock<Index, M>> to_memory(std::vector<HostDenseBlock> &&h, Hos
 template <class Index, class ExecSpace> class HostCsrProbe final : public CsrProbe<Index> {
 public:
   using M = typename ExecSpace::memory_space;
+  explicit HostCsrProbe(ExecSpace const &space) : _space(space) {}
   void prepare(Graph<Index> const &original, Graph<Index> const &reordered) override {
     _graphs[0] = original.to(_space);
     _graphs[1] = reordered.to(_space);
@@ -214,6 +215,10 @@ private:
 template <class Index, class ExecSpace> struct SpmmState {
   using M = typename ExecSpace::memory_space;
   using HostGraph = Graph<Index>;
+
+  explicit SpmmState(ExecSpace const &s) : space(s) {}
+  /// The instance given at construction: preprocessing, probing and tuning structures run on it.
+  ExecSpace space;
 
   SpmmOptions options;
   std::string name;
@@ -272,7 +277,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   void setup_fixed(HostGraph const &g) {
     identity.permutation = Permutation::identity(g.num_rows());
     identity.part_offsets = {0, static_cast<std::int64_t>(g.num_rows())};
-    graph = g.to(ExecSpace());
+    graph = g.to(space);
     switch (options.algorithm) {
     case SpmmAlgorithm::coo:
     case SpmmAlgorithm::coo_atomic: {
@@ -314,13 +319,14 @@ template <class Index, class ExecSpace> struct SpmmState {
       TESSEL_REQUIRE(
           bytes <= static_cast<double>(options.dense_max_bytes), "dense: graph '", name, "' needs ", bytes / (1 << 20),
           " MiB as a dense matrix, more than dense_max_bytes = ", options.dense_max_bytes / (1 << 20), " MiB");
-      dense = Matrix<M>("Tessel::gnn::Spmm::dense", rows, cols);
+      dense = Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::dense"), rows, cols);
       auto h = Kokkos::create_mirror_view(dense);
-      Kokkos::deep_copy(h, 0.0f);
+      Kokkos::deep_copy(space, h, 0.0f);
+      space.fence();
       for (Index i = 0; i < rows; ++i)
         for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
           h(i, g.entries()(k)) += g.values()(k);
-      Kokkos::deep_copy(dense, h);
+      Kokkos::deep_copy(space, dense, h);
       break;
     }
     case SpmmAlgorithm::cusparse:
@@ -332,7 +338,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   }
 
   void setup_adaptive(HostGraph const &g, Partition const *given) {
-    HostCsrProbe<Index, ExecSpace> probe;
+    HostCsrProbe<Index, ExecSpace> probe(space);
     dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe);
     auto const classes = static_cast<std::size_t>(dec->num_classes);
     class_csr.assign(classes, {});
@@ -535,7 +541,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     auto const t0 = std::chrono::steady_clock::now();
     // The reordered graph itself (no copy where the handle's memory space is the host's).
-    auto const g = dec->permuted.to(ExecSpace());
+    auto const g = dec->permuted.to(space);
     all_csr.row_map = g.row_map();
     all_csr.entries = g.entries();
     all_csr.values = g.values();
@@ -563,7 +569,8 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     case SpmmAlgorithm::coo:
       if (coo.carry.extent(1) != x.extent(1))
-        coo.carry = decltype(coo.carry)("Tessel::gnn::Spmm::coo_carry", coo.edge_begin.extent(0) - 1, x.extent(1));
+        coo.carry = decltype(coo.carry)(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::coo_carry"),
+                                        coo.edge_begin.extent(0) - 1, x.extent(1));
       if (nnz == 0) {
         Kokkos::deep_copy(space, y, 0.0f);
         return;
@@ -651,8 +658,7 @@ template <class Index, class ExecSpace> struct SpmmState {
 
 template <class Index, class ExecSpace>
 SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options)
-    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>()) {
-  (void)space;
+    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
   auto &s = *_state;
   s.options = options;
   TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ", options.tuning_repeats);
@@ -672,8 +678,7 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
 template <class Index, class ExecSpace>
 SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
                                          Partition const &partition)
-    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>()) {
-  (void)space;
+    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
   auto &s = *_state;
   s.options = options;
   TESSEL_REQUIRE(options.algorithm == SpmmAlgorithm::adaptive,
@@ -689,8 +694,7 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
 template <class Index, class ExecSpace>
 SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
                                          std::string const &plan_path)
-    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>()) {
-  (void)space;
+    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
   auto &s = *_state;
   s.options = options;
   s.options.algorithm = SpmmAlgorithm::adaptive;
@@ -825,8 +829,9 @@ template <class Index, class ExecSpace> void SpmmHandle<Index, ExecSpace>::save_
   }
 }
 
-using HostExec = Kokkos::DefaultHostExecutionSpace;
-template class SpmmHandle<std::int32_t, HostExec>;
-template class SpmmHandle<std::int64_t, HostExec>;
+#define TESSEL_GNN_INSTANTIATE_SPMM(SPACE)                                                                             \
+  template class SpmmHandle<std::int32_t, SPACE>;                                                                      \
+  template class SpmmHandle<std::int64_t, SPACE>;
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_GNN_INSTANTIATE_SPMM)
 
 } // namespace tessel::gnn

@@ -69,7 +69,8 @@ void grouped_ffn(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
       Impl::MatRef<float> const hp{h.data(), end - r, kp, kp};
       Impl::layer0_tile(space, config, weights, e, {x.data() + r * n, end - r, n, n}, hp, scratch);
       compat::fence(space, "Tessel::moe::grouped_ffn");
-      Impl::layer1_block(config, weights, e, {hp.data, hp.rows, kp, kp}, 0, n, {y.data() + r * n, end - r, n, n});
+      Impl::layer1_block(space, config, weights, e, {hp.data, hp.rows, kp, kp}, 0, n,
+                         {y.data() + r * n, end - r, n, n});
     }
   }
 }

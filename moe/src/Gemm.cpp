@@ -2,8 +2,10 @@
 
 #include <tessel/core/Error.hpp>
 
-#include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
+
+#define TESSEL_COMPAT_KOKKOS_BLAS
+#include <tessel/core/KokkosCompat.hpp>
 
 #include <dlfcn.h>
 
@@ -13,7 +15,8 @@ namespace tessel::moe::Impl {
 
 namespace {
 
-template <class T> void gemm_impl(MatRef<T const> a, MatRef<T const> b, T beta, MatRef<T> c) {
+template <class T>
+void gemm_impl(HostExecSpace const &space, MatRef<T const> a, MatRef<T const> b, T beta, MatRef<T> c) {
   TESSEL_REQUIRE(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm: shapes do not match: A ", a.rows, "x",
                  a.cols, ", B ", b.rows, "x", b.cols, ", C ", c.rows, "x", c.cols);
   if (c.rows == 0 || c.cols == 0)
@@ -37,15 +40,17 @@ template <class T> void gemm_impl(MatRef<T const> a, MatRef<T const> b, T beta, 
   auto const sc = Kokkos::subview(pc, Kokkos::ALL, pair(c.cols));
   static_assert(std::is_same<typename decltype(sc)::array_layout, Kokkos::LayoutRight>::value,
                 "column subviews must stay LayoutRight to reach the BLAS");
-  // FIXME: Kokkos Kernels >= 3.6 takes an execution space instance first; the spelling without it exists in
-  // every version and runs on the default host instance, which is the only host instance on Kokkos 3.4.
-  KokkosBlas::gemm("N", "N", T(1), sa, sb, beta, sc);
+  compat::gemm(space, "N", "N", T(1), sa, sb, beta, sc);
 }
 
 } // namespace
 
-void gemm(MatRef<float const> a, MatRef<float const> b, float beta, MatRef<float> c) { gemm_impl(a, b, beta, c); }
-void gemm(MatRef<double const> a, MatRef<double const> b, double beta, MatRef<double> c) { gemm_impl(a, b, beta, c); }
+void gemm(HostExecSpace const &space, MatRef<float const> a, MatRef<float const> b, float beta, MatRef<float> c) {
+  gemm_impl(space, a, b, beta, c);
+}
+void gemm(HostExecSpace const &space, MatRef<double const> a, MatRef<double const> b, double beta, MatRef<double> c) {
+  gemm_impl(space, a, b, beta, c);
+}
 
 int limit_blas_threads() {
   using GetFn = int (*)();

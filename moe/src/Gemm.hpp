@@ -4,6 +4,8 @@
 // Row-major GEMM on raw host matrices with leading dimensions, through Kokkos Kernels (whose host GEMM calls
 // the system BLAS). Kokkos Kernels' headers stay inside Gemm.cpp.
 
+#include <tessel/moe/Types.hpp>
+
 #include <cstdint>
 
 namespace tessel::moe::Impl {
@@ -16,10 +18,10 @@ template <class T> struct MatRef {
   MatRef cols_range(std::int64_t begin, std::int64_t end) const { return {data + begin, rows, end - begin, ld}; }
 };
 
-/// C = A B + beta C (A: m x k, B: k x n, C: m x n). Empty products are handled here (Kokkos Kernels would
-/// launch its own, unlabelled kernels for them).
-void gemm(MatRef<float const> a, MatRef<float const> b, float beta, MatRef<float> c);
-void gemm(MatRef<double const> a, MatRef<double const> b, double beta, MatRef<double> c);
+/// C = A B + beta C (A: m x k, B: k x n, C: m x n) on \p space. Empty products are handled here (Kokkos Kernels
+/// would launch its own, unlabelled kernels for them).
+void gemm(HostExecSpace const &space, MatRef<float const> a, MatRef<float const> b, float beta, MatRef<float> c);
+void gemm(HostExecSpace const &space, MatRef<double const> a, MatRef<double const> b, double beta, MatRef<double> c);
 
 /// Limits the BLAS library to one thread per call when it is OpenBLAS and OPENBLAS_NUM_THREADS is unset:
 /// ranks and the communication thread already share the cores. Returns the previous thread count, or -1 when

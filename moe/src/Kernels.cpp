@@ -23,13 +23,12 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
   std::int64_t const cols0 = config.gemm0_cols();
   MatRef<float const> const w0{&weights.w0(expert, 0, 0), n, cols0, cols0};
   bool const silu_act = config.activation == Activation::silu;
-  compat::fence(space, "Tessel::moe::layer0");
   // out[:, c) = x W0[:, c), whole or in column panels (each panel packs only its columns of W0).
   auto const gemm0 = [&](MatRef<float> out) {
     std::int64_t const step = panel_cols > 0 ? panel_cols : cols0;
     for (std::int64_t c = 0; c < cols0; c += step) {
       auto const width = std::min(step, cols0 - c);
-      gemm(x, w0.cols_range(c, c + width), 0.0f, out.cols_range(c, c + width));
+      gemm(space, x, w0.cols_range(c, c + width), 0.0f, out.cols_range(c, c + width));
       if (c + width < cols0 && between)
         between();
     }
@@ -66,11 +65,11 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
       });
 }
 
-void layer1_block(MoeConfig const &config, ExpertWeights const &weights, int expert, MatRef<float const> h,
-                  std::int64_t col_begin, std::int64_t col_end, MatRef<float> y) {
+void layer1_block(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+                  MatRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatRef<float> y) {
   std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
   MatRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
-  gemm(h, w1, 0.0f, y);
+  gemm(space, h, w1, 0.0f, y);
 }
 
 SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row_slot, std::vector<float> const &weight,

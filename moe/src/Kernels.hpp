@@ -28,8 +28,8 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
                  std::function<void()> const &between = {});
 
 /// y[rows, cols) = h[rows] W1_e[:, cols) (h: [rows, K/TP], y: [rows, col_end - col_begin]).
-void layer1_block(MoeConfig const &config, ExpertWeights const &weights, int expert, MatRef<float const> h,
-                  std::int64_t col_begin, std::int64_t col_end, MatRef<float> y);
+void layer1_block(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+                  MatRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatRef<float> y);
 
 /// Slots of one source with the rows to reduce: rows of slot u are row_index[ptr[u], ptr[u+1]) with weights.
 struct SlotRows {

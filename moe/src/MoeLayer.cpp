@@ -276,7 +276,7 @@ struct MoeLayer::State {
       MatRef<float> const hr{hp, end - r, kp, kp};
       Impl::layer0_tile(space, config, weights, e, xin.rows_range(r, end), hr, scratch);
       compat::fence(space, "Tessel::moe::ffn");
-      Impl::layer1_block(config, weights, e, {hp, end - r, kp, kp}, 0, n, yout.rows_range(r, end));
+      Impl::layer1_block(space, config, weights, e, {hp, end - r, kp, kp}, 0, n, yout.rows_range(r, end));
     }
   }
 
@@ -840,9 +840,9 @@ struct MoeLayer::State {
         auto const &ms = metas[sz(c)][sz(s)];
         auto const rows = ms.expert_rows[sz(tile.expert)];
         auto const in_chunk = ms.expert_offset(tile.expert);
-        compat::fence(space, "Tessel::moe::layer1");
-        Impl::layer1_block(config, weights, tile.expert, {hd + h_at[block(s, c, tile.expert)] * kp, rows, kp, kp}, cb,
-                           tile.col_end, {yd, rows, width, width});
+        Impl::layer1_block(space, config, weights, tile.expert,
+                           {hd + h_at[block(s, c, tile.expert)] * kp, rows, kp, kp}, cb, tile.col_end,
+                           {yd, rows, width, width});
         float *const block = combine_send.data() + send_off[sz(s)] + slots_of[sz(s)] * cb;
         Impl::scatter_add(space, rows, ms.slot.data() + in_chunk, 0, ms.weight.data() + in_chunk,
                           {yd, rows, width, width}, {block, slots_of[sz(s)], width, width});

@@ -53,8 +53,7 @@ void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix 
                    " x ", e_count, " (hidden x experts)");
     TESSEL_REQUIRE(gate.bias.data() == nullptr || static_cast<int>(gate.bias.extent(0)) == e_count,
                    "route: gate bias has ", gate.bias.extent(0), " entries, expected ", e_count);
-    compat::fence(space, "Tessel::moe::route");
-    Impl::gemm({tokens.data(), m, n, n}, {gate.weight.data(), n, e_count, e_count}, 0.0f,
+    Impl::gemm(space, {tokens.data(), m, n, n}, {gate.weight.data(), n, e_count, e_count}, 0.0f,
                {logits.data(), m, e_count, e_count});
     if (gate.bias.data() != nullptr) {
       auto const bias = gate.bias;

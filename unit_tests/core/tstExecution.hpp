@@ -31,6 +31,28 @@ TEST(TEST_CATEGORY, make_instances_run_independent_work) {
   }
 }
 
+TEST(TEST_CATEGORY, make_instances_any_count) {
+  // More instances than threads (the default on a 2-core machine with 3 parts): the instances share threads.
+  using Space = TEST_EXECSPACE;
+  int const threads = tessel::compat::concurrency(Space());
+  for (int n : {1, 2, threads, threads + 1, 2 * threads + 3}) {
+    auto instances = tessel::make_instances(Space(), n);
+    ASSERT_EQ(instances.size(), static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      auto const &space = instances[static_cast<std::size_t>(i)];
+      EXPECT_GE(tessel::compat::concurrency(space), 1);
+      Kokkos::View<int *, typename Space::memory_space> v(Kokkos::view_alloc(space, "Tessel::test::v"), 64);
+      Kokkos::parallel_for(
+          "Tessel::test::fill", Kokkos::RangePolicy<Space>(space, 0, 64), KOKKOS_LAMBDA(int j) { v(j) = i + j; });
+      int sum = 0;
+      Kokkos::parallel_reduce(
+          "Tessel::test::sum", Kokkos::RangePolicy<Space>(space, 0, 64),
+          KOKKOS_LAMBDA(int j, int &acc) { acc += v(j); }, sum);
+      EXPECT_EQ(sum, 64 * i + 63 * 64 / 2) << n << " instances, instance " << i;
+    }
+  }
+}
+
 TEST(TEST_CATEGORY, make_instances_rejects_zero) {
   EXPECT_THROW(tessel::make_instances(TEST_EXECSPACE(), 0), tessel::Exception);
 }

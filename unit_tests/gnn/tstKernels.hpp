@@ -185,7 +185,7 @@ TEST(TEST_CATEGORY, spmm_plan_saves_and_reloads) {
   Kokkos::deep_copy(x, 0.5f);
   while (!tuned.tuned(16))
     tuned.apply(Space(), x, y);
-  std::string const path = "tessel_gnn_test_plan.h5";
+  std::string const path = TEST_CATEGORY_NAME "_tessel_gnn_test_plan.h5";
   tuned.save_plans(path);
   SpmmHandle<std::int32_t, Space> loaded(Space(), g, o, path);
   EXPECT_TRUE(loaded.tuned(16));

@@ -13,11 +13,40 @@
 #include <string>
 #include <vector>
 
+/// \brief Calls \p MACRO(Space) once for every host execution space enabled in the Kokkos Tessel is built with
+/// (Serial, OpenMP, Threads): the list from which the libraries instantiate their templates on an execution
+/// space. Derived from Kokkos's own configuration macros, so it cannot disagree with the Kokkos in use.
+#ifdef KOKKOS_ENABLE_SERIAL
+#define TESSEL_IMPL_HOST_SPACE_SERIAL(MACRO) MACRO(Kokkos::Serial)
+#else
+#define TESSEL_IMPL_HOST_SPACE_SERIAL(MACRO)
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+#define TESSEL_IMPL_HOST_SPACE_OPENMP(MACRO) MACRO(Kokkos::OpenMP)
+#else
+#define TESSEL_IMPL_HOST_SPACE_OPENMP(MACRO)
+#endif
+#ifdef KOKKOS_ENABLE_THREADS
+#define TESSEL_IMPL_HOST_SPACE_THREADS(MACRO) MACRO(Kokkos::Threads)
+#else
+#define TESSEL_IMPL_HOST_SPACE_THREADS(MACRO)
+#endif
+#define TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(MACRO)                                                                    \
+  TESSEL_IMPL_HOST_SPACE_SERIAL(MACRO) TESSEL_IMPL_HOST_SPACE_OPENMP(MACRO) TESSEL_IMPL_HOST_SPACE_THREADS(MACRO)
+
 namespace tessel {
+
+/// \brief True for the host execution spaces of TESSEL_FOR_EACH_HOST_EXECUTION_SPACE, for which Tessel's
+/// libraries hold their host templates.
+template <class ExecSpace> inline constexpr bool is_host_execution_space_v = false;
+#define TESSEL_IMPL_HOST_SPACE_TRAIT(SPACE) template <> inline constexpr bool is_host_execution_space_v<SPACE> = true;
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_IMPL_HOST_SPACE_TRAIT)
+#undef TESSEL_IMPL_HOST_SPACE_TRAIT
 
 /// \brief \p n independent instances of \p space's execution space.
 ///
-/// With Kokkos >= 3.6 this is partition_space: on CUDA each instance owns a new stream. On Kokkos 3.4 the
+/// With Kokkos >= 3.6 this is partition_space: on CUDA each instance owns a new stream; a host space with fewer
+/// threads than \p n gives one instance per thread, shared round-robin by the \p n returned. On Kokkos 3.4 the
 /// instances are copies of \p space (work on them is correct but serialized); see compat::partition_space.
 /// \pre n >= 1
 template <class ExecSpace> std::vector<ExecSpace> make_instances(ExecSpace const &space, int n) {

@@ -74,7 +74,11 @@ template <class ExecSpace> struct ModelState;
 ///
 /// Node data are kept in the aggregation handle's vertex order. Parameters: weight(l) is in_l x out_l;
 /// GIN layers also have bias(l) (1 x out_l).
-template <class ExecSpace = Kokkos::DefaultExecutionSpace> class GnnModel {
+/// Instantiated for every enabled host execution space (tessel::is_host_execution_space_v).
+template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class GnnModel {
+  static_assert(is_host_execution_space_v<ExecSpace>,
+                "tessel::gnn::GnnModel runs on the host execution spaces enabled in Kokkos (Serial, OpenMP, Threads)");
+
 public:
   using memory_space = typename ExecSpace::memory_space;
   GnnModel(ExecSpace const &space, Dataset const &data, TrainOptions const &options);

@@ -59,7 +59,8 @@ Partition partition(Graph<Index> const &graph, std::int64_t part_size, Partition
 /// \brief P A P^T: entry (i, j) of the result is entry (old_of_new[i], old_of_new[j]) of \p graph.
 template <class Index> Graph<Index> permute(Graph<Index> const &graph, Permutation const &perm);
 
-/// \brief Rows of \p x in the new order (out(k) = x(old_of_new[k])), on \p space.
+/// \brief Rows of \p x in the new order (out(k) = x(old_of_new[k])), on \p space. Instantiated for every enabled
+/// host execution space with host memory (TESSEL_FOR_EACH_HOST_EXECUTION_SPACE).
 template <class ExecSpace, class MemorySpace>
 void permute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                   Matrix<MemorySpace> const &out);

@@ -7,6 +7,7 @@
 /// subgraph-level choice (reorder, split A into density classes of blocks, pick a kernel per class by timing the
 /// candidates during the first applies, or by a cost model).
 
+#include <tessel/core/Execution.hpp>
 #include <tessel/gnn/Graph.hpp>
 #include <tessel/gnn/Reorder.hpp>
 
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -132,7 +134,15 @@ template <class Index, class ExecSpace> struct SpmmState;
 /// X and Y are in the handle's vertex order: permutation().old_of_new[k] is the original vertex at row k (the
 /// identity for every algorithm but adaptive with reordering). Move data into that order once with permute_rows
 /// (e.g. before training) rather than per apply. Not thread-safe.
-template <class Index = std::int32_t, class ExecSpace = Kokkos::DefaultExecutionSpace> class SpmmHandle {
+/// Instantiated for every enabled host execution space (tessel::is_host_execution_space_v); the CUDA handle is
+/// tessel::gnn::cuda::SpmmHandle.
+template <class Index = std::int32_t, class ExecSpace = Kokkos::DefaultHostExecutionSpace> class SpmmHandle {
+  static_assert(is_host_execution_space_v<ExecSpace>,
+                "tessel::gnn::SpmmHandle runs on the host execution spaces enabled in Kokkos (Serial, OpenMP, "
+                "Threads); for a GPU use tessel::gnn::cuda::SpmmHandle (tessel/gnn/cuda/Spmm.hpp)");
+  static_assert(std::is_same_v<Index, std::int32_t> || std::is_same_v<Index, std::int64_t>,
+                "tessel::gnn::SpmmHandle: Index must be std::int32_t or std::int64_t");
+
 public:
   using execution_space = ExecSpace;
   using memory_space = typename ExecSpace::memory_space;

@@ -14,7 +14,7 @@
 namespace {
 
 using namespace tessel::gnn;
-using Space = Kokkos::DefaultHostExecutionSpace;
+using Space = TEST_EXECSPACE;
 
 Dataset small_directed(std::uint64_t seed) {
   Dataset d;
@@ -79,12 +79,12 @@ void check_gradients(ModelKind kind, SpmmAlgorithm algorithm) {
   EXPECT_GE(checked, 12);
 }
 
-TEST(gnn_model, gcn_gradients_match_finite_differences) {
+TEST(TEST_CATEGORY, gnn_model_gcn_gradients_match_finite_differences) {
   check_gradients(ModelKind::gcn, SpmmAlgorithm::csr);
   check_gradients(ModelKind::gcn, SpmmAlgorithm::adaptive);
 }
 
-TEST(gnn_model, gin_gradients_match_finite_differences) {
+TEST(TEST_CATEGORY, gnn_model_gin_gradients_match_finite_differences) {
   check_gradients(ModelKind::gin, SpmmAlgorithm::csr);
   check_gradients(ModelKind::gin, SpmmAlgorithm::adaptive);
 }
@@ -101,7 +101,7 @@ Dataset communities() {
   return generate_sbm(o);
 }
 
-TEST(gnn_model, gcn_and_gin_learn_planted_communities) {
+TEST(TEST_CATEGORY, gnn_model_gcn_and_gin_learn_planted_communities) {
   auto const data = communities();
   for (auto kind : {ModelKind::gcn, ModelKind::gin}) {
     for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::adaptive}) {
@@ -125,7 +125,7 @@ TEST(gnn_model, gcn_and_gin_learn_planted_communities) {
   }
 }
 
-TEST(gnn_model, early_stopping_stops) {
+TEST(TEST_CATEGORY, gnn_model_early_stopping_stops) {
   auto const data = communities();
   TrainOptions o;
   o.epochs = 400;
@@ -147,7 +147,8 @@ void check_resume(SpmmAlgorithm algorithm, bool timing) {
   o.spmm.timing = timing;
   o.spmm.part_size = 12;
   o.spmm.tuning_repeats = 1;
-  std::string const full = "tessel_gnn_test_full.h5", part = "tessel_gnn_test_part.h5";
+  std::string const full = TEST_CATEGORY_NAME "_tessel_gnn_test_full.h5",
+                    part = TEST_CATEGORY_NAME "_tessel_gnn_test_part.h5";
   o.checkpoint = full;
   GnnModel<Space> straight(Space(), data, o);
   auto const r_full = straight.train();
@@ -174,27 +175,27 @@ void check_resume(SpmmAlgorithm algorithm, bool timing) {
       std::remove((f + suffix).c_str());
 }
 
-TEST(gnn_model, checkpoint_resumes_exactly) {
+TEST(TEST_CATEGORY, gnn_model_checkpoint_resumes_exactly) {
   check_resume(SpmmAlgorithm::csr, false);
   // Cost-model plans are deterministic. (Timed plans are saved with the checkpoint and reloaded, but two
   // independent runs may time different winners, so a straight run is no reference for them.)
   check_resume(SpmmAlgorithm::adaptive, false);
 }
 
-TEST(gnn_model, checkpoint_of_another_model_is_refused) {
+TEST(TEST_CATEGORY, gnn_model_checkpoint_of_another_model_is_refused) {
   auto const data = small_directed(9);
   TrainOptions o;
   o.epochs = 2;
-  o.checkpoint = "tessel_gnn_test_other.h5";
+  o.checkpoint = TEST_CATEGORY_NAME "_tessel_gnn_test_other.h5";
   o.spmm.algorithm = SpmmAlgorithm::csr;
   train(Space(), data, o);
   o.model = ModelKind::gin;
   o.resume = true;
   EXPECT_THROW(train(Space(), data, o), tessel::Exception);
-  std::remove("tessel_gnn_test_other.h5");
+  std::remove(TEST_CATEGORY_NAME "_tessel_gnn_test_other.h5");
 }
 
-TEST(gnn_model, training_allocations_are_labelled) {
+TEST(TEST_CATEGORY, gnn_model_training_allocations_are_labelled) {
   auto const data = small_directed(10);
   tessel::test::ToolsRecorder recorder;
   TrainOptions o;
