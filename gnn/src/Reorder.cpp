@@ -465,13 +465,13 @@ void gather_rows(ExecSpace const &space, std::vector<std::int64_t> const &index,
 }
 } // namespace
 
-template <class ExecSpace, class MemorySpace>
+template <class ExecSpace, class MemorySpace, class Check>
 void permute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                   Matrix<MemorySpace> const &out) {
   gather_rows<ExecSpace, MemorySpace>(space, perm.old_of_new, false, x, out, "Tessel::gnn::permute_rows");
 }
 
-template <class ExecSpace, class MemorySpace>
+template <class ExecSpace, class MemorySpace, class Check>
 void unpermute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                     Matrix<MemorySpace> const &out) {
   gather_rows<ExecSpace, MemorySpace>(space, perm.old_of_new, true, x, out, "Tessel::gnn::unpermute_rows");

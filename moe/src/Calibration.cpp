@@ -1,6 +1,7 @@
 #include <tessel/moe/Calibration.hpp>
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/Execution.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +10,9 @@
 
 namespace tessel::moe {
 
-Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
-                                 GateInput const &gate, double share, double latency, int repeats,
+template <class ExecSpace, class Check>
+Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                                 double share, double latency, int repeats,
                                  std::function<void(std::string const &)> const &progress) {
   TESSEL_REQUIRE(share > 0.0 && share < 1.0, "calibrate_comm_share: share must be in (0, 1), got ", share);
   auto *paced = paced_backend_of(layer.communicator());
@@ -86,7 +88,8 @@ Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, Co
   return cal;
 }
 
-double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+template <class ExecSpace, class Check>
+double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                      HostMatrix out, Schedule schedule, int iters, int warmup) {
   TESSEL_REQUIRE(iters >= 1 && warmup >= 0, "time_schedule: need iters >= 1 and warmup >= 0");
   auto const &comm = layer.communicator();
@@ -104,8 +107,9 @@ double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatri
   return times[times.size() / 2];
 }
 
-TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
-                      int iters, std::function<void(std::string const &)> const &progress) {
+template <class ExecSpace, class Check>
+TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate, int iters,
+                      std::function<void(std::string const &)> const &progress) {
   auto const &config = layer.config();
   HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::tune_out"), tokens.extent(0),
                  tokens.extent(1));
@@ -169,5 +173,14 @@ TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatr
   layer.set_comet_params(result.best);
   return result;
 }
+
+#define TESSEL_MOE_INSTANTIATE_CALIBRATION(SPACE)                                                                      \
+  template Calibration calibrate_comm_share(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, double,     \
+                                            double, int, std::function<void(std::string const &)> const &);            \
+  template double time_schedule(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule,   \
+                                int, int);                                                                             \
+  template TuneResult tune_comet(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, int,                   \
+                                 std::function<void(std::string const &)> const &);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_CALIBRATION)
 
 } // namespace tessel::moe

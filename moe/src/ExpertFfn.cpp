@@ -44,7 +44,8 @@ void set_expert_weights(MoeConfig const &config, int rank, int expert, float con
     std::memcpy(&weights.w1(e, i, 0), w1_full + (k0 + i) * n, static_cast<std::size_t>(n) * sizeof(float));
 }
 
-void grouped_ffn(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, ConstHostMatrix x,
+template <class ExecSpace, class Check>
+void grouped_ffn(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, ConstHostMatrix x,
                  std::vector<std::int64_t> const &offsets, HostMatrix y) {
   ScopedRegion region("Tessel::moe::grouped_ffn");
   int const eg = config.experts_per_group();
@@ -74,5 +75,10 @@ void grouped_ffn(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
     }
   }
 }
+
+#define TESSEL_MOE_INSTANTIATE_FFN(SPACE)                                                                              \
+  template void grouped_ffn(SPACE const &, MoeConfig const &, ExpertWeights const &, ConstHostMatrix,                  \
+                            std::vector<std::int64_t> const &, HostMatrix);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_FFN)
 
 } // namespace tessel::moe

@@ -1,6 +1,7 @@
 #include "Gemm.hpp"
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/Execution.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -13,10 +14,8 @@
 
 namespace tessel::moe::Impl {
 
-namespace {
-
-template <class T>
-void gemm_impl(HostExecSpace const &space, MatRef<T const> a, MatRef<T const> b, T beta, MatRef<T> c) {
+template <class ExecSpace, class T>
+void gemm(ExecSpace const &space, MatRef<T const> a, MatRef<T const> b, T beta, MatRef<T> c) {
   TESSEL_REQUIRE(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm: shapes do not match: A ", a.rows, "x",
                  a.cols, ", B ", b.rows, "x", b.cols, ", C ", c.rows, "x", c.cols);
   if (c.rows == 0 || c.cols == 0)
@@ -28,8 +27,10 @@ void gemm_impl(HostExecSpace const &space, MatRef<T const> a, MatRef<T const> b,
     return;
   }
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
-  using ConstView = Kokkos::View<T const **, Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged>;
-  using View = Kokkos::View<T **, Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged>;
+  // The device names the instance's space: Kokkos Kernels 4 calls the BLAS only for views of that device.
+  using Device = Kokkos::Device<ExecSpace, Kokkos::HostSpace>;
+  using ConstView = Kokkos::View<T const **, Kokkos::LayoutRight, Device, Unmanaged>;
+  using View = Kokkos::View<T **, Kokkos::LayoutRight, Device, Unmanaged>;
   // A parent of ld columns, then a column subview: a LayoutRight View with stride ld, which Kokkos Kernels
   // hands to the BLAS as the leading dimension.
   auto const pair = [](std::int64_t n) { return Kokkos::make_pair(std::int64_t{0}, n); };
@@ -43,14 +44,10 @@ void gemm_impl(HostExecSpace const &space, MatRef<T const> a, MatRef<T const> b,
   compat::gemm(space, "N", "N", T(1), sa, sb, beta, sc);
 }
 
-} // namespace
-
-void gemm(HostExecSpace const &space, MatRef<float const> a, MatRef<float const> b, float beta, MatRef<float> c) {
-  gemm_impl(space, a, b, beta, c);
-}
-void gemm(HostExecSpace const &space, MatRef<double const> a, MatRef<double const> b, double beta, MatRef<double> c) {
-  gemm_impl(space, a, b, beta, c);
-}
+#define TESSEL_MOE_INSTANTIATE_GEMM(SPACE)                                                                             \
+  template void gemm(SPACE const &, MatRef<float const>, MatRef<float const>, float, MatRef<float>);                   \
+  template void gemm(SPACE const &, MatRef<double const>, MatRef<double const>, double, MatRef<double>);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_GEMM)
 
 int limit_blas_threads() {
   using GetFn = int (*)();

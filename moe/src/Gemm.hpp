@@ -20,8 +20,9 @@ template <class T> struct MatRef {
 
 /// C = A B + beta C (A: m x k, B: k x n, C: m x n) on \p space. Empty products are handled here (Kokkos Kernels
 /// would launch its own, unlabelled kernels for them).
-void gemm(HostExecSpace const &space, MatRef<float const> a, MatRef<float const> b, float beta, MatRef<float> c);
-void gemm(HostExecSpace const &space, MatRef<double const> a, MatRef<double const> b, double beta, MatRef<double> c);
+/// Instantiated for every enabled host space and T = float, double.
+template <class ExecSpace, class T>
+void gemm(ExecSpace const &space, MatRef<T const> a, MatRef<T const> b, T beta, MatRef<T> c);
 
 /// Limits the BLAS library to one thread per call when it is OpenBLAS and OPENBLAS_NUM_THREADS is unset:
 /// ranks and the communication thread already share the cores. Returns the previous thread count, or -1 when

@@ -14,7 +14,8 @@ KOKKOS_INLINE_FUNCTION float gelu(float x) { return 0.5f * x * (1.0f + std::erf(
 
 } // namespace
 
-void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+template <class ExecSpace>
+void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                  MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols,
                  std::function<void()> const &between) {
   std::int64_t const rows = x.rows, kp = config.ffn_per_rank(), n = config.hidden;
@@ -38,7 +39,7 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
     float *const hd = h.data;
     std::int64_t const ld = h.ld;
     Kokkos::parallel_for(
-        "Tessel::moe::activation", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
+        "Tessel::moe::activation", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
           float *row = hd + i * ld;
           for (std::int64_t j = 0; j < kp; ++j)
             row[j] = silu_act ? silu(row[j]) : gelu(row[j]);
@@ -55,8 +56,7 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
   float *const hd = h.data;
   std::int64_t const ld = h.ld;
   Kokkos::parallel_for(
-      "Tessel::moe::gated_activation", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows),
-      KOKKOS_LAMBDA(std::int64_t i) {
+      "Tessel::moe::gated_activation", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
         float const *gate = pd + i * cols0;
         float const *up = gate + kp;
         float *out = hd + i * ld;
@@ -65,7 +65,8 @@ void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeig
       });
 }
 
-void layer1_block(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+template <class ExecSpace>
+void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                   MatRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatRef<float> y) {
   std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
   MatRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
@@ -95,7 +96,8 @@ SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row
   return out;
 }
 
-void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
+template <class ExecSpace>
+void topk_reduce(ExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
                  MatRef<float const> y, MatRef<float> out) {
   std::int64_t const cols = out.cols;
   TESSEL_REQUIRE(y.cols == cols, "topk_reduce: ", y.cols, " columns in, ", cols, " out");
@@ -107,7 +109,7 @@ void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<
   float *const od = out.data;
   std::int64_t const yld = y.ld, old = out.ld;
   Kokkos::parallel_for(
-      "Tessel::moe::topk_reduce", Kokkos::RangePolicy<HostExecSpace>(space, 0, slots.slots()),
+      "Tessel::moe::topk_reduce", Kokkos::RangePolicy<ExecSpace>(space, 0, slots.slots()),
       KOKKOS_LAMBDA(std::int64_t u) {
         float *o = od + u * old;
         for (std::int64_t j = 0; j < cols; ++j)
@@ -123,14 +125,14 @@ void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<
 }
 
 namespace {
-template <class Index>
-void gather_rows_impl(HostExecSpace const &space, MatRef<float const> src, Index const *index, std::int64_t count,
+template <class ExecSpace, class Index>
+void gather_rows_impl(ExecSpace const &space, MatRef<float const> src, Index const *index, std::int64_t count,
                       MatRef<float> dst) {
   std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;
   float const *const sd = src.data;
   float *const dd = dst.data;
   Kokkos::parallel_for(
-      "Tessel::moe::gather_rows", Kokkos::RangePolicy<HostExecSpace>(space, 0, count), KOKKOS_LAMBDA(std::int64_t i) {
+      "Tessel::moe::gather_rows", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(std::int64_t i) {
         float const *s = sd + static_cast<std::int64_t>(index[i]) * sld;
         float *d = dd + i * dld;
         for (std::int64_t j = 0; j < cols; ++j)
@@ -139,14 +141,15 @@ void gather_rows_impl(HostExecSpace const &space, MatRef<float const> src, Index
 }
 } // namespace
 
-void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
+template <class ExecSpace>
+void scatter_add(ExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
                  float const *weight, MatRef<float const> y, MatRef<float> out) {
   std::int64_t const cols = out.cols, yld = y.ld, old = out.ld;
   TESSEL_REQUIRE(y.cols == cols, "scatter_add: ", y.cols, " columns in, ", cols, " out");
   float const *const yd = y.data;
   float *const od = out.data;
   Kokkos::parallel_for(
-      "Tessel::moe::scatter_add", Kokkos::RangePolicy<HostExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t j) {
+      "Tessel::moe::scatter_add", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t j) {
         float *o = od + (static_cast<std::int64_t>(slot[j]) - slot_base) * old;
         float const *src = yd + j * yld;
         float const w = weight[j];
@@ -155,19 +158,19 @@ void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t con
       });
 }
 
-void zero(HostExecSpace const &space, float *dst, std::int64_t count) {
+template <class ExecSpace> void zero(ExecSpace const &space, float *dst, std::int64_t count) {
   Kokkos::parallel_for(
-      "Tessel::moe::zero", Kokkos::RangePolicy<HostExecSpace>(space, 0, count),
+      "Tessel::moe::zero", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
       KOKKOS_LAMBDA(std::int64_t i) { dst[i] = 0.0f; });
 }
 
-void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float> dst) {
+template <class ExecSpace> void copy_rows(ExecSpace const &space, MatRef<float const> src, MatRef<float> dst) {
   TESSEL_REQUIRE(src.rows == dst.rows && src.cols == dst.cols, "copy_rows: shapes differ");
   std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;
   float const *const sd = src.data;
   float *const dd = dst.data;
   Kokkos::parallel_for(
-      "Tessel::moe::copy_rows", Kokkos::RangePolicy<HostExecSpace>(space, 0, dst.rows), KOKKOS_LAMBDA(std::int64_t i) {
+      "Tessel::moe::copy_rows", Kokkos::RangePolicy<ExecSpace>(space, 0, dst.rows), KOKKOS_LAMBDA(std::int64_t i) {
         float const *s = sd + i * sld;
         float *d = dd + i * dld;
         for (std::int64_t j = 0; j < cols; ++j)
@@ -175,16 +178,19 @@ void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float
       });
 }
 
-void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
+template <class ExecSpace>
+void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
                  MatRef<float> dst) {
   gather_rows_impl(space, src, index, count, dst);
 }
-void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
+template <class ExecSpace>
+void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
                  MatRef<float> dst) {
   gather_rows_impl(space, src, index, count, dst);
 }
 
-void combine_sum(HostExecSpace const &space, std::vector<Contribution> const &parts,
+template <class ExecSpace>
+void combine_sum(ExecSpace const &space, std::vector<Contribution> const &parts,
                  std::vector<std::int64_t> const &split_cols, MatRef<float> out) {
   std::int64_t const n = out.cols, ld = out.ld;
   auto const nparts = static_cast<std::int64_t>(parts.size());
@@ -193,8 +199,7 @@ void combine_sum(HostExecSpace const &space, std::vector<Contribution> const &pa
   std::int64_t const *const cols = split_cols.data();
   float *const od = out.data;
   Kokkos::parallel_for(
-      "Tessel::moe::combine_sum", Kokkos::RangePolicy<HostExecSpace>(space, 0, out.rows),
-      KOKKOS_LAMBDA(std::int64_t t) {
+      "Tessel::moe::combine_sum", Kokkos::RangePolicy<ExecSpace>(space, 0, out.rows), KOKKOS_LAMBDA(std::int64_t t) {
         float *o = od + t * ld;
         for (std::int64_t j = 0; j < n; ++j)
           o[j] = 0.0f;
@@ -211,5 +216,22 @@ void combine_sum(HostExecSpace const &space, std::vector<Contribution> const &pa
         }
       });
 }
+
+#define TESSEL_MOE_INSTANTIATE_KERNELS(SPACE)                                                                          \
+  template void layer0_tile(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatRef<float const>,         \
+                            MatRef<float>, Layer0Scratch &, std::int64_t, std::function<void()> const &);              \
+  template void layer1_block(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatRef<float const>,        \
+                             std::int64_t, std::int64_t, MatRef<float>);                                               \
+  template void topk_reduce(SPACE const &, SlotRows const &, std::vector<std::int64_t> const &, MatRef<float const>,   \
+                            MatRef<float>);                                                                            \
+  template void scatter_add(SPACE const &, std::int64_t, std::int32_t const *, std::int64_t, float const *,            \
+                            MatRef<float const>, MatRef<float>);                                                       \
+  template void zero(SPACE const &, float *, std::int64_t);                                                            \
+  template void copy_rows(SPACE const &, MatRef<float const>, MatRef<float>);                                          \
+  template void gather_rows(SPACE const &, MatRef<float const>, std::int64_t const *, std::int64_t, MatRef<float>);    \
+  template void gather_rows(SPACE const &, MatRef<float const>, std::int32_t const *, std::int64_t, MatRef<float>);    \
+  template void combine_sum(SPACE const &, std::vector<Contribution> const &, std::vector<std::int64_t> const &,       \
+                            MatRef<float>);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_KERNELS)
 
 } // namespace tessel::moe::Impl

@@ -3,7 +3,8 @@
 
 // Host kernels shared by the schedules: GEMM0 + activation on a row tile, GEMM1 on a column block, the top-k
 // reduction per slot, row gathers and the final sum over contributing ranks. Every kernel is labelled
-// Tessel::moe:: and runs on the given execution space instance.
+// Tessel::moe:: and runs on the given execution space instance (any enabled host space: instantiated in
+// Kernels.cpp for each).
 
 #include "Gemm.hpp"
 
@@ -23,12 +24,14 @@ struct Layer0Scratch {
 /// h[rows] = act(x[rows] W0_e) (gated: act(x Wg) * (x Wu)); x is [rows, N], h is [rows, K/TP]. With
 /// \p panel_cols > 0 the GEMM runs in column panels of that width and \p between runs after each but the last
 /// (a compute thread that also progresses communication calls into MPI there).
-void layer0_tile(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+template <class ExecSpace>
+void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                  MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols = 0,
                  std::function<void()> const &between = {});
 
 /// y[rows, cols) = h[rows] W1_e[:, cols) (h: [rows, K/TP], y: [rows, col_end - col_begin]).
-void layer1_block(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
+template <class ExecSpace>
+void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                   MatRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatRef<float> y);
 
 /// Slots of one source with the rows to reduce: rows of slot u are row_index[ptr[u], ptr[u+1]) with weights.
@@ -43,24 +46,28 @@ SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row
                         std::int64_t row_offset = 0);
 
 /// out[u, :] = sum over the rows r of slot u of w_r y[map(r), :] (map = identity when \p row_map is empty).
-void topk_reduce(HostExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
+template <class ExecSpace>
+void topk_reduce(ExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
                  MatRef<float const> y, MatRef<float> out);
 
 /// out[slot[j] - slot_base, :] += weight[j] y[j, :] for the \p rows rows of one expert (its rows name distinct
 /// slots, so rows never collide).
-void scatter_add(HostExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
+template <class ExecSpace>
+void scatter_add(ExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
                  float const *weight, MatRef<float const> y, MatRef<float> out);
 
 /// dst = 0.
-void zero(HostExecSpace const &space, float *dst, std::int64_t count);
+template <class ExecSpace> void zero(ExecSpace const &space, float *dst, std::int64_t count);
 
 /// dst = src (same shape).
-void copy_rows(HostExecSpace const &space, MatRef<float const> src, MatRef<float> dst);
+template <class ExecSpace> void copy_rows(ExecSpace const &space, MatRef<float const> src, MatRef<float> dst);
 
 /// dst[i, :] = src[index[i], :].
-void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
+template <class ExecSpace>
+void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
                  MatRef<float> dst);
-void gather_rows(HostExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
+template <class ExecSpace>
+void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
                  MatRef<float> dst);
 
 /// One rank's contribution to this rank's tokens: slot-indexed rows stored block-major by column split
@@ -71,7 +78,8 @@ struct Contribution {
   std::int32_t const *token_slot = nullptr; // [M] slot of each token, -1 when absent
 };
 /// out[t, :] = sum over contributions (in the given order) of their rows for token t.
-void combine_sum(HostExecSpace const &space, std::vector<Contribution> const &parts,
+template <class ExecSpace>
+void combine_sum(ExecSpace const &space, std::vector<Contribution> const &parts,
                  std::vector<std::int64_t> const &split_cols, MatRef<float> out);
 
 } // namespace tessel::moe::Impl

@@ -192,7 +192,8 @@ struct MoeLayer::State {
   }
 
   // Routing, dispatch plan and packing of the rows to send: everything before the first message.
-  void prelude(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int chunks, bool finite,
+  template <class ExecSpace>
+  void prelude(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int chunks, bool finite,
                std::string const &context_text = {}) {
     ScopedRegion region("Tessel::moe::prelude");
     if (finite)
@@ -235,7 +236,8 @@ struct MoeLayer::State {
 
   // The tail of the overlapped schedules: wait until every combine message has landed, stop the engine, then add
   // up the contributions (waiting and summing counted apart in the stats). Returns when each began.
-  std::pair<Clock::time_point, Clock::time_point> finish_combines(HostExecSpace const &space, Impl::CommEngine &engine,
+  template <class ExecSpace>
+  std::pair<Clock::time_point, Clock::time_point> finish_combines(ExecSpace const &space, Impl::CommEngine &engine,
                                                                   std::atomic<int> const &combines_left, HostMatrix out,
                                                                   std::vector<std::int64_t> const &split_cols) {
     auto const wait = Clock::now();
@@ -250,7 +252,8 @@ struct MoeLayer::State {
   }
 
   // out[t] = sum over ranks r (in rank order, so every schedule adds in the same order) of r's rows for t.
-  void final_sum(HostExecSpace const &space, HostMatrix out, std::vector<std::int64_t> const &split_cols,
+  template <class ExecSpace>
+  void final_sum(ExecSpace const &space, HostMatrix out, std::vector<std::int64_t> const &split_cols,
                  bool self_in_send) {
     std::vector<Impl::Contribution> parts;
     auto const m = static_cast<std::size_t>(config.tokens);
@@ -268,7 +271,7 @@ struct MoeLayer::State {
   }
 
   // GroupGEMM0 -> activation -> GroupGEMM1 on rows [rows, N] of local expert e, in panels (baselines).
-  void ffn_rows(HostExecSpace const &space, int e, MatRef<float const> xin, MatRef<float> yout) {
+  template <class ExecSpace> void ffn_rows(ExecSpace const &space, int e, MatRef<float const> xin, MatRef<float> yout) {
     std::int64_t const kp = config.ffn_per_rank(), n = config.hidden, panel = 2048;
     float *const hp = ensure(h, "Tessel::moe::hidden", static_cast<std::size_t>(std::min(panel, xin.rows) * kp));
     for (std::int64_t r = 0; r < xin.rows; r += panel) {
@@ -282,7 +285,8 @@ struct MoeLayer::State {
 
   // The baselines' expert computation of one chunk: rows of all sources permuted expert-major (Megatron's
   // permutation), one GEMM pair per expert, then the top-k reduction per source into the combine rows.
-  void baseline_compute(HostExecSpace const &space, int chunk, std::vector<float const *> const &source_rows,
+  template <class ExecSpace>
+  void baseline_compute(ExecSpace const &space, int chunk, std::vector<float const *> const &source_rows,
                         std::function<void()> const &between_experts = {}) {
     ScopedRegion region("Tessel::moe::experts");
     int const w = world(), eg = config.experts_per_group();
@@ -411,7 +415,8 @@ struct MoeLayer::State {
   // sequential: dispatch all-to-all -> GroupGEMM0 -> GroupGEMM1 -> combine all-to-all -> top-k sum
   // ------------------------------------------------------------------------------------------------------------
 
-  void forward_sequential(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
+  template <class ExecSpace>
+  void forward_sequential(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
     auto const context_text = context(Schedule::sequential);
     auto const t0 = Clock::now();
     prelude(space, tokens, gate, 1, options.check_finite, context_text);
@@ -445,7 +450,8 @@ struct MoeLayer::State {
   // has produced it (Tutel's a2a_ffn_overlap_degree order).
   // ------------------------------------------------------------------------------------------------------------
 
-  void forward_pipelined(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
+  template <class ExecSpace>
+  void forward_pipelined(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
     auto const context_text = context(Schedule::pipelined);
     int const chunks = options.pipeline_chunks, w = world(), me = rank();
     std::int64_t const n = config.hidden;
@@ -582,7 +588,8 @@ struct MoeLayer::State {
     return std::max(comet.tile_m, (per_pair + max_messages - 1) / max_messages);
   }
 
-  void forward_comet(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
+  template <class ExecSpace>
+  void forward_comet(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) {
     auto const context_text = context(Schedule::comet);
     int const w = world(), me = rank(), eg = config.experts_per_group();
     int const chunks =
@@ -936,7 +943,8 @@ void MoeLayer::set_pipeline_comm_workers(int workers) {
   _state->options.pipeline_comm_workers = workers;
 }
 
-void MoeLayer::forward(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
+template <class ExecSpace, class Check>
+void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
                        Schedule schedule) {
   auto &st = *_state;
   ScopedRegion region(std::string("Tessel::moe::forward_") + name_of(schedule));
@@ -975,8 +983,9 @@ void MoeLayer::forward(HostExecSpace const &space, ConstHostMatrix tokens, GateI
   }
 }
 
-AloneTimes MoeLayer::measure_alone(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate,
-                                   int repeats, bool comm, bool comp) {
+template <class ExecSpace, class Check>
+AloneTimes MoeLayer::measure_alone(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int repeats,
+                                   bool comm, bool comp) {
   auto &st = *_state;
   TESSEL_REQUIRE(repeats >= 1, "measure_alone: repeats must be >= 1, got ", repeats);
   HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::measure_out"), tokens.extent(0),
@@ -1014,5 +1023,10 @@ AloneTimes MoeLayer::measure_alone(HostExecSpace const &space, ConstHostMatrix t
     });
   return result;
 }
+
+#define TESSEL_MOE_INSTANTIATE_LAYER(SPACE)                                                                            \
+  template void MoeLayer::forward(SPACE const &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule);            \
+  template AloneTimes MoeLayer::measure_alone(SPACE const &, ConstHostMatrix, GateInput const &, int, bool, bool);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_LAYER)
 
 } // namespace tessel::moe

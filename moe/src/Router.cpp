@@ -19,7 +19,8 @@ template <class View> void ensure_shape(View &view, char const *label, std::size
 
 } // namespace
 
-void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+template <class ExecSpace, class Check>
+void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
            Routing &routing) {
   ScopedRegion region("Tessel::moe::route");
   auto const m = static_cast<std::int64_t>(tokens.extent(0));
@@ -42,7 +43,7 @@ void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix 
                    " x ", e_count, " (tokens x experts)");
     auto const given = gate.logits;
     Kokkos::parallel_for(
-        "Tessel::moe::copy_logits", Kokkos::RangePolicy<HostExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
+        "Tessel::moe::copy_logits", Kokkos::RangePolicy<ExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
           for (int e = 0; e < e_count; ++e)
             logits(t, e) = given(t, e);
         });
@@ -53,12 +54,12 @@ void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix 
                    " x ", e_count, " (hidden x experts)");
     TESSEL_REQUIRE(gate.bias.data() == nullptr || static_cast<int>(gate.bias.extent(0)) == e_count,
                    "route: gate bias has ", gate.bias.extent(0), " entries, expected ", e_count);
-    Impl::gemm(space, {tokens.data(), m, n, n}, {gate.weight.data(), n, e_count, e_count}, 0.0f,
-               {logits.data(), m, e_count, e_count});
+    Impl::gemm<ExecSpace, float>(space, {tokens.data(), m, n, n}, {gate.weight.data(), n, e_count, e_count}, 0.0f,
+                                 {logits.data(), m, e_count, e_count});
     if (gate.bias.data() != nullptr) {
       auto const bias = gate.bias;
       Kokkos::parallel_for(
-          "Tessel::moe::gate_bias", Kokkos::RangePolicy<HostExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
+          "Tessel::moe::gate_bias", Kokkos::RangePolicy<ExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
             for (int e = 0; e < e_count; ++e)
               logits(t, e) += bias(e);
           });
@@ -69,7 +70,7 @@ void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix 
   auto const weights = routing.weights;
   bool const normalize = config.normalize_topk;
   Kokkos::parallel_for(
-      "Tessel::moe::topk_softmax", Kokkos::RangePolicy<HostExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
+      "Tessel::moe::topk_softmax", Kokkos::RangePolicy<ExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
         float top = logits(t, 0);
         for (int e = 1; e < e_count; ++e)
           top = logits(t, e) > top ? logits(t, e) : top;
@@ -224,5 +225,9 @@ DispatchPlan make_dispatch_plan(MoeConfig const &config, Routing const &routing,
       }
   return plan;
 }
+
+#define TESSEL_MOE_INSTANTIATE_ROUTE(SPACE)                                                                            \
+  template void route(SPACE const &, MoeConfig const &, ConstHostMatrix, GateInput const &, Routing &);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_ROUTE)
 
 } // namespace tessel::moe

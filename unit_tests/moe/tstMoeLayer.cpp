@@ -127,11 +127,13 @@ std::vector<Variant> variants() {
   return v;
 }
 
-// Runs every layout and variant of one case on \p comm; each rank checks its own tokens.
+// Runs every layout and variant of one case on \p comm, on an instance of \p Space; each rank checks its own
+// tokens.
+template <class Space = HostExecSpace>
 void check_case(Case const &c, Communicator const &comm, bool all_variants = true) {
   auto const seed = fresh_seed(comm);
-  SCOPED_TRACE("case " + c.name + ", seed " + std::to_string(seed));
-  HostExecSpace space;
+  SCOPED_TRACE("case " + c.name + ", seed " + std::to_string(seed) + ", on " + Space::name());
+  Space space;
   for (auto [ep, tp] : layouts(comm.size())) {
     auto config = c.config;
     config.ep = ep;
@@ -177,6 +179,19 @@ TEST(MoeLayer, mixtral_shape_topk_1_2_4) {
     Case c{"mixtral topk " + std::to_string(topk), shape(37, 64, 96, 8, topk), GateKind::weight, {}};
     check_case(c, comm);
   }
+}
+
+TEST(MoeLayer, every_enabled_host_backend) {
+  // The same layer and schedules on each host execution space of this Kokkos (Serial, OpenMP, Threads).
+  auto const comm = fresh_comm();
+  Case const c{"mixtral topk 2", shape(37, 64, 96, 8, 2), GateKind::weight, {}};
+  int backends = 0;
+#define TESSEL_TEST_ON_SPACE(SPACE)                                                                                    \
+  check_case<SPACE>(c, comm);                                                                                          \
+  ++backends;
+  TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_TEST_ON_SPACE)
+#undef TESSEL_TEST_ON_SPACE
+  EXPECT_GE(backends, 1);
 }
 
 TEST(MoeLayer, qwen2_shape) {

@@ -43,6 +43,21 @@ template <class ExecSpace> inline constexpr bool is_host_execution_space_v = fal
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_IMPL_HOST_SPACE_TRAIT)
 #undef TESSEL_IMPL_HOST_SPACE_TRAIT
 
+namespace Impl {
+template <class ExecSpace> struct RequireHostExecutionSpace {
+  static_assert(is_host_execution_space_v<ExecSpace>,
+                "this Tessel operation runs on the host execution spaces enabled in Kokkos (Serial, OpenMP, Threads); "
+                "the execution space given is not one of them");
+  using type = ExecSpace;
+};
+} // namespace Impl
+
+/// \brief \p ExecSpace itself when it is one of the enabled host execution spaces; a compile-time error naming
+/// them otherwise. Host operations declare it as a defaulted template parameter
+/// (`template <class ExecSpace, class = host_execution_space_t<ExecSpace>>`), so that a call with another space
+/// fails where it is written rather than at link time.
+template <class ExecSpace> using host_execution_space_t = typename Impl::RequireHostExecutionSpace<ExecSpace>::type;
+
 /// \brief \p n independent instances of \p space's execution space.
 ///
 /// With Kokkos >= 3.6 this is partition_space: on CUDA each instance owns a new stream; a host space with fewer

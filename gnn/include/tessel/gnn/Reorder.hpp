@@ -5,6 +5,7 @@
 /// \brief Vertex reordering that makes communities contiguous: METIS k-way partitioning when Tessel was built
 /// with METIS, label propagation or reverse Cuthill-McKee otherwise, and exact application / undo of the order.
 
+#include <tessel/core/Execution.hpp>
 #include <tessel/gnn/Graph.hpp>
 
 #include <cstdint>
@@ -60,12 +61,12 @@ Partition partition(Graph<Index> const &graph, std::int64_t part_size, Partition
 template <class Index> Graph<Index> permute(Graph<Index> const &graph, Permutation const &perm);
 
 /// \brief Rows of \p x in the new order (out(k) = x(old_of_new[k])), on \p space. Instantiated for every enabled
-/// host execution space with host memory (TESSEL_FOR_EACH_HOST_EXECUTION_SPACE).
-template <class ExecSpace, class MemorySpace>
+/// host execution space with host memory (TESSEL_FOR_EACH_HOST_EXECUTION_SPACE); other spaces do not compile.
+template <class ExecSpace, class MemorySpace, class = host_execution_space_t<ExecSpace>>
 void permute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                   Matrix<MemorySpace> const &out);
 /// \brief Undoes permute_rows (out(old_of_new[k]) = x(k)), on \p space.
-template <class ExecSpace, class MemorySpace>
+template <class ExecSpace, class MemorySpace, class = host_execution_space_t<ExecSpace>>
 void unpermute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                     Matrix<MemorySpace> const &out);
 

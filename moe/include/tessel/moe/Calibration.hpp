@@ -32,13 +32,15 @@ struct Calibration {
 /// affine in 1/bandwidth; the fit is refined until within 5% (at most 4 rounds). When latency alone already
 /// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
 /// \pre layer.communicator() is paced (make_paced_communicator)
-Calibration calibrate_comm_share(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens,
-                                 GateInput const &gate, double share, double latency, int repeats = 3,
+template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                                 double share, double latency, int repeats = 3,
                                  std::function<void(std::string const &)> const &progress = {});
 
 /// \brief Median over \p iters runs of the layer time of \p schedule: each run starts after a barrier and lasts
 /// until the slowest rank returns (maximum over ranks). \p warmup runs are not timed. Collective.
-double time_schedule(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                      HostMatrix out, Schedule schedule, int iters, int warmup = 1);
 
 /// \brief Result of tune_comet().
@@ -53,7 +55,8 @@ struct TuneResult {
 /// descent from the better of the layer's current parameters and fallback_params(): communication workers,
 /// N-split count, token ranges, M tile, plan policy and sends in flight, one knob at a time, each candidate timed
 /// with time_schedule(\p iters). Leaves the best parameters set on the layer. Collective.
-TuneResult tune_comet(HostExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                       int iters = 3, std::function<void(std::string const &)> const &progress = {});
 
 } // namespace tessel::moe

@@ -34,7 +34,8 @@ void set_expert_weights(MoeConfig const &config, int rank, int expert, float con
 /// through local expert e, and y = act-gated(x W0_e) W1_e (this rank's K-shard: a partial sum when TP > 1).
 /// \p offsets has E/EP + 1 entries. Row panels bound the scratch memory without shrinking the GEMMs below
 /// BLAS efficiency.
-void grouped_ffn(HostExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, ConstHostMatrix x,
+template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+void grouped_ffn(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, ConstHostMatrix x,
                  std::vector<std::int64_t> const &offsets, HostMatrix y);
 
 } // namespace tessel::moe

@@ -85,8 +85,10 @@ public:
 
   /// \brief out = sum over each token's top-k experts of weight x FFN_e(token), for this rank's \p tokens
   /// [M, N]; \p out is [M, N]. Runs on \p space (and, for the overlapped schedules, on communication threads
-  /// that only move bytes). Throws TimeoutError naming the silent peers when a peer never answers.
-  void forward(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
+  /// that only move bytes); any enabled host execution space. Throws TimeoutError naming the silent peers when a peer
+  /// never answers.
+  template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+  void forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
                Schedule schedule = Schedule::comet);
 
   MoeConfig const &config() const;
@@ -108,7 +110,8 @@ public:
   /// \brief Measures the layer's communication alone (route exchange, dispatch and combine all-to-alls with no
   /// computation between them) and computation alone (routing, packing, expert GEMMs, top-k reduction and
   /// final sum with no communication), \p repeats times each; either may be skipped (left 0). Collective.
-  AloneTimes measure_alone(HostExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int repeats = 3,
+  template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+  AloneTimes measure_alone(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int repeats = 3,
                            bool comm = true, bool comp = true);
 
   struct State;

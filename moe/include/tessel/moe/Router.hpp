@@ -52,7 +52,8 @@ struct Routing {
 
 /// \brief Routes \p tokens [M, N]: logits from \p gate, softmax over experts, top-k, combine weights.
 /// Allocations and kernels are labelled Tessel::moe::; all work runs on \p space.
-void route(HostExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
            Routing &routing);
 
 /// \brief Where this rank's (token, expert) assignments go: the rows of its dispatch, sorted by

@@ -4,13 +4,15 @@
 /// \file Types.hpp
 /// \brief View types of the host path (row-major float32 in HostSpace).
 
+#include <tessel/core/Execution.hpp>
+
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
 
 namespace tessel::moe {
 
-/// \brief The execution space of the host path.
+/// \brief The default execution space of the host path (its operations take any enabled host space).
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
 /// \brief Row-major matrix (tokens, logits, activations).
 using HostMatrix = Kokkos::View<float **, Kokkos::LayoutRight, Kokkos::HostSpace>;

@@ -27,9 +27,9 @@ MoeConfig config_of(std::int64_t m, std::int64_t n, int e, int topk, int ep = 1,
   return c;
 }
 
-TEST(Router, topk_of_softmax_matches_brute_force) {
+TEST(TEST_CATEGORY, router_topk_of_softmax_matches_brute_force) {
   std::mt19937_64 rng(std::random_device{}());
-  HostExecSpace space;
+  TEST_EXECSPACE space;
   for (int trial = 0; trial < 20; ++trial) {
     int const e = 1 + static_cast<int>(rng() % 64);
     int const topk = 1 + static_cast<int>(rng() % std::min(e, 8));
@@ -72,8 +72,8 @@ TEST(Router, topk_of_softmax_matches_brute_force) {
   }
 }
 
-TEST(Router, ties_go_to_the_lower_expert) {
-  HostExecSpace space;
+TEST(TEST_CATEGORY, router_ties_go_to_the_lower_expert) {
+  TEST_EXECSPACE space;
   auto const config = config_of(2, 4, 6, 3);
   HostMatrix logits("logits", 2, 6), tokens("tokens", 2, 4);
   Kokkos::deep_copy(logits, 1.0f);
@@ -88,8 +88,8 @@ TEST(Router, ties_go_to_the_lower_expert) {
   EXPECT_NEAR(r.weights(0, 0), 1.0 / 3.0, 1e-7);
 }
 
-TEST(Router, gate_weight_and_bias_give_tokens_times_weight_plus_bias) {
-  HostExecSpace space;
+TEST(TEST_CATEGORY, router_gate_weight_and_bias_give_tokens_times_weight_plus_bias) {
+  TEST_EXECSPACE space;
   auto const config = config_of(40, 24, 10, 2);
   auto const tokens = test::random_matrix("tokens", 40, 24, 1);
   auto const weight = test::random_matrix("gate", 24, 10, 2);
@@ -109,9 +109,9 @@ TEST(Router, gate_weight_and_bias_give_tokens_times_weight_plus_bias) {
   EXPECT_THROW(route(space, config, tokens, GateInput::from_weight(wrong), r), tessel::Exception);
 }
 
-TEST(Router, dispatch_plan_sorts_by_chunk_group_expert_token) {
+TEST(TEST_CATEGORY, router_dispatch_plan_sorts_by_chunk_group_expert_token) {
   std::mt19937_64 rng(std::random_device{}());
-  HostExecSpace space;
+  TEST_EXECSPACE space;
   for (int trial = 0; trial < 20; ++trial) {
     int const ep = 1 << (rng() % 3);
     int const e = ep * (1 + static_cast<int>(rng() % 6));

@@ -7,6 +7,9 @@
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/Reference.hpp>
 
+#include <TesselToolsRecorder.hpp>
+#include <tessel/core/Execution.hpp>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,9 +36,9 @@ std::vector<double> ffn_row(MoeConfig const &c, DenseWeights const &w, int e, fl
   return y;
 }
 
-TEST(ExpertFfn, grouped_ffn_matches_per_row_evaluation_and_tp_shards_sum_up) {
+TEST(TEST_CATEGORY, expert_ffn_grouped_ffn_matches_per_row_evaluation_and_tp_shards_sum_up) {
   std::mt19937_64 rng(std::random_device{}());
-  HostExecSpace space;
+  TEST_EXECSPACE space;
   for (auto act : {Activation::silu, Activation::gelu})
     for (bool gated : {true, false})
       for (int tp : {1, 2, 3}) {
@@ -77,7 +80,7 @@ TEST(ExpertFfn, grouped_ffn_matches_per_row_evaluation_and_tp_shards_sum_up) {
       }
 }
 
-TEST(ExpertFfn, weights_of_other_groups_are_not_copied_and_shapes_are_checked) {
+TEST(TEST_CATEGORY, expert_ffn_weights_of_other_groups_are_not_copied_and_shapes_are_checked) {
   MoeConfig c;
   c.tokens = 1;
   c.hidden = 4;
@@ -94,17 +97,17 @@ TEST(ExpertFfn, weights_of_other_groups_are_not_copied_and_shapes_are_checked) {
   set_expert_weights(c, 0, 1, w0.data(), w1.data(), w);
   EXPECT_EQ(w.w0(1, 0, 0), 1.0f);
   EXPECT_EQ(w.w1(1, 5, 3), 2.0f);
-  HostExecSpace space;
+  TEST_EXECSPACE space;
   HostMatrix x("x", 3, 4), y("y", 3, 4);
   EXPECT_THROW(grouped_ffn(space, c, w, x, {0, 1}, y), tessel::Exception);
   EXPECT_THROW(grouped_ffn(space, c, w, x, {0, 1, 2}, y), tessel::Exception);
 }
 
-TEST(ExpertFfn, layer0_in_column_panels_equals_one_gemm) {
+TEST(TEST_CATEGORY, expert_ffn_layer0_in_column_panels_equals_one_gemm) {
   // The compute thread of a schedule without communication threads splits long layer0 GEMMs into column panels
   // and progresses messages in between; the panels must compute the same tile.
   std::mt19937_64 rng(std::random_device{}());
-  HostExecSpace space;
+  TEST_EXECSPACE space;
   for (bool gated : {true, false}) {
     MoeConfig c;
     c.tokens = 1;
@@ -129,6 +132,33 @@ TEST(ExpertFfn, layer0_in_column_panels_equals_one_gemm) {
       for (std::size_t j = 0; j < 70; ++j)
         EXPECT_NEAR(panels(i, j), whole(i, j), 1e-5f * (1.0f + std::fabs(whole(i, j)))) << i << ", " << j;
   }
+}
+
+TEST(TEST_CATEGORY, expert_ffn_and_router_run_on_the_given_instance) {
+  // Every kernel of route() and grouped_ffn() carries the Kokkos Tools device id of the instance given (on a
+  // Kokkos whose default host space is another backend, work on the default instance shows that backend's id).
+  using Space = TEST_EXECSPACE;
+  Space const space = tessel::make_instances(Space(), 2)[1];
+  MoeConfig c;
+  c.tokens = 40;
+  c.hidden = 24;
+  c.ffn = 16;
+  c.experts = 4;
+  c.topk = 2;
+  auto const dense = test::random_weights(c, 3);
+  auto const shard = shard_weights(c, 0, dense);
+  auto const x = test::random_matrix("x", 40, 24, 4);
+  auto const logits = test::random_matrix("logits", 40, 4, 5);
+  HostMatrix y("y", 40, 24);
+  std::vector<std::int64_t> offsets{0, 10, 10, 25, 40};
+  tessel::test::ToolsRecorder recorder;
+  Routing r;
+  route(space, c, x, GateInput::from_logits(logits), r);
+  grouped_ffn(space, c, shard, x, offsets, y);
+  auto const want = Kokkos::Tools::Experimental::device_id(space);
+  ASSERT_FALSE(recorder.kernels.empty());
+  for (std::size_t k = 0; k < recorder.kernels.size(); ++k)
+    EXPECT_EQ(recorder.kernel_devices[k], want) << "kernel '" << recorder.kernels[k] << "'";
 }
 
 } // namespace
