@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Thread scaling of the host kernels on an OpenMP Kokkos (the kokkos4 preset): `tessel-gnn bench` at
-# OMP_NUM_THREADS=1 and 2, interleaved, RUNS times each, on the real and generated graphs of >= 88 k entries; then
+# OMP_NUM_THREADS=1 and 2 (THREADS), interleaved, RUNS times each, on the graphs of run_bench.sh (graphs.sh); then
 # the table of medians and speedups (threads_table.py). OpenBLAS keeps one thread (dense runs its GEMM).
 #
 #   benchmarks/gnn/run_threads.sh [BUILD_DIR] [OUT_DIR]    (default build/kokkos4; data as run_bench.sh)
@@ -19,22 +19,7 @@ gnn="$build/apps/gnn/tessel-gnn"
 gen="$build/datasets/gnn/tessel-gnn-data"
 py=/usr/bin/python3
 
-graphs=()
-if [ -d "$data/graphs/planetoid/pubmed" ]; then
-  [ -f "$out/pubmed.h5" ] || $py "$root/datasets/gnn/planetoid_to_h5.py" --dir "$data/graphs/planetoid/pubmed" \
-    --name pubmed --out "$out/pubmed.h5"
-  graphs+=("$out/pubmed.h5")
-fi
-if [ -d "$data/graphs/musae" ]; then
-  m="$data/graphs/musae"
-  [ -f "$out/facebook.h5" ] || "$gen" csv --edges "$m/facebook_edges.csv" --targets "$m/facebook_target.csv" \
-    --id-column id --target-column page_type --name facebook --out "$out/facebook.h5"
-  graphs+=("$out/facebook.h5")
-fi
-[ -f "$out/sbm-sparse.h5" ] || "$gen" sbm --nodes 65536 --community 64 --p-in 0.15 --inter-degree 4 --features 0 \
-  --out "$out/sbm-sparse.h5"
-[ -f "$out/rmat.h5" ] || "$gen" rmat --scale 16 --edge-factor 8 --out "$out/rmat.h5"
-graphs+=("$out/sbm-sparse.h5" "$out/rmat.h5")
+source "$root/benchmarks/gnn/graphs.sh"
 
 for run in $(seq 1 "$runs"); do
   for g in "${graphs[@]}"; do

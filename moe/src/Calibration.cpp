@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace tessel::moe {
@@ -46,41 +47,59 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstH
     say("calibration: latency alone exceeds the target share; bandwidth left unlimited");
     return cal;
   }
-  // Slope estimate from a first guess: 10 MB/s, refined by the secant through (0, intercept). Times are the
-  // fastest repetition (maximum over ranks, so every rank takes the same decisions): on a loaded machine the
-  // medians carry the other processes' time slices, which can hide the link's share entirely at a high bandwidth.
-  // When the measured communication does not exceed the latency-only time by a visible margin, the bandwidth is
-  // lowered 4x and measured again rather than extrapolated from noise.
+  // Communication time grows as the bandwidth shrinks, but not affinely in 1/bandwidth (paced transfers overlap the
+  // fixed per-message costs), so a secant through (0, intercept) can overshoot back and forth. Instead the target
+  // is bracketed in x = 1/bandwidth and the bracket narrowed by interpolation (regula falsi, every step kept at
+  // least 10% inside the bracket so it shrinks). Times are the fastest repetition (maximum over ranks, so every
+  // rank takes the same decisions): on a loaded machine medians carry other processes' time slices. The closest
+  // point measured is kept when no round lands within 5%.
   double bandwidth = 1e7;
-  double t_comm = 0.0;
-  int const rounds = 8;
+  double x_fast = 0.0, t_fast = intercept; // x with t below the target (x = 0: unlimited)
+  double x_slow = -1.0, t_slow = 0.0;      // x with t above the target (none yet)
+  double best_bandwidth = 0.0, best_t = std::numeric_limits<double>::infinity();
+  int const rounds = 10;
   for (int round = 0; round < rounds; ++round) {
     paced->set_link(LinkModel{bandwidth, latency});
-    t_comm = layer.measure_alone(space, tokens, gate, repeats, true, false).comm_min;
+    double const t = layer.measure_alone(space, tokens, gate, repeats, true, false).comm_min;
     ++cal.measurements;
     {
       std::ostringstream os;
-      os << "calibration: " << bandwidth / 1e6 << " MB/s -> communication " << 1e3 * t_comm << " ms";
+      os << "calibration: " << bandwidth / 1e6 << " MB/s -> communication " << 1e3 * t << " ms";
       say(os.str());
     }
-    if (std::abs(t_comm - target) <= 0.05 * target)
-      break;
-    if (t_comm - intercept <= 0.05 * intercept) {
-      TESSEL_REQUIRE(round + 1 < rounds,
-                     "calibrate_comm_share: communication time does not grow as bandwidth "
-                     "shrinks (",
-                     1e3 * t_comm, " ms at ", bandwidth / 1e6, " MB/s, ", 1e3 * intercept, " ms unlimited) after ",
-                     rounds,
-                     " measurements: the machine is too noisy to calibrate the link "
-                     "(run the calibration on a less loaded machine)");
-      bandwidth /= 4;
-      continue;
+    if (std::abs(t - target) < std::abs(best_t - target)) {
+      best_bandwidth = bandwidth;
+      best_t = t;
     }
-    double const slope = (t_comm - intercept) * bandwidth; // seconds x bytes/s
-    double const next = slope / (target - intercept);
+    if (std::abs(t - target) <= 0.05 * target)
+      break;
+    double const x = 1.0 / bandwidth;
+    if (t > target) {
+      x_slow = x;
+      t_slow = t;
+    } else {
+      x_fast = x;
+      t_fast = t;
+    }
+    double next_x;
+    if (x_slow < 0.0) {
+      next_x = 4.0 * x; // never above the target yet: a 4x slower link
+    } else {
+      double const f = std::clamp((target - t_fast) / (t_slow - t_fast), 0.1, 0.9);
+      next_x = x_fast + f * (x_slow - x_fast);
+    }
     // All ranks must set the same link: agree on rank 0's value.
-    bandwidth = layer.communicator().allreduce_value(layer.communicator().rank() == 0 ? next : 0.0, ReduceOp::sum);
+    bandwidth =
+        layer.communicator().allreduce_value(layer.communicator().rank() == 0 ? 1.0 / next_x : 0.0, ReduceOp::sum);
   }
+  bool const converged = std::abs(best_t - target) <= 0.05 * target;
+  TESSEL_REQUIRE(converged || x_slow >= 0.0, "calibrate_comm_share: communication time (", 1e3 * best_t,
+                 " ms) does not reach the target ", 1e3 * target, " ms even at ", bandwidth / 1e6, " MB/s after ",
+                 rounds, " measurements (", 1e3 * intercept,
+                 " ms unlimited): the machine is too noisy to calibrate the link (run the calibration on a less "
+                 "loaded machine)");
+  bandwidth = best_bandwidth;
+  double const t_comm = best_t;
   cal.link = LinkModel{bandwidth, latency};
   paced->set_link(cal.link);
   cal.t_comm = t_comm;

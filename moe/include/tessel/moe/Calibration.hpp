@@ -29,7 +29,8 @@ struct Calibration {
 /// least disturbed by other processes) and its communication alone, then sets the bandwidth of the
 /// layer's paced communicator so that communication is the fraction \p share of the sequential layer
 /// (T_comm = share / (1 - share) x T_comp), with \p latency seconds per message. The communication time is
-/// affine in 1/bandwidth; the fit is refined until within 5% (at most 4 rounds). When latency alone already
+/// bracketed in 1/bandwidth and narrowed until within 5% (at most 10 rounds; otherwise the closest point measured).
+/// Times are the fastest repetitions, so a loaded machine still calibrates. When latency alone already
 /// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
 /// \pre layer.communicator() is paced (make_paced_communicator)
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
