@@ -121,8 +121,9 @@ inline std::string kokkos_version_string() {
 // so they are added even when this header was included earlier.
 #if defined(TESSEL_COMPAT_KOKKOS_BLAS) || defined(TESSEL_COMPAT_KOKKOS_SPARSE)
 #include <KokkosKernels_config.h>
-// Kokkos Kernels states its version from 3.7 on; Trilinos packages before that state none and are tied to the
-// Kokkos of the same Trilinos (which TesselFindKokkos checks).
+// Standalone Kokkos Kernels releases state their version in KokkosKernels_config.h (4.6.01 does); Debian's Trilinos
+// 13.2 package (the Kokkos Kernels of its Kokkos 3.4) states none and is tied to the Kokkos of the same Trilinos
+// installation, which TesselFindKokkos checks.
 #if defined(KOKKOSKERNELS_VERSION_MAJOR) && defined(KOKKOSKERNELS_VERSION_MINOR)
 static_assert(KOKKOSKERNELS_VERSION_MAJOR == KOKKOS_VERSION / 10000 &&
                   KOKKOSKERNELS_VERSION_MINOR == KOKKOS_VERSION / 100 % 100,
