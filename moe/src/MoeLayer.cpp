@@ -90,7 +90,8 @@ SourceMeta decode_route(std::vector<std::int32_t> const &words, int eg, int sour
   auto const *slots = words.data() + eg + 2;
   meta.slot.assign(slots, slots + rows);
   meta.weight.resize(static_cast<std::size_t>(rows));
-  std::memcpy(meta.weight.data(), slots + rows, static_cast<std::size_t>(rows) * sizeof(float));
+  if (rows > 0) // an empty vector's data() may be null, which memcpy must not get even for zero bytes
+    std::memcpy(meta.weight.data(), slots + rows, static_cast<std::size_t>(rows) * sizeof(float));
   for (auto s : meta.slot)
     TESSEL_REQUIRE(s >= meta.slot_begin && s < meta.slot_begin + meta.slot_count, context, ": route message from rank ",
                    source, " names slot ", s, " outside its range");
