@@ -1,18 +1,32 @@
-// Must not compile: SpmmHandle (and the other host templates) refuse an execution space that is not one of the
-// enabled host spaces, with a message naming them (checked by gnn.refuses_non_host_space).
+// Compile-time checks of the host-space refusal (driven by unit_tests/gnn/CheckCompileFails.cmake):
+// - TESSEL_CASE_CONTROL: must compile; the trait accepts every enabled host space and refuses anything else;
+// - TESSEL_CASE_CLASS / TESSEL_CASE_FUNCTION: must fail, with the message naming the enabled host spaces.
 #include <tessel/gnn/Reorder.hpp>
 #include <tessel/gnn/Spmm.hpp>
+
+#include <type_traits>
 
 struct NotAHostSpace {
   using memory_space = Kokkos::HostSpace;
 };
 
-#ifdef TESSEL_COMPILE_FAIL_FUNCTION
+#if defined(TESSEL_CASE_CONTROL)
+static_assert(tessel::is_host_execution_space_v<Kokkos::DefaultHostExecutionSpace>);
+static_assert(!tessel::is_host_execution_space_v<NotAHostSpace>);
+static_assert(std::is_same_v<tessel::host_execution_space_t<Kokkos::DefaultHostExecutionSpace>,
+                             Kokkos::DefaultHostExecutionSpace>);
+static_assert(sizeof(tessel::gnn::SpmmHandle<std::int32_t, Kokkos::DefaultHostExecutionSpace>) > 0);
+void use(tessel::gnn::Permutation const &p, tessel::gnn::ConstMatrix<Kokkos::HostSpace> const &x,
+         tessel::gnn::Matrix<Kokkos::HostSpace> const &y) {
+  tessel::gnn::permute_rows(Kokkos::DefaultHostExecutionSpace{}, p, x, y);
+}
+#elif defined(TESSEL_CASE_CLASS)
+std::size_t size = sizeof(tessel::gnn::SpmmHandle<std::int32_t, NotAHostSpace>);
+#elif defined(TESSEL_CASE_FUNCTION)
 void use(tessel::gnn::Permutation const &p, tessel::gnn::ConstMatrix<Kokkos::HostSpace> const &x,
          tessel::gnn::Matrix<Kokkos::HostSpace> const &y) {
   tessel::gnn::permute_rows(NotAHostSpace{}, p, x, y);
 }
 #else
-tessel::gnn::SpmmHandle<std::int32_t, NotAHostSpace> *handle = nullptr;
-std::size_t size = sizeof(tessel::gnn::SpmmHandle<std::int32_t, NotAHostSpace>);
+#error "define TESSEL_CASE_CONTROL, TESSEL_CASE_CLASS or TESSEL_CASE_FUNCTION"
 #endif

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tessel::gnn {
@@ -76,8 +77,8 @@ template <class ExecSpace> struct ModelState;
 /// GIN layers also have bias(l) (1 x out_l).
 /// Instantiated for every enabled host execution space (tessel::is_host_execution_space_v).
 template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class GnnModel {
-  static_assert(is_host_execution_space_v<ExecSpace>,
-                "tessel::gnn::GnnModel runs on the host execution spaces enabled in Kokkos (Serial, OpenMP, Threads)");
+  // The shared refusal of other spaces (its message names the enabled host spaces).
+  static_assert(std::is_same_v<host_execution_space_t<ExecSpace>, ExecSpace>);
 
 public:
   using memory_space = typename ExecSpace::memory_space;
