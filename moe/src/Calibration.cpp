@@ -57,8 +57,10 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstH
   double x_fast = 0.0, t_fast = intercept; // x with t below the target (x = 0: unlimited)
   double x_slow = -1.0, t_slow = 0.0;      // x with t above the target (none yet)
   double best_bandwidth = 0.0, best_t = std::numeric_limits<double>::infinity();
+  double slowest = bandwidth; // the slowest link measured
   int const rounds = 10;
   for (int round = 0; round < rounds; ++round) {
+    slowest = std::min(slowest, bandwidth);
     paced->set_link(LinkModel{bandwidth, latency});
     double const t = layer.measure_alone(space, tokens, gate, repeats, true, false).comm_min;
     ++cal.measurements;
@@ -94,8 +96,8 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstH
   }
   bool const converged = std::abs(best_t - target) <= 0.05 * target;
   TESSEL_REQUIRE(converged || x_slow >= 0.0, "calibrate_comm_share: communication time (", 1e3 * best_t,
-                 " ms) does not reach the target ", 1e3 * target, " ms even at ", bandwidth / 1e6, " MB/s after ",
-                 rounds, " measurements (", 1e3 * intercept,
+                 " ms) does not reach the target ", 1e3 * target, " ms even at ", slowest / 1e6, " MB/s after ", rounds,
+                 " measurements (", 1e3 * intercept,
                  " ms unlimited): the machine is too noisy to calibrate the link (run the calibration on a less "
                  "loaded machine)");
   bandwidth = best_bandwidth;

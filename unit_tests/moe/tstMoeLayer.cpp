@@ -4,6 +4,7 @@
 // and gate logits, both comet plan policies, several communication workers, and a paced communicator.
 #include "MoeTestUtils.hpp"
 
+#include <tessel/moe/Calibration.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 
 #include <tessel/core/PacedCommunicator.hpp>
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <vector>
 
@@ -291,6 +293,39 @@ TEST(MoeLayer, kokkos_tools_see_tessel_labels_only) {
   for (auto const &r : recorder.regions)
     saw_region = saw_region || r == "Tessel::moe::forward_comet";
   EXPECT_TRUE(saw_region);
+}
+
+TEST(MoeLayer, calibration_reaches_the_share_and_agrees_across_ranks) {
+  auto const world = fresh_comm();
+  if (world.size() < 2)
+    GTEST_SKIP() << "one rank has no communication to calibrate";
+  auto const comm = tessel::make_paced_communicator(world, tessel::LinkModel{0.0, 5e-6});
+  // Large enough that computation outweighs the per-message latency: the bandwidth search itself is exercised.
+  auto config = shape(1024, 128, 256, 8, 2);
+  config.ep = 8 % comm.size() == 0 ? comm.size() : 1;
+  config.tp = comm.size() / config.ep;
+  Case c{"calibration", config, GateKind::weight, {}};
+  auto const in = make_inputs(c, config, comm.rank(), 11);
+  HostExecSpace space;
+  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), in.dense));
+  EXPECT_THROW(calibrate_comm_share(space, layer, in.tokens, in.gate(), 1.5, 5e-6), tessel::Exception);
+  auto const say = [&](std::string const &line) {
+    if (comm.rank() == 0)
+      std::printf("%s\n", line.c_str());
+  };
+  auto const cal = calibrate_comm_share(space, layer, in.tokens, in.gate(), 0.47, 5e-6, 3, say);
+  EXPECT_LE(cal.measurements, 11);
+  EXPECT_GT(cal.t_comp, 0.0);
+  // Every rank set the same link (decisions are taken on values all ranks share).
+  EXPECT_EQ(comm.allreduce_value(cal.link.bandwidth, tessel::ReduceOp::min),
+            comm.allreduce_value(cal.link.bandwidth, tessel::ReduceOp::max));
+  if (cal.link.bandwidth > 0.0) {
+    // Loose bounds: timings on a shared machine; the calibration keeps the closest point it measured.
+    EXPECT_GT(cal.share, 0.25) << "t_comm " << cal.t_comm << " s, t_comp " << cal.t_comp << " s";
+    EXPECT_LT(cal.share, 0.7) << "t_comm " << cal.t_comm << " s, t_comp " << cal.t_comp << " s";
+  } else {
+    EXPECT_GE(cal.share, 0.4) << "unlimited bandwidth is chosen only when latency alone reaches the share";
+  }
 }
 
 } // namespace
