@@ -5,6 +5,7 @@
 #include "Common.hpp"
 
 #include <tessel/core/Config.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/cuda/Cuda.hpp>
 #include <tessel/gnn/Dataset.hpp>
@@ -52,13 +53,8 @@ gc::DenseEngine parse_engine(std::string const &s) {
   for (auto e : {gc::DenseEngine::automatic, gc::DenseEngine::wmma, gc::DenseEngine::cublas})
     if (s == gc::name_of(e))
       return e;
-  TESSEL_THROW("--dense-engine must be automatic, wmma or cublas, got '", s, "'");
-}
-
-void write_json(std::string const &path, std::string const &text) {
-  std::ofstream out(path);
-  TESSEL_REQUIRE(out.good(), "cannot write '", path, "'");
-  out << text;
+  TESSEL_REQUIRE_USAGE(false, "--dense-engine must be automatic, wmma or cublas, got '", s, "'");
+  return gc::DenseEngine::automatic;
 }
 
 } // namespace
@@ -67,7 +63,8 @@ int bench_cuda(CudaBenchConfig const &c) {
   if (tessel::cuda::device_count() == 0) {
     std::printf("tessel-gnn bench --backend cuda: skipped: no CUDA device visible\n");
     if (!c.json.empty())
-      write_json(c.json, "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"no CUDA device visible\"}\n");
+      tessel::write_file(c.json,
+                         "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"no CUDA device visible\"}\n");
     return 0;
   }
   auto const data = load_dataset(c.data);
@@ -253,7 +250,7 @@ int bench_cuda(CudaBenchConfig const &c) {
   }
   js << "\n  ]\n}\n";
   if (!c.json.empty())
-    write_json(c.json, js.str());
+    tessel::write_file(c.json, js.str());
   if (wrong)
     std::fprintf(stderr, "tessel-gnn bench --backend cuda: some kernel returned a wrong result (see WRONG RESULT)\n");
   return wrong ? 3 : 0;

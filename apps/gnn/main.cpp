@@ -7,7 +7,9 @@
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Spmm.hpp>
@@ -36,6 +38,8 @@ using namespace tessel::gnn::app;
 using Exec = Kokkos::DefaultHostExecutionSpace;
 using Mem = Exec::memory_space;
 
+constexpr std::int64_t max_part_size = std::int64_t{1} << 30;
+
 char const *usage_text =
     "usage: tessel-gnn <command> [options]\n"
     "\n"
@@ -44,7 +48,8 @@ char const *usage_text =
     "  bench   time Y = A X for every aggregation kernel side by side\n"
     "  info    print the data set's statistics (--part-size N: compare the reorderings)\n"
     "  config  print the build configuration\n"
-    "  --version, --help\n"
+    "  --version, --help      --debug (or TESSEL_DEBUG=1): add source locations to error messages\n"
+    "exit status: 0 success, 1 runtime error or wrong result, 2 invalid option or argument\n"
     "\n"
     "train options:\n"
     "  --data FILE            data set (datasets/gnn/README.md)\n"
@@ -57,7 +62,8 @@ char const *usage_text =
     "  --no-normalize         keep input features as stored (default: row-normalized)\n"
     "  --timing on|off        adaptive: time candidates (on) or use the cost model (off)\n"
     "  --partition auto|metis|lp|rcm|none --part-size N\n"
-    "  --checkpoint FILE --checkpoint-every N --resume\n"
+    "  --checkpoint FILE --checkpoint-every N (0, default: at the end only) --resume\n"
+    "  --allow-divergence     train on when the loss becomes NaN or infinite (default: stop with an error)\n"
     "  --json FILE --quiet\n"
     "\n"
     "bench options:\n"
@@ -77,7 +83,8 @@ bool get_on_off(tessel::CommandLine &a, char const *name, bool fallback) {
     return true;
   if (v == "off" || v == "0" || v == "false")
     return false;
-  TESSEL_THROW("option --", name, " expects on or off, got '", v, "'");
+  TESSEL_REQUIRE_USAGE(false, "option --", name, " expects on or off, got '", v, "'");
+  return fallback;
 }
 
 SpmmOptions spmm_options(tessel::CommandLine &a, SpmmAlgorithm algorithm) {
@@ -85,15 +92,17 @@ SpmmOptions spmm_options(tessel::CommandLine &a, SpmmAlgorithm algorithm) {
   o.algorithm = algorithm;
   o.timing = get_on_off(a, "timing", o.timing);
   if (a.has("partition"))
-    o.partition = parse_partition_method(a.get("partition", ""));
-  o.part_size = a.get_int("part-size", o.part_size);
+    o.partition = a.get_parsed("partition", "auto", parse_partition_method);
+  TESSEL_REQUIRE_USAGE(o.partition != PartitionMethod::metis || metis_available(),
+                       "option --partition metis: this tessel-gnn was built without METIS; use lp or rcm");
+  o.part_size = a.get_int<std::int64_t>("part-size", o.part_size, 2, max_part_size);
   return o;
 }
 
 int cmd_info(tessel::CommandLine &a) {
   std::string const data_path = a.require("data");
   bool const compare_partitions = a.has("part-size");
-  auto const part_size = a.get_int("part-size", 0);
+  auto const part_size = a.get_int<std::int64_t>("part-size", 64, 2, max_part_size);
   a.finish();
   auto const d = load_dataset(data_path);
   auto const st = degree_stats(d.graph);
@@ -123,32 +132,36 @@ int cmd_info(tessel::CommandLine &a) {
 }
 
 int cmd_train(tessel::CommandLine &a) {
-  TESSEL_REQUIRE(a.has("data"), "train needs --data FILE");
+  TESSEL_REQUIRE_USAGE(a.has("data"), "train needs --data FILE");
   std::string const data_path = a.get("data", "");
   TrainOptions o;
-  o.model = parse_model_kind(a.get("model", "gcn"));
+  o.model = a.get_parsed("model", "gcn", parse_model_kind);
   if (o.model == ModelKind::gin) {
     // GNNAdvisor's GIN: 5 layers, 64 hidden.
     o.layers = 5;
     o.hidden = 64;
   }
-  o.spmm = spmm_options(a, parse_spmm_algorithm(a.get("kernel", "adaptive")));
-  o.epochs = static_cast<int>(a.get_int("epochs", 200));
-  o.hidden = static_cast<int>(a.get_int("hidden", o.hidden));
-  o.layers = static_cast<int>(a.get_int("layers", o.layers));
-  o.learning_rate = a.get_double("lr", 0.01);
-  o.weight_decay = a.get_double("weight-decay", 5e-4);
-  o.dropout = a.get_double("dropout", 0.5);
-  o.patience = static_cast<int>(a.get_int("patience", 10));
-  o.seed = static_cast<std::uint64_t>(a.get_int("seed", 42));
-  o.random_features = static_cast<int>(a.get_int("random-features", 0));
+  o.spmm = spmm_options(a, a.get_parsed("kernel", "adaptive", parse_spmm_algorithm));
+  o.epochs = a.get_int("epochs", 200, 1, 1000000);
+  o.hidden = a.get_int("hidden", o.hidden, 1, 1 << 16);
+  o.layers = a.get_int("layers", o.layers, 1, 64);
+  o.learning_rate = a.get_double("lr", 0.01, tessel::Range::positive(10));
+  o.weight_decay = a.get_double("weight-decay", 5e-4, tessel::Range::closed(0, 1));
+  o.dropout = a.get_double("dropout", 0.5, tessel::Range{0, 1, false, true});
+  o.patience = a.get_int("patience", 10, 0, 1000000);
+  o.seed = a.get_int<std::uint64_t>("seed", 42, 0, UINT64_MAX);
+  o.random_features = a.get_int("random-features", 0, 0, 1 << 16);
   o.normalize_features = !a.flag("no-normalize");
   o.checkpoint = a.get("checkpoint", "");
-  o.checkpoint_every = static_cast<int>(a.get_int("checkpoint-every", 0));
+  o.checkpoint_every = a.get_int("checkpoint-every", 0, 0, 1000000);
   o.resume = a.flag("resume");
+  o.stop_on_divergence = !a.flag("allow-divergence");
+  TESSEL_REQUIRE_USAGE(!o.checkpoint.empty() || (!o.resume && !a.has("checkpoint-every")),
+                       "--resume and --checkpoint-every need --checkpoint FILE");
   bool const quiet = a.flag("quiet");
   std::string const json_path = a.get("json", "");
   a.finish();
+  tessel::require_same_file(tessel::Communicator::world(), "data set", data_path);
   auto const data = load_dataset(data_path);
   bool const random = data.features_random || data.num_features() == 0;
   std::printf("tessel-gnn train: %s on '%s' (%lld nodes, %lld entries), kernel %s, %d epochs\n", name_of(o.model),
@@ -177,8 +190,8 @@ int cmd_train(tessel::CommandLine &a) {
   for (auto const &p : result.plans)
     print_plan(p);
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    TESSEL_REQUIRE(out.good(), "cannot write '", json_path, "'");
+    tessel::OutputFile file(json_path);
+    auto &out = file.stream();
     out << "{\n  \"command\": \"train\", \"data\": " << json_str(data_path) << ", \"dataset\": " << json_str(data.name)
         << ", \"model\": " << json_str(name_of(o.model)) << ", \"kernel\": " << json_str(name_of(o.spmm.algorithm))
         << ", \"features_random\": " << (random ? "true" : "false") << ",\n  \"epochs_run\": " << result.epochs_run
@@ -205,6 +218,8 @@ int cmd_train(tessel::CommandLine &a) {
           << "}";
     }
     out << "],\n  \"build\": " << json_str(tessel::build_summary()) << "\n}\n";
+    file.commit();
+    std::printf("results written to %s\n", json_path.c_str());
   }
   return 0;
 }
@@ -220,14 +235,12 @@ int cmd_bench_cuda(tessel::CommandLine &a) {
   c.data = a.get("data", "");
   c.op_name = a.get("operator", "gcn");
   c.json = a.get("json", "");
-  for (auto const w : a.get_int_list("features", {16, 64, 256}))
-    c.widths.push_back(static_cast<int>(w));
+  c.widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
   c.kernels = a.get_list("kernels", {});
   for (auto const &k : c.kernels)
-    parse_spmm_algorithm(k);
-  c.reps = static_cast<int>(a.get_int("reps", 20));
-  c.warmup = static_cast<int>(a.get_int("warmup", 3));
-  TESSEL_REQUIRE(c.reps >= 1 && c.warmup >= 0, "--reps must be >= 1 and --warmup >= 0");
+    tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm);
+  c.reps = a.get_int("reps", 20, 1, 1000000);
+  c.warmup = a.get_int("warmup", 3, 0, 1000000);
   c.options = spmm_options(a, SpmmAlgorithm::adaptive);
   c.allow_tf32 = get_on_off(a, "tf32", c.allow_tf32);
   c.dense_engine = a.get("dense-engine", "automatic");
@@ -237,37 +250,33 @@ int cmd_bench_cuda(tessel::CommandLine &a) {
 #else
   std::printf("tessel-gnn bench --backend cuda: skipped: this tessel-gnn was built without CUDA "
               "(Tessel_ENABLE_CUDA=OFF)\n");
-  if (!c.json.empty()) {
-    std::ofstream out(c.json);
-    out << "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"built without CUDA\"}\n";
-  }
+  if (!c.json.empty())
+    tessel::write_file(c.json, "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"built without CUDA\"}\n");
   return 0;
 #endif
 }
 
 int cmd_bench(tessel::CommandLine &a) {
-  TESSEL_REQUIRE(a.has("data"), "bench needs --data FILE");
+  TESSEL_REQUIRE_USAGE(a.has("data"), "bench needs --data FILE");
   // --backend, not --device: Kokkos 3.4 takes --device (a device id) from the command line before we see it.
   std::string const backend = a.get("backend", "host");
-  TESSEL_REQUIRE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
+  TESSEL_REQUIRE_USAGE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
   if (backend == "cuda")
     return cmd_bench_cuda(a);
-  TESSEL_REQUIRE(!a.has("tf32") && !a.has("dense-engine"), "--tf32 and --dense-engine need --backend cuda");
+  TESSEL_REQUIRE_USAGE(!a.has("tf32") && !a.has("dense-engine"), "--tf32 and --dense-engine need --backend cuda");
   std::string const data_path = a.get("data", "");
   std::string const op_name = a.get("operator", "gcn");
-  TESSEL_REQUIRE(op_name == "gcn" || op_name == "raw", "--operator must be gcn or raw, got '", op_name, "'");
-  std::vector<int> widths;
-  for (auto const w : a.get_int_list("features", {16, 64, 256}))
-    widths.push_back(static_cast<int>(w));
+  TESSEL_REQUIRE_USAGE(op_name == "gcn" || op_name == "raw", "--operator must be gcn or raw, got '", op_name, "'");
+  std::vector<int> const widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
   std::vector<std::string> const kernels =
       a.get_list("kernels", {"csr", "csr_feature_tiled", "coo", "tiles", "dense", "kk", "adaptive"});
   for (auto const &k : kernels)
-    parse_spmm_algorithm(k);
-  int const reps = static_cast<int>(a.get_int("reps", 15)), warmup = static_cast<int>(a.get_int("warmup", 3));
-  TESSEL_REQUIRE(reps >= 1 && warmup >= 0, "--reps must be >= 1 and --warmup >= 0");
+    tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm);
+  int const reps = a.get_int("reps", 15, 1, 1000000), warmup = a.get_int("warmup", 3, 0, 1000000);
   SpmmOptions const base_options = spmm_options(a, SpmmAlgorithm::adaptive);
   std::string const json_path = a.get("json", "");
   a.finish();
+  tessel::require_same_file(tessel::Communicator::world(), "data set", data_path);
   auto const data = load_dataset(data_path);
   auto const op = op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
   Exec space;
@@ -451,39 +460,33 @@ int cmd_bench(tessel::CommandLine &a) {
   }
   js << "\n  ]\n}\n";
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    TESSEL_REQUIRE(out.good(), "cannot write '", json_path, "'");
-    out << js.str();
+    tessel::write_file(json_path, js.str());
+    std::printf("results written to %s\n", json_path.c_str());
   }
   if (wrong)
     std::fprintf(stderr, "tessel-gnn bench: some kernel returned a wrong result (see WRONG RESULT above)\n");
-  return wrong ? 3 : 0;
+  return wrong ? tessel::exit_failure : tessel::exit_success;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  try {
-    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
-        std::string(argv[1]) == "help") {
+  return tessel::run_tool("tessel-gnn", argc, argv, [](tessel::CommandLine &args) {
+    std::string const command = args.subcommand();
+    if (command.empty() || command == "help" || args.flag({"help", 'h'})) {
       std::printf("%s", usage_text);
-      return argc < 2 ? 1 : 0;
+      TESSEL_REQUIRE_USAGE(!command.empty() || args.has("help") || args.has("h"), "no command given");
+      return 0;
     }
-    std::string const command = argv[1];
-    if (command == "--version") {
+    if (args.flag("version") || command == "version") {
       std::printf("tessel-gnn %s (%s)\n", TESSEL_VERSION_STRING, TESSEL_GIT_HASH);
       return 0;
     }
     if (command == "config") {
+      args.finish();
       std::printf("%s\nmetis: %s\nOPENBLAS_NUM_THREADS=%s\n", tessel::build_summary().c_str(),
                   metis_available() ? "yes" : "no (label propagation fallback)",
                   env_or("OPENBLAS_NUM_THREADS", "unset").c_str());
-      return 0;
-    }
-    tessel::CommandLine args(argc - 2, argv + 2);
-    if (args.flag({"help", 'h'})) {
-      std::printf("%s", usage_text);
       return 0;
     }
     if (command == "train")
@@ -492,10 +495,7 @@ int main(int argc, char **argv) {
       return cmd_bench(args);
     if (command == "info")
       return cmd_info(args);
-    std::fprintf(stderr, "tessel-gnn: unknown command '%s'\n%s", command.c_str(), usage_text);
-    return 2;
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-gnn: error: %s\n", e.what());
-    return 1;
-  }
+    TESSEL_REQUIRE_USAGE(false, "unknown command '", command, "' (expected train, bench, info or config; see --help)");
+    return 0;
+  });
 }

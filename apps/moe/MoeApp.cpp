@@ -12,8 +12,10 @@
 
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -75,35 +77,33 @@ void usage() {
       "  --stats           print each rank's phase times of the last run of every schedule\n"
       "  --verbose         also print Kokkos' configuration\n"
       "  --version         print the version and exit; --help this text\n"
-      "Kokkos options (--kokkos-help) are accepted too.\n");
+      "  --debug           add source locations to error messages (or TESSEL_DEBUG=1)\n"
+      "Kokkos options (--kokkos-help) are accepted too.\n"
+      "exit status: 0 success, 1 runtime error or failed verification, 2 invalid option or argument\n");
 }
 
-Options parse(int argc, char **argv) {
-  tessel::CommandLine cl(argc - 1, argv + 1);
-  if (cl.flag({"help", 'h'})) {
-    usage();
-    std::exit(0);
-  }
-  if (cl.flag("version")) {
-    std::printf("tessel-moe %s\n", tessel::build_summary().c_str());
-    std::exit(0);
-  }
+Options parse(tessel::CommandLine &cl) {
   Options o;
   auto const schedules = cl.get_list("schedule", {"all"});
   if (schedules != std::vector<std::string>{"all"}) {
     o.schedules.clear();
     for (auto const &item : schedules)
-      o.schedules.push_back(parse_schedule(item));
+      o.schedules.push_back(tessel::CommandLine::parse_value("--schedule", item, parse_schedule));
   }
-  o.ep = static_cast<int>(cl.get_int("ep", o.ep));
-  o.tp = static_cast<int>(cl.get_int("tp", o.tp));
-  o.iters = static_cast<int>(cl.get_int("iters", o.iters));
-  o.warmup = static_cast<int>(cl.get_int("warmup", o.warmup));
-  o.chunks = static_cast<int>(cl.get_int("chunks", o.chunks));
-  o.share = cl.get_double("comm-share", o.share);
-  o.bandwidth_mbps = cl.get_double("bandwidth", o.bandwidth_mbps);
-  o.latency_us = cl.get_double("latency", o.latency_us);
+  o.ep = cl.get_int("ep", o.ep, 0, 1 << 16);
+  o.tp = cl.get_int("tp", o.tp, 1, 1 << 16);
+  o.iters = cl.get_int("iters", o.iters, 1, 1000000);
+  o.warmup = cl.get_int("warmup", o.warmup, 0, 1000000);
+  o.chunks = cl.get_int("chunks", o.chunks, 1, 1 << 16);
+  o.share = cl.get_double("comm-share", o.share, tessel::Range{0, 1, true, true});
+  o.bandwidth_mbps = cl.get_double("bandwidth", o.bandwidth_mbps, tessel::Range::positive(1e9));
+  o.latency_us = cl.get_double("latency", o.latency_us, tessel::Range::closed(0, 1e7));
   o.emulate = !cl.flag("no-emulation");
+  // Link options that would silently do nothing are errors: each names the option that overrides it.
+  TESSEL_REQUIRE_USAGE(o.emulate || (!cl.has("bandwidth") && !cl.has("latency") && !cl.has("comm-share")),
+                       "--bandwidth, --latency and --comm-share describe the emulated link; --no-emulation has none");
+  TESSEL_REQUIRE_USAGE(!(cl.has("bandwidth") && cl.has("comm-share")),
+                       "--bandwidth fixes the link and --comm-share calibrates it: give one of them");
   o.verify = cl.flag("verify");
   o.tune = cl.flag("tune");
   o.registry = cl.get("registry", o.registry);
@@ -111,16 +111,15 @@ Options parse(int argc, char **argv) {
   o.json = cl.get("json", o.json);
   o.verbose = cl.flag("verbose");
   o.stats = cl.flag("stats");
-  o.timeout_s = cl.get_double("timeout", o.timeout_s);
+  o.timeout_s = cl.get_double("timeout", o.timeout_s, tessel::Range::closed(0.001, 1e6));
+  TESSEL_REQUIRE_USAGE(!cl.has("registry") || o.tune, "--registry is where --tune writes; give --tune too");
   auto const files = cl.positionals();
-  TESSEL_REQUIRE(files.size() <= 1, "more than one input file given ('", files.size() > 1 ? files[0] : "", "' and '",
-                 files.size() > 1 ? files[1] : "", "')");
+  TESSEL_REQUIRE_USAGE(files.size() <= 1, "more than one input file given ('", files.size() > 1 ? files[0] : "",
+                       "' and '", files.size() > 1 ? files[1] : "", "')");
   if (!files.empty())
     o.file = files[0];
-  TESSEL_REQUIRE(!o.file.empty(), "no input file given (see --help)");
-  TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
-  TESSEL_REQUIRE(o.share > 0 && o.share < 1, "--comm-share must be in (0, 1), got ", o.share);
-  TESSEL_REQUIRE(!o.schedules.empty(), "--schedule names no schedule");
+  TESSEL_REQUIRE_USAGE(!o.file.empty(), "no input file given (see --help)");
+  TESSEL_REQUIRE_USAGE(!o.schedules.empty(), "--schedule names no schedule");
   return o;
 }
 
@@ -151,6 +150,7 @@ int run(Options const &o) {
   GateData gate_data;
   ExpertWeights weights;
   std::string load_error;
+  tessel::require_same_file(world, "input file", o.file);
   try {
     file_ptr = std::make_unique<MoeFile>(o.file);
     auto const &info = file_ptr->info();
@@ -270,7 +270,10 @@ int run(Options const &o) {
   for (auto const &r : rows)
     if (r.schedule == Schedule::sequential)
       t_seq = r.median;
-  auto const hidden = [&](double t) { return t_seq > 0 && alone.comm > 0 ? (t_seq - t) / alone.comm : 0.0; };
+  // The hidden fraction divides by T_comm: it means something only when communication takes a measurable share
+  // of the layer (not on one rank, or without emulation on a fast interconnect).
+  bool const hidden_defined = t_seq > 0 && alone.comm > 0.01 * t_seq;
+  auto const hidden = [&](double t) { return hidden_defined ? (t_seq - t) / alone.comm : 0.0; };
 
   if (me == 0) {
     std::printf("\nT_comm alone %.2f ms, T_comp alone %.2f ms (share %.2f)%s\n", 1e3 * alone.comm, 1e3 * alone.comp,
@@ -278,8 +281,11 @@ int run(Options const &o) {
     std::printf("%-11s %12s %10s %10s %12s %14s\n", "schedule", "median (ms)", "speedup", "hidden", "max rel err",
                 "routing check");
     for (auto const &r : rows) {
-      std::printf("%-11s %12.2f %9.2fx %9.1f%%", name_of(r.schedule), 1e3 * r.median,
-                  t_seq > 0 ? t_seq / r.median : 0.0, t_seq > 0 ? 100 * hidden(r.median) : 0.0);
+      std::printf("%-11s %12.2f %9.2fx", name_of(r.schedule), 1e3 * r.median, t_seq > 0 ? t_seq / r.median : 0.0);
+      if (hidden_defined)
+        std::printf(" %9.1f%%", 100 * hidden(r.median));
+      else
+        std::printf(" %10s", "n/a");
       if (o.verify)
         std::printf(" %12.2e %14s\n", r.max_rel_error, r.routing_violations == 0 ? "ok" : "VIOLATED");
       else
@@ -287,14 +293,18 @@ int run(Options const &o) {
     }
     // No schedule can beat computation alone; when one appears to, the runs were disturbed (other processes on
     // the cores) and the fractions above are not measurements of overlap.
+    if (!hidden_defined)
+      std::printf("note: communication alone (%.3f ms) is under 1%% of the sequential layer: there is nothing to "
+                  "hide, so no hidden fraction is given\n",
+                  1e3 * alone.comm);
     for (auto const &r : rows)
       if (r.median < alone.comp)
         std::printf("note: %s ran faster than computation alone (%.2f < %.2f ms): the timings were disturbed; rerun "
                     "with more --iters on a quiet machine\n",
                     name_of(r.schedule), 1e3 * r.median, 1e3 * alone.comp);
     if (!o.json.empty()) {
-      std::ofstream js(o.json);
-      TESSEL_REQUIRE(js.good(), "cannot write '", o.json, "'");
+      tessel::OutputFile file(o.json);
+      auto &js = file.stream();
       js << "{\n  \"app\": \"tessel-moe\",\n  \"build\": \"" << tessel::build_summary() << "\",\n  \"file\": \""
          << o.file << "\",\n  \"model\": \"" << info.model << "\",\n  \"config\": \"" << config.describe()
          << "\",\n  \"ranks\": " << w << ",\n  \"emulation\": " << (o.emulate ? "true" : "false")
@@ -307,7 +317,7 @@ int run(Options const &o) {
         auto const &r = rows[i];
         js << "    \"" << name_of(r.schedule) << "\": {\"median_s\": " << r.median << ", \"t_comm_s\": " << alone.comm
            << ", \"t_comp_s\": " << alone.comp << ", \"hidden_fraction\": ";
-        if (t_seq > 0)
+        if (hidden_defined)
           js << hidden(r.median);
         else
           js << "null";
@@ -319,6 +329,7 @@ int run(Options const &o) {
         js << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
       }
       js << "  }\n}\n";
+      file.commit();
       std::printf("results written to %s\n", o.json.c_str());
     }
   }
@@ -334,13 +345,15 @@ int run(Options const &o) {
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  int status = 0;
-  try {
-    status = run(parse(argc, argv));
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-moe [rank %d]: error: %s\n", Communicator::world().rank(), e.what());
-    status = 2;
-  }
-  return status;
+  return tessel::run_tool("tessel-moe", argc, argv, [](tessel::CommandLine &cl) {
+    if (cl.flag({"help", 'h'})) {
+      usage();
+      return 0;
+    }
+    if (cl.flag("version")) {
+      std::printf("tessel-moe %s\n", tessel::build_summary().c_str());
+      return 0;
+    }
+    return run(parse(cl));
+  });
 }

@@ -1,6 +1,7 @@
 #include "Commands.hpp"
 #include "JsonWriter.hpp"
 
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/sched/Estimator.hpp>
 #include <tessel/sched/Model.hpp>
 #include <tessel/sched/Profile.hpp>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <ostream>
 
 namespace tessel::sched::app {
@@ -143,14 +145,16 @@ int estimate_command(tessel::CommandLine &args) {
   }
 
   // 1. Per-plan e2e against prof_database_est: in-sample and 2-fold by model configuration.
-  std::ofstream dump;
+  std::unique_ptr<OutputFile> dump_file;
   if (!dump_path.empty()) {
-    dump.open(dump_path);
-    TESSEL_REQUIRE(dump.good(), "cannot write '", dump_path, "'");
-    dump << "model,batch_size,gpu_type,num_hosts,gpus_per_host,pp,dp,tp,micro_batches,comp,intra,inter,e2e,"
-            "est_comp,est_intra,est_inter,est_e2e,est_memory_gb\n";
+    dump_file = std::make_unique<OutputFile>(dump_path);
+    dump_file->stream()
+        << "model,batch_size,gpu_type,num_hosts,gpus_per_host,pp,dp,tp,micro_batches,comp,intra,inter,e2e,"
+           "est_comp,est_intra,est_inter,est_e2e,est_memory_gb\n";
   }
-  ErrorStats const in_sample = plan_errors(cluster, table, table, dump_path.empty() ? nullptr : &dump);
+  ErrorStats const in_sample = plan_errors(cluster, table, table, dump_file ? &dump_file->stream() : nullptr);
+  if (dump_file)
+    dump_file->commit();
   ProfileTable half[2];
   for (auto const &p : table.plans()) {
     int const fold = (p.model * 7 + p.batch_size / 128) % 2;
@@ -224,9 +228,8 @@ int estimate_command(tessel::CommandLine &args) {
                 100.0 * mem_agree / mem_total);
   (void)cat;
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    TESSEL_REQUIRE(out.good(), "cannot write '", json_path, "'");
-    JsonWriter w(out);
+    OutputFile file(json_path);
+    JsonWriter w(file.stream());
     w.begin_object();
     w.field("tool", "tessel-sched estimate").field("build", tessel::build_summary()).field("profile", profile_path);
     w.field("calibration_plans", cal.plans_used);
@@ -240,7 +243,8 @@ int estimate_command(tessel::CommandLine &args) {
     json_stats(w, "dp_memory", mem);
     w.field("dp_fit_agreement", mem_total ? double(mem_agree) / mem_total : 0.0);
     w.end_object();
-    out << '\n';
+    file.stream() << '\n';
+    file.commit();
     std::printf("results written to %s\n", json_path.c_str());
   }
   return 0;
@@ -256,20 +260,19 @@ int cells_command(tessel::CommandLine &args) {
     return 0;
   }
   std::string const model_name = args.require("model");
-  int const batch = static_cast<int>(args.get_int("batch", 0));
+  int const batch = args.require_int("batch", 1, 1 << 24);
   std::string const gpu = args.require("gpu");
-  int const gpus = static_cast<int>(args.get_int("gpus", 0));
+  int const gpus = args.require_int("gpus", 1, 1 << 20);
   std::string const cluster_path = args.get("cluster", "crius");
   std::string const profile_path = args.get("profile", "");
   std::string const strategy_arg = args.get("strategy", "all");
   args.finish();
   Cluster const cluster = load_cluster(cluster_path);
   int const model = ModelCatalog::builtin().find(model_name);
-  TESSEL_REQUIRE(model >= 0, "--model: unknown model '", model_name, "'");
-  TESSEL_REQUIRE(batch > 0, "--batch must be positive");
+  TESSEL_REQUIRE_USAGE(model >= 0, "option --model: unknown model '", model_name, "'");
   int const type = cluster.find_type(gpu);
-  TESSEL_REQUIRE(type >= 0, "--gpu: the cluster has no type '", gpu, "'");
-  TESSEL_REQUIRE(gpus > 0 && (gpus & (gpus - 1)) == 0, "--gpus must be a power of two, got ", gpus);
+  TESSEL_REQUIRE_USAGE(type >= 0, "option --gpu: the cluster has no type '", gpu, "'");
+  TESSEL_REQUIRE_USAGE((gpus & (gpus - 1)) == 0, "option --gpus expects a power of two, got ", gpus);
   Estimator est(cluster);
   if (!profile_path.empty())
     est.calibrate(load_profile(profile_path));
@@ -283,7 +286,7 @@ int cells_command(tessel::CommandLine &args) {
   else if (strategy_arg == "greedy")
     strategies = {PlanStrategy::greedy};
   else
-    TESSEL_THROW("--strategy must be minimal, uniform, greedy or all");
+    TESSEL_REQUIRE_USAGE(false, "option --strategy expects minimal, uniform, greedy or all, got '", strategy_arg, "'");
   auto const cells = enumerate_cells(model, batch, type, gpus, cluster.type_capacity(type));
   std::printf("%s, batch %d, %d x %s: %zu Cells\n", model_name.c_str(), batch, gpus, gpu.c_str(), cells.size());
   for (auto const &cell : cells) {

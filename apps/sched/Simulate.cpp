@@ -1,5 +1,7 @@
 #include "Commands.hpp"
 #include "JsonWriter.hpp"
+#include <tessel/core/OutputFile.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <tessel/sched/Estimator.hpp>
 #include <tessel/sched/Model.hpp>
@@ -39,10 +41,10 @@ void simulate_usage() {
       "                       --iteration-divisor 5\n"
       "  --iteration-divisor D  divide trace iterations by D (Arena: 5)\n"
       "  --seed S             seed of failure injection (default 1)\n"
-      "  --node-mtbf H        node mean time between failures in hours (default 0: none)\n"
-      "  --repair-rounds R    rounds a failed node stays down (default 6)\n"
-      "  --job-mtbf H         job mean time between failures in hours (default 0: none)\n"
-      "  --checkpoint S       seconds of execution between checkpoints (default 1800)\n"
+      "  --node-mtbf H        node mean time between failures in hours (> 0; default: no node failures)\n"
+      "  --repair-rounds R    rounds a failed node stays down (default 6; needs --node-mtbf)\n"
+      "  --job-mtbf H         job mean time between failures in hours (> 0; default: no job failures)\n"
+      "  --checkpoint S       seconds of execution between checkpoints (default 1800; needs a failure MTBF)\n"
       "  --parallel N         simulate N policies concurrently, one thread each (default 1)\n"
       "  --check              verify conservation invariants every round\n"
       "  --json F             write metrics, per-job JCTs and per-round series as JSON\n"
@@ -72,9 +74,8 @@ std::string fmt(double v, int prec = 0) {
 void write_json(std::string const &path, Cluster const &cluster, std::string const &trace_path,
                 std::string const &source, SimOptions const &opt, std::vector<SimResult> const &results, double pad,
                 std::vector<std::pair<std::string, JctReduction>> const &reductions) {
-  std::ofstream out(path);
-  TESSEL_REQUIRE(out.good(), "cannot write '", path, "'");
-  JsonWriter w(out);
+  OutputFile file(path);
+  JsonWriter w(file.stream());
   w.begin_object();
   w.field("tool", "tessel-sched simulate");
   w.field("build", tessel::build_summary());
@@ -135,7 +136,8 @@ void write_json(std::string const &path, Cluster const &cluster, std::string con
   }
   w.end_object();
   w.end_object();
-  out << '\n';
+  file.stream() << '\n';
+  file.commit();
 }
 
 } // namespace
@@ -151,17 +153,21 @@ int simulate_command(tessel::CommandLine &args) {
   std::string const profile_path = args.get("profile", "");
   std::string const policy_arg = args.require("policy");
   SimOptions opt;
-  opt.max_rounds = static_cast<int>(args.get_int("rounds", 0));
-  opt.interval = args.get_double("interval", 300);
+  opt.max_rounds = args.get_int("rounds", 0, 0, 100000000);
+  opt.interval = args.get_double("interval", 300, tessel::Range::closed(1, 1e7));
   opt.arena_compat = args.flag("arena-compat");
-  opt.iteration_divisor = args.get_double("iteration-divisor", opt.arena_compat ? 5 : 1);
-  opt.seed = static_cast<std::uint64_t>(args.get_int("seed", 1));
-  opt.node_mtbf_hours = args.get_double("node-mtbf", 0);
-  opt.node_repair_rounds = static_cast<int>(args.get_int("repair-rounds", 6));
-  opt.job_mtbf_hours = args.get_double("job-mtbf", 0);
-  opt.checkpoint_interval = args.get_double("checkpoint", 1800);
+  opt.iteration_divisor = args.get_double("iteration-divisor", opt.arena_compat ? 5 : 1, tessel::Range::closed(1, 1e6));
+  opt.seed = args.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
+  opt.node_mtbf_hours = args.get_double("node-mtbf", 0, tessel::Range::positive(1e9));
+  opt.node_repair_rounds = args.get_int("repair-rounds", 6, 1, 1000000);
+  opt.job_mtbf_hours = args.get_double("job-mtbf", 0, tessel::Range::positive(1e9));
+  opt.checkpoint_interval = args.get_double("checkpoint", 1800, tessel::Range::positive(1e9));
+  TESSEL_REQUIRE_USAGE(!args.has("repair-rounds") || args.has("node-mtbf"),
+                       "--repair-rounds is how long a failed node stays down: it needs --node-mtbf");
+  TESSEL_REQUIRE_USAGE(!args.has("checkpoint") || args.has("node-mtbf") || args.has("job-mtbf"),
+                       "--checkpoint sets where failed jobs restart from: it needs --node-mtbf or --job-mtbf");
   opt.check_invariants = args.flag("check");
-  int const threads = static_cast<int>(std::max<std::int64_t>(1, args.get_int("parallel", 1)));
+  int const threads = args.get_int("parallel", 1, 1, 1024);
   std::string const json_path = args.get("json", "");
   bool const quiet = args.flag("quiet");
   std::string source_name_arg = args.get("source", profile_path.empty() ? "estimator" : "table");
@@ -175,7 +181,8 @@ int simulate_command(tessel::CommandLine &args) {
   else if (source_name_arg == "table+estimator")
     source = ThroughputSource::table_then_estimator;
   else
-    TESSEL_THROW("--source must be table, estimator or table+estimator, got '", source_name_arg, "'");
+    TESSEL_REQUIRE_USAGE(false, "option --source expects table, estimator or table+estimator, got '", source_name_arg,
+                         "'");
 
   std::vector<std::string> policies;
   if (policy_arg == "all")
@@ -187,15 +194,17 @@ int simulate_command(tessel::CommandLine &args) {
       policies.push_back(p);
   }
   for (auto const &p : policies)
-    (void)make_policy(p); // validates the name before any work
+    (void)tessel::CommandLine::parse_value(
+        "--policy", p, [](std::string const &n) { return make_policy(n); }); // validates the name before any work
 
   Cluster const cluster = load_cluster(cluster_path);
+  tessel::require_same_file(tessel::Communicator::world(), "trace", trace_path);
   Trace const trace = load_trace(trace_path, cluster);
   ProfileTable table;
   if (!profile_path.empty())
     table = load_profile(profile_path);
-  TESSEL_REQUIRE(source == ThroughputSource::estimator || !profile_path.empty(), "--source ", source_name_arg,
-                 " needs --profile");
+  TESSEL_REQUIRE_USAGE(source == ThroughputSource::estimator || !profile_path.empty(), "--source ", source_name_arg,
+                       " needs --profile");
   Estimator estimator(cluster);
   if (!profile_path.empty())
     estimator.calibrate(table);

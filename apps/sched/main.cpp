@@ -9,7 +9,7 @@
 #include "Commands.hpp"
 
 #include <tessel/core/Error.hpp>
-#include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <cstdio>
 #include <cstring>
@@ -22,34 +22,29 @@ void usage(std::FILE *out) {
                     "commands:\n"
                     "  simulate   run policies on a trace and compare them (tessel-sched simulate --help)\n"
                     "  estimate   error of the analytic estimator against profile tables\n"
-                    "  cells      Cells and parallel plans of one job on one allocation\n");
+                    "  cells      Cells and parallel plans of one job on one allocation\n"
+                    "options of every command: --debug (or TESSEL_DEBUG=1) adds source locations to errors\n"
+                    "exit status: 0 success, 1 runtime error, 2 invalid option or argument\n");
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  std::string const command = argv[1];
-  try {
-    tessel::CommandLine args(argc - 2, argv + 2);
+  return tessel::run_tool("tessel-sched", argc, argv, [](tessel::CommandLine &args) {
+    std::string const command = args.subcommand();
+    if (command.empty()) {
+      bool const help = args.flag({"help", 'h'});
+      usage(help ? stdout : stderr);
+      TESSEL_REQUIRE_USAGE(help, "no command given");
+      return 0;
+    }
     if (command == "simulate")
       return tessel::sched::app::simulate_command(args);
     if (command == "estimate")
       return tessel::sched::app::estimate_command(args);
     if (command == "cells")
       return tessel::sched::app::cells_command(args);
-    std::fprintf(stderr, "tessel-sched: unknown command '%s'\n", command.c_str());
-    usage(stderr);
-    return 2;
-  } catch (tessel::Exception const &e) {
-    std::fprintf(stderr, "tessel-sched %s: error: %s\n", command.c_str(), e.what());
-    return 1;
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-sched %s: error: %s\n", command.c_str(), e.what());
-    return 1;
-  }
+    TESSEL_REQUIRE_USAGE(false, "unknown command '", command, "' (expected simulate, estimate or cells; see --help)");
+    return 0;
+  });
 }

@@ -14,6 +14,7 @@
 #include <tessel/core/Config.hpp>
 
 #ifdef TESSEL_ENABLE_CUDA
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Synthetic.hpp>
@@ -63,7 +64,8 @@ DataType parse_dtype(std::string const &s) {
     return DataType::float16;
   if (s == "bfloat16" || s == "bf16")
     return DataType::bfloat16;
-  TESSEL_THROW("--dtype must be float32, float16 or bfloat16, got '", s, "'");
+  TESSEL_REQUIRE_USAGE(false, "option --dtype expects float32, float16 or bfloat16, got '", s, "'");
+  return DataType::float32;
 }
 
 /// Bound of max |y - ref| / max |ref| per dtype (the GPU test's bounds, tstCudaMoe.cpp).
@@ -84,7 +86,6 @@ CudaOptions parse(tessel::CommandLine &cl) {
                 "  --check-tokens T   rank 0's first T tokens are checked against the dense reference (default 32)\n"
                 "  --json FILE        write the results as JSON\n"
                 "  --smoke            tiny sizes, two iterations\n");
-    std::exit(0);
   }
   CudaOptions o;
   if (cl.flag("smoke")) { // options given with --smoke still override these
@@ -95,14 +96,11 @@ CudaOptions parse(tessel::CommandLine &cl) {
     o.warmup = 1;
   }
   o.read(cl);
-  o.world = static_cast<int>(cl.get_int("virtual-ranks", o.world));
+  o.world = cl.get_int("virtual-ranks", o.world, 1, 64);
   o.dtype = parse_dtype(cl.get("dtype", "bfloat16"));
-  o.check_tokens = cl.get_int("check-tokens", o.check_tokens);
+  o.check_tokens = cl.get_int<decltype(o.check_tokens)>("check-tokens", o.check_tokens, 0, std::int64_t{1} << 24);
   cl.finish();
-  TESSEL_REQUIRE(o.world >= 1 && o.tp >= 1 && o.world % o.tp == 0, "--tp ", o.tp, " must divide --virtual-ranks ",
-                 o.world);
-  TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
-  TESSEL_REQUIRE(!o.chunks.empty(), "--chunks needs at least one count");
+  TESSEL_REQUIRE_USAGE(o.world % o.tp == 0, "--tp ", o.tp, " must divide --virtual-ranks ", o.world);
   return o;
 }
 
@@ -136,6 +134,10 @@ double rel_diff(std::vector<HostMatrix> const &a, std::vector<HostMatrix> const 
 } // namespace
 
 int run_cuda_bench(tessel::CommandLine &cl) {
+  if (cl.has("help") || cl.has("h")) {
+    parse(cl); // prints the usage
+    return 0;
+  }
   auto const o = parse(cl);
   if (!cuda::device_available()) {
     std::printf("tessel-moe-bench --backend cuda: skipped: no CUDA device visible\n");
@@ -276,7 +278,8 @@ int run_cuda_bench(tessel::CommandLine &cl) {
                 static_cast<long long>(p.config.tokens), o.world, name_of(o.dtype), p.seq_ms, p.pipe_ms, p.comet_ms,
                 p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.ok ? "ok" : "WRONG");
   if (!o.json.empty()) {
-    std::ofstream js(o.json);
+    OutputFile file(o.json);
+    auto &js = file.stream();
     js << "{\n  \"benchmark\": \"tessel-moe-bench --backend cuda\",\n  \"build\": \"" << build_summary()
        << "\",\n  \"device\": \"" << tessel::cuda::device_name(device) << "\",\n  \"virtual_ranks\": " << o.world
        << ",\n  \"dtype\": \"" << name_of(o.dtype) << "\",\n  \"iters\": " << o.iters << ",\n  \"points\": [\n";
@@ -292,6 +295,7 @@ int run_cuda_bench(tessel::CommandLine &cl) {
          << (i + 1 < points.size() ? "," : "") << "\n";
     }
     js << "  ]\n}\n";
+    file.commit();
     std::printf("# results written to %s\n", o.json.c_str());
   }
   return all_ok ? 0 : 1;

@@ -24,17 +24,15 @@ struct SweepOptions {
   /// Overrides the defaults with the options given on \p cl.
   void read(tessel::CommandLine &cl) {
     models = cl.get_list("models", models);
-    tokens = cl.get_int_list("tokens", tokens);
-    scale = cl.get_double("scale", scale);
-    tp = static_cast<int>(cl.get_int("tp", tp));
-    imbalance = cl.get_double("imbalance", imbalance);
-    auto const counts = cl.get_int_list("chunks", {});
-    if (!counts.empty())
-      chunks.assign(counts.begin(), counts.end());
-    iters = static_cast<int>(cl.get_int("iters", iters));
-    warmup = static_cast<int>(cl.get_int("warmup", warmup));
+    tokens = cl.get_int_list<std::int64_t>("tokens", tokens, 1, std::int64_t{1} << 24);
+    scale = cl.get_double("scale", scale, tessel::Range::closed(1, 4096));
+    tp = cl.get_int("tp", tp, 1, 1 << 16);
+    imbalance = cl.get_double("imbalance", imbalance, tessel::Range::closed(0, 1));
+    chunks = cl.get_int_list("chunks", chunks, 1, 1 << 16);
+    iters = cl.get_int("iters", iters, 1, 1000000);
+    warmup = cl.get_int("warmup", warmup, 0, 1000000);
     json = cl.get("json", json);
-    seed = static_cast<std::uint64_t>(cl.get_int("seed", static_cast<std::int64_t>(seed)));
+    seed = cl.get_int<std::uint64_t>("seed", seed, 0, UINT64_MAX);
   }
 };
 

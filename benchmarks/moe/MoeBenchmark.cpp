@@ -17,8 +17,10 @@
 #include <tessel/moe/Synthetic.hpp>
 
 #include <tessel/core/Config.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <sys/resource.h>
 
@@ -83,14 +85,13 @@ Options parse(tessel::CommandLine &cl) {
     o.warmup = 0;
   }
   o.read(cl);
-  o.share = cl.get_double("share", o.share);
-  o.latency_us = cl.get_double("latency", o.latency_us);
+  o.share = cl.get_double("share", o.share, tessel::Range{0, 1, true, true});
+  o.latency_us = cl.get_double("latency", o.latency_us, tessel::Range::closed(0, 1e7));
   o.tune = cl.flag("tune");
+  TESSEL_REQUIRE_USAGE(!cl.has("registry") || o.tune, "--registry is where --tune writes; give --tune too");
   o.registry = cl.get("registry", o.registry);
   o.trace = cl.get("trace", o.trace);
   cl.finish();
-  TESSEL_REQUIRE(o.share > 0 && o.share < 1, "--share must be in (0, 1), got ", o.share);
-  TESSEL_REQUIRE(o.iters >= 1 && o.warmup >= 0, "need --iters >= 1 and --warmup >= 0");
   return o;
 }
 
@@ -139,20 +140,12 @@ double hidden(Point const &p, double t) { return (p.t_seq - t) / p.t_comm; }
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  int status = 0;
-  try {
-    tessel::CommandLine cl(argc - 1, argv + 1);
+  return tessel::run_tool("tessel-moe-bench", argc, argv, [](tessel::CommandLine &cl) {
+    int status = 0;
     std::string const backend = cl.get("backend", "host");
-    TESSEL_REQUIRE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
-    if (backend == "cuda") {
-      try {
-        return tessel::moe::bench::run_cuda_bench(cl);
-      } catch (std::exception const &e) {
-        std::fprintf(stderr, "tessel-moe-bench --backend cuda: error: %s\n", e.what());
-        return 1;
-      }
-    }
+    TESSEL_REQUIRE_USAGE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
+    if (backend == "cuda")
+      return tessel::moe::bench::run_cuda_bench(cl);
     if (cl.flag({"help", 'h'})) {
       usage();
       return 0;
@@ -312,11 +305,13 @@ int main(int argc, char **argv) {
             count_wrong(world, out_pipe, out_seq, p.max_diff) + count_wrong(world, out_comet, out_seq, p.max_diff);
         if (!o.trace.empty()) {
           layer.forward(space, tokens, gate_input, out_comet, Schedule::comet);
-          std::ofstream tf(o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me));
+          tessel::OutputFile trace(o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me));
+          auto &tf = trace.stream();
           auto const &st = layer.stats();
           tf << "# total " << st.total << " busy " << st.compute_busy << " wait " << st.compute_wait << "\n";
           for (auto const &e : st.trace)
             tf << e.begin << " " << e.end << " " << e.what << "\n";
+          trace.commit();
         }
         std::ostringstream os;
         os << "   seq " << 1e3 * p.t_seq << " ms, pipelined " << 1e3 * p.t_pipe << " ms, comet " << 1e3 * p.t_comet
@@ -346,7 +341,8 @@ int main(int argc, char **argv) {
                     1e3 * p.t_comet, p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe),
                     100 * hidden(p, p.t_comet), p.wrong);
       if (!o.json.empty()) {
-        std::ofstream js(o.json);
+        tessel::OutputFile file(o.json);
+        auto &js = file.stream();
         js << "{\n  \"benchmark\": \"tessel-moe-bench\",\n  \"build\": \"" << tessel::build_summary() << "\",\n"
            << "  \"ranks\": " << w << ", \"ep\": " << w / o.tp << ", \"tp\": " << o.tp << ", \"share\": " << o.share
            << ", \"latency_us\": " << o.latency_us << ", \"scale\": " << o.scale << ", \"iters\": " << o.iters
@@ -373,6 +369,7 @@ int main(int argc, char **argv) {
              << "}" << (i + 1 < points.size() ? "," : "") << "\n";
         }
         js << "  ]\n}\n";
+        file.commit();
         std::printf("# results written to %s\n", o.json.c_str());
       }
       if (o.tune) {
@@ -388,9 +385,6 @@ int main(int argc, char **argv) {
     for (auto const &p : points)
       if (p.wrong != 0)
         status = 1;
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-moe-bench: %s\n", e.what());
-    status = 2;
-  }
-  return status;
+    return status;
+  });
 }

@@ -13,7 +13,9 @@
 
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -61,23 +63,26 @@ Run run_once(Cluster const &cluster, Trace const &trace, ProfileTable const *tab
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  try {
-    tessel::CommandLine args(argc - 1, argv + 1);
+  return tessel::run_tool("tessel-sched-bench", argc, argv, [](tessel::CommandLine &args) {
     if (args.flag({"help", 'h'})) {
       std::printf(
           "usage: tessel-sched-bench [--trace F --profile DIR|F] [--cluster F|crius] [--rounds N] [--repeat R]\n"
-          "                          [--arena-compat] [--policy LIST] [--jobs N] [--json F]\n");
+          "                          [--arena-compat] [--policy LIST] [--jobs N] [--json F] [--debug]\n"
+          "exit status: 0 success, 1 runtime error, 2 invalid option\n");
       return 0;
     }
     std::string const cluster_path = args.get("cluster", "crius");
     std::string const profile_path = args.get("profile", "");
     std::string const trace_path = args.get("trace", "");
-    int const jobs = static_cast<int>(args.get_int("jobs", 400));
+    TESSEL_REQUIRE_USAGE(!(args.has("jobs") && args.has("trace")),
+                         "--jobs sizes the synthetic trace; --trace replaces it: give one of them");
+    int const jobs = args.get_int("jobs", 400, 1, 1000000);
     bool const arena_compat = args.flag("arena-compat");
-    int const rounds = static_cast<int>(args.get_int("rounds", 2000));
-    int const repeat = static_cast<int>(std::max<std::int64_t>(1, args.get_int("repeat", 3)));
+    int const rounds = args.get_int("rounds", 2000, 1, 100000000);
+    int const repeat = args.get_int("repeat", 3, 1, 1000);
     std::vector<std::string> const policies = args.get_list("policy", {"crius", "fcfs", "elasticflow", "gavel", "sia"});
+    for (auto const &p : policies)
+      (void)tessel::CommandLine::parse_value("--policy", p, [](std::string const &n) { return make_policy(n); });
     std::string const json_path = args.get("json", "");
     args.finish();
     std::printf("%s\n", tessel::build_summary().c_str());
@@ -108,11 +113,10 @@ int main(int argc, char **argv) {
                 source_name(source));
     std::printf("\n%-12s %12s %14s %14s %14s %12s %16s\n", "policy", "wall (s)", "sched ms/round", "lookups",
                 "computed", "memo off (s)", "memo saves (x)");
-    std::ofstream json;
+    std::unique_ptr<tessel::OutputFile> file;
     if (!json_path.empty()) {
-      json.open(json_path);
-      TESSEL_REQUIRE(json.good(), "cannot write '", json_path, "'");
-      json << "{\"build\":\"" << tessel::build_summary() << "\",\"repeat\":" << repeat << ",\"policies\":{";
+      file = std::make_unique<tessel::OutputFile>(json_path);
+      file->stream() << "{\"build\":\"" << tessel::build_summary() << "\",\"repeat\":" << repeat << ",\"policies\":{";
     }
     double total = 0;
     for (std::size_t k = 0; k < policies.size(); ++k) {
@@ -129,18 +133,18 @@ int main(int argc, char **argv) {
       total += w;
       std::printf("%-12s %12.3f %14.3f %14zu %14zu %12.3f %16.2f\n", p.c_str(), w, median(sched), last.lookups,
                   last.computed, off.wall, off.wall / w);
-      if (json.is_open())
-        json << (k ? "," : "") << "\"" << p << "\":{\"median_wall_s\":" << w
-             << ",\"sched_ms_per_round\":" << median(sched) << ",\"lookups\":" << last.lookups
-             << ",\"computed\":" << last.computed << ",\"memo_off_wall_s\":" << off.wall
-             << ",\"completed\":" << last.completed << "}";
+      if (file)
+        file->stream() << (k ? "," : "") << "\"" << p << "\":{\"median_wall_s\":" << w
+                       << ",\"sched_ms_per_round\":" << median(sched) << ",\"lookups\":" << last.lookups
+                       << ",\"computed\":" << last.computed << ",\"memo_off_wall_s\":" << off.wall
+                       << ",\"completed\":" << last.completed << "}";
     }
     std::printf("\nsum of median wall times: %.3f s\n", total);
-    if (json.is_open())
-      json << "},\"total_median_wall_s\":" << total << "}\n";
+    if (file) {
+      file->stream() << "},\"total_median_wall_s\":" << total << "}\n";
+      file->commit();
+      std::printf("results written to %s\n", json_path.c_str());
+    }
     return 0;
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-sched-bench: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

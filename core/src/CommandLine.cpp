@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 namespace tessel {
 
@@ -80,11 +81,11 @@ bool CommandLine::find_value(OptionName const &name, std::string &value) {
     if (m.inline_value) {
       value = m.value;
     } else {
-      TESSEL_REQUIRE(m.has_next_value, "option ", name.spelling(), " needs a value");
+      TESSEL_REQUIRE_USAGE(m.has_next_value, "option ", name.spelling(), " needs a value");
       _used[m.index + 1] = true;
       value = _args[m.index + 1];
     }
-    TESSEL_REQUIRE(!value.empty(), "option ", name.spelling(), " needs a value (got an empty one)");
+    TESSEL_REQUIRE_USAGE(!value.empty(), "option ", name.spelling(), " needs a value (got an empty one)");
   }
   return !found.empty();
 }
@@ -100,11 +101,18 @@ bool CommandLine::flag(OptionName const &name) {
     } else if (m.value == "false" || m.value == "0") {
       on = false;
     } else {
-      TESSEL_THROW("option ", name.spelling(), " is a flag and takes no value (got '", m.value,
-                   "'; use =true or =false)");
+      TESSEL_REQUIRE_USAGE(false, "option ", name.spelling(), " is a flag and takes no value (got '", m.value,
+                           "'; use =true or =false)");
     }
   }
   return on;
+}
+
+std::string CommandLine::subcommand() {
+  if (_args.empty() || _end_of_options == 0 || is_option(_args[0]) || _used[0])
+    return {};
+  _used[0] = true;
+  return _args[0];
 }
 
 bool CommandLine::has(OptionName const &name) const { return !matches(name).empty(); }
@@ -114,14 +122,9 @@ std::string CommandLine::get(OptionName const &name, std::string const &fallback
   return find_value(name, value) ? value : fallback;
 }
 
-std::int64_t CommandLine::get_int(OptionName const &name, std::int64_t fallback) {
+double CommandLine::get_double(OptionName const &name, double fallback, Range range) {
   std::string value;
-  return find_value(name, value) ? parse_int(name.spelling(), value) : fallback;
-}
-
-double CommandLine::get_double(OptionName const &name, double fallback) {
-  std::string value;
-  return find_value(name, value) ? parse_double(name.spelling(), value) : fallback;
+  return find_value(name, value) ? parse_double(name.spelling(), value, range) : fallback;
 }
 
 std::vector<std::string> CommandLine::get_list(OptionName const &name, std::vector<std::string> const &fallback) {
@@ -129,29 +132,19 @@ std::vector<std::string> CommandLine::get_list(OptionName const &name, std::vect
   return find_value(name, value) ? split_list(name.spelling(), value) : fallback;
 }
 
-std::vector<std::int64_t> CommandLine::get_int_list(OptionName const &name, std::vector<std::int64_t> const &fallback) {
-  std::string value;
-  if (!find_value(name, value))
-    return fallback;
-  std::vector<std::int64_t> out;
-  for (auto const &item : split_list(name.spelling(), value))
-    out.push_back(parse_int(name.spelling(), item));
-  return out;
-}
-
 std::string CommandLine::require(OptionName const &name) {
   std::string value;
-  TESSEL_REQUIRE(find_value(name, value), "missing required option ", name.spelling());
+  TESSEL_REQUIRE_USAGE(find_value(name, value), "missing required option ", name.spelling());
   return value;
 }
 
-std::int64_t CommandLine::require_int(OptionName const &name) { return parse_int(name.spelling(), require(name)); }
-
-double CommandLine::require_double(OptionName const &name) { return parse_double(name.spelling(), require(name)); }
+double CommandLine::require_double(OptionName const &name, Range range) {
+  return parse_double(name.spelling(), require(name), range);
+}
 
 std::vector<std::string> CommandLine::positionals() {
   for (std::size_t i = 0; i < _end_of_options; ++i)
-    TESSEL_REQUIRE(_used[i] || !is_option(_args[i]), "unknown option '", _args[i], "' (see --help)");
+    TESSEL_REQUIRE_USAGE(_used[i] || !is_option(_args[i]), "unknown option '", _args[i], "' (see --help)");
   std::vector<std::string> out;
   for (std::size_t i = 0; i < _args.size(); ++i) {
     if (!_used[i]) {
@@ -164,30 +157,59 @@ std::vector<std::string> CommandLine::positionals() {
 
 void CommandLine::finish() const {
   for (std::size_t i = 0; i < _end_of_options; ++i)
-    TESSEL_REQUIRE(_used[i] || !is_option(_args[i]), "unknown option '", _args[i], "' (see --help)");
+    TESSEL_REQUIRE_USAGE(_used[i] || !is_option(_args[i]), "unknown option '", _args[i], "' (see --help)");
   for (std::size_t i = 0; i < _args.size(); ++i)
-    TESSEL_REQUIRE(_used[i], "unexpected argument '", _args[i], "' (see --help)");
+    TESSEL_REQUIRE_USAGE(_used[i], "unexpected argument '", _args[i], "' (see --help)");
 }
 
-std::int64_t CommandLine::parse_int(std::string const &option, std::string const &text) {
-  // strtoll alone would accept " 12", "12abc" (as 12) and saturate on overflow.
+std::string Range::describe() const {
+  auto const bound = [](double v) {
+    if (std::isinf(v))
+      return std::string(v < 0 ? "-inf" : "inf");
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  return (min_open || std::isinf(min) ? "(" : "[") + bound(min) + ", " + bound(max) +
+         (max_open || std::isinf(max) ? ")" : "]");
+}
+
+long double CommandLine::parse_integer(std::string const &option, std::string const &text, long double min,
+                                       long double max) {
+  auto const expected = [&] {
+    std::ostringstream os;
+    os << "option " << option << " expects an integer in [" << static_cast<long long>(min) << ", ";
+    if (max > static_cast<long double>(std::numeric_limits<long long>::max()))
+      os << static_cast<unsigned long long>(max);
+    else
+      os << static_cast<long long>(max);
+    os << "], got '" << text << "'";
+    return os.str();
+  };
+  // strtoll alone would accept " 12", "12abc" (as 12) and saturate on overflow; a value past 64 bits is out of
+  // every range, so it gets the same message as any other out-of-range value.
   bool const shaped = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
   char *end = nullptr;
   errno = 0;
-  long long const v = shaped ? std::strtoll(text.c_str(), &end, 10) : 0;
-  TESSEL_REQUIRE(shaped && end && *end == '\0' && end != text.c_str(), "option ", option, " expects an integer, got '",
-                 text, "'");
-  TESSEL_REQUIRE(errno != ERANGE, "option ", option, " value '", text, "' is out of the 64-bit integer range");
-  return static_cast<std::int64_t>(v);
+  long double value = 0;
+  if (shaped && text[0] == '-')
+    value = static_cast<long double>(std::strtoll(text.c_str(), &end, 10));
+  else if (shaped)
+    value = static_cast<long double>(std::strtoull(text.c_str(), &end, 10));
+  TESSEL_REQUIRE_USAGE(shaped && end && *end == '\0' && end != text.c_str() && errno != ERANGE && value >= min &&
+                           value <= max,
+                       expected());
+  return value;
 }
 
-double CommandLine::parse_double(std::string const &option, std::string const &text) {
-  bool const shaped = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
+double CommandLine::parse_double(std::string const &option, std::string const &text, Range range) {
+  // Decimal only: strtod would also take hexadecimal ("0x10" as 16), "inf" and "nan".
+  bool const shaped = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0])) &&
+                      text.find_first_of("xXpPiInN") == std::string::npos;
   char *end = nullptr;
   double const v = shaped ? std::strtod(text.c_str(), &end) : 0.0;
-  TESSEL_REQUIRE(shaped && end && *end == '\0' && end != text.c_str(), "option ", option, " expects a number, got '",
-                 text, "'");
-  TESSEL_REQUIRE(std::isfinite(v), "option ", option, " expects a finite number, got '", text, "'");
+  TESSEL_REQUIRE_USAGE(shaped && end && *end == '\0' && end != text.c_str() && std::isfinite(v) && range.contains(v),
+                       "option ", option, " expects a number in ", range.describe(), ", got '", text, "'");
   return v;
 }
 
@@ -197,7 +219,7 @@ std::vector<std::string> CommandLine::split_list(std::string const &option, std:
   while (true) {
     auto const comma = text.find(',', start);
     std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    TESSEL_REQUIRE(!item.empty(), "option ", option, " has an empty item in the list '", text, "'");
+    TESSEL_REQUIRE_USAGE(!item.empty(), "option ", option, " has an empty item in the list '", text, "'");
     out.push_back(std::move(item));
     if (comma == std::string::npos)
       break;

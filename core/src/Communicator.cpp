@@ -5,6 +5,7 @@
 #include "impl/Progress.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -31,10 +32,12 @@ char const *name_of(CommBackend backend) {
 
 Timeout default_timeout() {
   if (char const *env = std::getenv("TESSEL_COMM_TIMEOUT")) {
+    // A value that means nothing is an error, not the default: a job meant to fail fast must not wait 120 s.
     char *end = nullptr;
     double const seconds = std::strtod(env, &end);
-    if (end != env && seconds > 0)
-      return Timeout(static_cast<std::int64_t>(seconds * 1000.0));
+    TESSEL_REQUIRE_USAGE(end != env && *end == '\0' && std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e6,
+                         "environment variable TESSEL_COMM_TIMEOUT expects seconds in [0.001, 1e6], got '", env, "'");
+    return Timeout(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
   }
   return std::chrono::seconds(120);
 }
@@ -70,8 +73,8 @@ void Request::wait(Timeout timeout) {
     int const peer = _impl->peer();
     _impl->cancel();
     _impl.reset();
-    throw TimeoutError(tessel::Impl::concat("tessel::Request::wait: ", what, " did not complete within ",
-                                            timeout.count(), " ms: rank ", peer, " never answered"),
+    throw TimeoutError(tessel::Impl::concat("communication: ", what, " did not complete within ", timeout.count(),
+                                            " ms: rank ", peer, " never answered"),
                        peer);
   }
   _impl.reset();
@@ -119,8 +122,7 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
   auto const not_before = [&] { return combined_not_before(requests, false); };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
-    os << "tessel::Request::wait_any: none of the pending requests completed within " << timeout.count()
-       << " ms; pending:";
+    os << "communication: none of the pending requests completed within " << timeout.count() << " ms; pending:";
     int first_peer = -1;
     for (auto &r : requests)
       if (!r.is_null()) {
@@ -142,7 +144,7 @@ void Request::wait_all(std::vector<Request> &requests, Timeout timeout) {
   auto const not_before = [&] { return combined_not_before(requests, true); };
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
-    os << "tessel::Request::wait_all: requests still pending after " << timeout.count() << " ms:";
+    os << "communication: requests still pending after " << timeout.count() << " ms:";
     int first_peer = -1;
     for (auto &r : requests)
       if (!r.is_null()) {

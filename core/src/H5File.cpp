@@ -166,20 +166,23 @@ File::File(std::string path, Mode mode) : _path(std::move(path)), _writable(mode
     _id = H5Fopen(_path.c_str(), mode == Mode::read ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
     TESSEL_REQUIRE(_id >= 0, _path, ": cannot open the HDF5 file; it may be truncated or corrupt", hdf5_reason());
   } else {
+    // A new file is written beside its path and appears there only in close(), complete and verified.
+    _output = std::make_unique<OutputFile>(_path);
     // File format 1.8+ gives object headers checksums, so corrupt metadata is detected, not misread.
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-    _id = H5Fcreate(_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+    _id = H5Fcreate(_output->temporary_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
     TESSEL_REQUIRE(_id >= 0, _path, ": cannot create the HDF5 file", hdf5_reason());
   }
 }
 
 File::~File() {
   if (_id >= 0)
-    H5Fclose(_id);
+    H5Fclose(_id); // an unclosed new file is discarded with its temporary (see close())
 }
 
-File::File(File &&other) noexcept : _path(std::move(other._path)), _id(other._id), _writable(other._writable) {
+File::File(File &&other) noexcept
+    : _path(std::move(other._path)), _id(other._id), _writable(other._writable), _output(std::move(other._output)) {
   other._id = -1;
 }
 
@@ -190,14 +193,41 @@ File &File::operator=(File &&other) noexcept {
     _path = std::move(other._path);
     _id = other._id;
     _writable = other._writable;
+    _output = std::move(other._output);
     other._id = -1;
   }
   return *this;
 }
 
 void File::flush() {
-  if (_id >= 0)
-    H5Fflush(_id, H5F_SCOPE_LOCAL);
+  if (_id >= 0 && _writable)
+    TESSEL_REQUIRE(H5Fflush(_id, H5F_SCOPE_LOCAL) >= 0, "cannot write '", _path, "'", hdf5_reason());
+}
+
+void File::close() {
+  if (_id < 0)
+    return;
+  hid_t const id = _id;
+  _id = -1;
+  // A full disk shows in the flush or the close, not necessarily in the writes before them.
+  std::string reason;
+  bool ok = !_writable || H5Fflush(id, H5F_SCOPE_LOCAL) >= 0;
+  if (!ok)
+    reason = hdf5_reason();
+  if (H5Fclose(id) < 0 && ok) {
+    ok = false;
+    reason = hdf5_reason();
+  }
+  TESSEL_REQUIRE(ok, "cannot write '", _path, "'", reason, _output ? " (nothing was written in its place)" : "");
+  if (!_output)
+    return;
+  // Verified as a reader will see it before it replaces anything.
+  hid_t const check = H5Fopen(_output->temporary_path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  TESSEL_REQUIRE(check >= 0, "cannot write '", _path, "': the written file does not read back", hdf5_reason(),
+                 " (nothing was written in its place)");
+  H5Fclose(check);
+  _output->commit();
+  _output.reset();
 }
 
 bool File::has(std::string const &name) const {

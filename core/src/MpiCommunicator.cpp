@@ -249,7 +249,7 @@ private:
             bytes >= large_collective_bytes ? Impl::Clock::duration(large_collective_yield_phase)
                                             : Impl::Clock::duration(std::chrono::milliseconds(2)))) {
       _abandoned.push_back(request);
-      throw TimeoutError(Impl::concat("tessel::Communicator::", operation, " on rank ", _rank, " of ", _size,
+      throw TimeoutError(Impl::concat("communication: ", operation, " on rank ", _rank, " of ", _size,
                                       " (mpi) did not complete within ", timeout.count(),
                                       " ms: at least one rank never entered it"),
                          -1);

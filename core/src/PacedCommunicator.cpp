@@ -258,53 +258,66 @@ Request PacedBackend::irecv(void *buffer, std::size_t count, DataType type, int 
   return post_recv(*_inner, *_headers, buffer, count, type, peer, tag, timeout);
 }
 
-void PacedBackend::pace_collective(double port_bytes, int steps) {
+void PacedBackend::pace_collective(char const *operation, double port_bytes, int steps, Timeout timeout) {
   if (size() == 1)
     return;
   Clock::time_point end;
+  auto const now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(_state->mutex);
-    auto const start = std::max({Clock::now(), _state->egress_free, _state->ingress_free});
+    auto const start = std::max({now, _state->egress_free, _state->ingress_free});
     auto const seconds = (_state->link.bandwidth > 0.0 ? port_bytes / _state->link.bandwidth : 0.0) +
                          static_cast<double>(steps) * _state->link.latency;
     end = start + to_duration(seconds);
     _state->egress_free = _state->ingress_free = end;
+  }
+  // The emulated link honours the timeout as a real one would: a transfer it cannot finish in time fails then.
+  if (end - now > timeout) {
+    std::this_thread::sleep_until(now + timeout);
+    throw TimeoutError(tessel::Impl::concat("communication: ", operation, " on rank ", rank(), " of ", size(),
+                                            " (emulated link) needs ", std::chrono::duration<double>(end - now).count(),
+                                            " s for ", port_bytes, " bytes, more than the timeout of ", timeout.count(),
+                                            " ms"),
+                       -1);
   }
   std::this_thread::sleep_until(end);
 }
 
 void PacedBackend::barrier(Timeout timeout) {
   _inner->barrier(timeout);
-  pace_collective(0.0, 2 * ceil_log2(size()));
+  pace_collective("barrier", 0.0, 2 * ceil_log2(size()), timeout);
 }
 
 void PacedBackend::broadcast(void *buffer, std::size_t count, DataType type, int root, Timeout timeout, void *stream) {
   _inner->broadcast(buffer, count, type, root, timeout, stream);
-  pace_collective(static_cast<double>(count * size_of(type)), ceil_log2(size()));
+  pace_collective("broadcast", static_cast<double>(count * size_of(type)), ceil_log2(size()), timeout);
 }
 
 void PacedBackend::allreduce(void const *send, void *recv, std::size_t count, DataType type, ReduceOp op,
                              Timeout timeout, void *stream) {
   _inner->allreduce(send, recv, count, type, op, timeout, stream);
   double const n = size();
-  pace_collective(2.0 * (n - 1.0) / n * static_cast<double>(count * size_of(type)), 2 * (size() - 1));
+  pace_collective("allreduce", 2.0 * (n - 1.0) / n * static_cast<double>(count * size_of(type)), 2 * (size() - 1),
+                  timeout);
 }
 
 void PacedBackend::allgather(void const *send, void *recv, std::size_t count_per_rank, DataType type, Timeout timeout,
                              void *stream) {
   _inner->allgather(send, recv, count_per_rank, type, timeout, stream);
-  pace_collective(static_cast<double>(size() - 1) * static_cast<double>(count_per_rank * size_of(type)), size() - 1);
+  pace_collective("allgather", static_cast<double>(size() - 1) * static_cast<double>(count_per_rank * size_of(type)),
+                  size() - 1, timeout);
 }
 
 void PacedBackend::reduce_scatter(void const *send, void *recv, std::size_t recv_count, DataType type, ReduceOp op,
                                   Timeout timeout, void *stream) {
   _inner->reduce_scatter(send, recv, recv_count, type, op, timeout, stream);
-  pace_collective(static_cast<double>(size() - 1) * static_cast<double>(recv_count * size_of(type)), size() - 1);
+  pace_collective("reduce_scatter", static_cast<double>(size() - 1) * static_cast<double>(recv_count * size_of(type)),
+                  size() - 1, timeout);
 }
 
 void PacedBackend::host_allgather(void const *send, void *recv, std::size_t bytes, Timeout timeout) {
   _inner->host_allgather(send, recv, bytes, timeout);
-  pace_collective(static_cast<double>(size() - 1) * static_cast<double>(bytes), size() - 1);
+  pace_collective("host_allgather", static_cast<double>(size() - 1) * static_cast<double>(bytes), size() - 1, timeout);
 }
 
 void PacedBackend::alltoallv(void const *send, std::size_t const *send_counts, std::size_t const *send_displs,

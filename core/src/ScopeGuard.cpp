@@ -56,7 +56,15 @@ ScopeGuard::ScopeGuard(int &argc, char **&argv, bool force_mpi) {
   (void)force_mpi;
 #endif
   if (!Kokkos::is_initialized()) {
-    Kokkos::initialize(argc, argv);
+    try {
+      Kokkos::initialize(argc, argv); // throws on a malformed --kokkos-* option
+    } catch (...) {
+#ifdef TESSEL_ENABLE_MPI
+      if (_finalize_mpi)
+        MPI_Finalize();
+#endif
+      throw;
+    }
     _finalize_kokkos = true;
   }
 }

@@ -8,9 +8,11 @@
 #include <tessel/core/Csv.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -50,16 +52,16 @@ std::int64_t parse_id(std::string const &s, std::string const &file, std::size_t
 
 int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   std::string const edges_path = v.get("edges", "");
-  TESSEL_REQUIRE(!edges_path.empty(), "csv needs --edges FILE");
+  TESSEL_REQUIRE_USAGE(!edges_path.empty(), "csv needs --edges FILE");
   bool const directed = v.flag("directed");
   std::string const name = v.get("name", edges_path);
   std::string const source = v.get("source", "edge list " + edges_path);
   std::string const targets = v.get("targets", "");
   std::string const id_column = v.get("id-column", "id");
   std::string const target_column = v.get("target-column", "target");
-  auto const split = v.get_int_list("split", {20, 500, 1000});
-  TESSEL_REQUIRE(split.size() == 3, "--split expects PER_CLASS,VAL,TEST, got ", split.size(), " numbers");
-  auto const seed = static_cast<std::uint64_t>(v.get_int("seed", 1));
+  auto const split = v.get_int_list<std::int64_t>("split", {20, 500, 1000}, 0, std::int64_t{1} << 31);
+  TESSEL_REQUIRE_USAGE(split.size() == 3, "option --split expects PER_CLASS,VAL,TEST, got ", split.size(), " numbers");
+  auto const seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
   v.finish();
   std::ifstream in(edges_path);
   TESSEL_REQUIRE(in.good(), "cannot open '", edges_path, "'");
@@ -148,59 +150,59 @@ int cmd_csv(tessel::CommandLine &v, std::string const &out) {
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  try {
-    if (argc < 2 || std::string(argv[1]) == "--help") {
+  return tessel::run_tool("tessel-gnn-data", argc, argv, [](tessel::CommandLine &v) {
+    std::string const command = v.subcommand();
+    if (command.empty() || v.flag({"help", 'h'})) {
       std::printf("%s", usage_text);
-      return argc < 2 ? 1 : 0;
-    }
-    std::string const command = argv[1];
-    tessel::CommandLine v(argc - 2, argv + 2);
-    if (v.flag({"help", 'h'})) {
-      std::printf("%s", usage_text);
+      TESSEL_REQUIRE_USAGE(!command.empty() || v.has("help") || v.has("h"), "no command given");
       return 0;
     }
     std::string const out = v.get("out", "");
-    TESSEL_REQUIRE(!out.empty(), "--out FILE is required\n", usage_text);
+    TESSEL_REQUIRE_USAGE(!out.empty(), "--out FILE is required (see --help)");
     if (command == "csv")
       return cmd_csv(v, out);
     Dataset d;
     if (command == "sbm") {
       SbmOptions o;
-      o.nodes = v.get_int("nodes", 10000);
-      o.community_size = v.get_int("community", 128);
-      o.p_in = v.get_double("p-in", 0.1);
-      o.inter_degree = v.get_double("inter-degree", 2);
-      o.classes = static_cast<int>(v.get_int("classes", 8));
-      o.features = static_cast<int>(v.get_int("features", 32));
-      o.feature_signal = v.get_double("signal", 1);
-      o.seed = static_cast<std::uint64_t>(v.get_int("seed", 1));
+      o.nodes = v.get_int<std::int64_t>("nodes", 10000, 1, (std::int64_t{1} << 31) - 1);
+      o.community_size = v.get_int<std::int64_t>("community", 128, 1, o.nodes);
+      o.p_in = v.get_double("p-in", 0.1, tessel::Range::positive(1));
+      o.inter_degree = v.get_double("inter-degree", 2, tessel::Range::closed(0, 1e4));
+      o.classes = v.get_int("classes", 8, 1, 1 << 16);
+      o.features = v.get_int("features", 32, 0, 1 << 16);
+      o.feature_signal = v.get_double("signal", 1, tessel::Range::closed(0, 1e6));
+      o.seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
       o.shuffle = !v.flag("no-shuffle");
       v.finish();
+      double const entries =
+          static_cast<double>(o.nodes) * (o.p_in * static_cast<double>(o.community_size) + o.inter_degree);
+      tessel::require_memory("the graph (--nodes, --community, --p-in, --inter-degree, --features)",
+                             4.0 * static_cast<double>(o.nodes) * o.features + 16.0 * entries);
       d = generate_sbm(o);
     } else if (command == "rmat") {
       RmatOptions o;
-      o.scale = static_cast<int>(v.get_int("scale", 14));
-      o.edge_factor = v.get_double("edge-factor", 8);
-      o.a = v.get_double("a", 0.57);
-      o.b = v.get_double("b", 0.19);
-      o.c = v.get_double("c", 0.19);
-      o.classes = static_cast<int>(v.get_int("classes", 4));
-      o.features = static_cast<int>(v.get_int("features", 0));
-      o.seed = static_cast<std::uint64_t>(v.get_int("seed", 1));
+      o.scale = v.get_int("scale", 14, 1, 30);
+      o.edge_factor = v.get_double("edge-factor", 8, tessel::Range::positive(1e4));
+      o.a = v.get_double("a", 0.57, tessel::Range::closed(0, 1));
+      o.b = v.get_double("b", 0.19, tessel::Range::closed(0, 1));
+      o.c = v.get_double("c", 0.19, tessel::Range::closed(0, 1));
+      TESSEL_REQUIRE_USAGE(o.a + o.b + o.c <= 1, "options --a, --b, --c are quadrant probabilities: their sum ",
+                           o.a + o.b + o.c, " exceeds 1");
+      o.classes = v.get_int("classes", 4, 1, 1 << 16);
+      o.features = v.get_int("features", 0, 0, 1 << 16);
+      o.seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
       v.finish();
+      double const nodes = std::ldexp(1.0, o.scale);
+      tessel::require_memory("the graph (--scale, --edge-factor, --features)",
+                             4.0 * nodes * o.features + 32.0 * nodes * o.edge_factor);
       d = generate_rmat(o);
     } else {
-      std::fprintf(stderr, "tessel-gnn-data: unknown command '%s'\n%s", command.c_str(), usage_text);
-      return 2;
+      TESSEL_REQUIRE_USAGE(false, "unknown command '", command, "' (expected sbm, rmat or csv; see --help)");
     }
     save_dataset(out, d);
     auto const st = degree_stats(d.graph);
     std::printf("wrote %s: %s, %lld nodes, %lld entries, mean degree %.2f\n", out.c_str(), d.name.c_str(),
                 static_cast<long long>(st.num_rows), static_cast<long long>(st.nnz), st.mean_degree);
     return 0;
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-gnn-data: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -9,6 +9,7 @@
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -36,32 +37,36 @@ void usage() {
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  try {
-    tessel::CommandLine cl(argc - 1, argv + 1);
+  return tessel::run_tool("tessel-moe-gen", argc, argv, [](tessel::CommandLine &cl) {
     if (cl.flag({"help", 'h'})) {
       usage();
       return 0;
     }
     std::string const model = cl.get("model", "mixtral");
-    double const scale = cl.get_double("scale", 8.0);
-    std::int64_t const tokens = cl.get_int("tokens", 0);
-    double const imbalance = cl.get_double("imbalance", 0.04);
-    double alpha = cl.get_double("zipf-alpha", -1.0);
+    double const scale = cl.get_double("scale", 8.0, tessel::Range::closed(1, 4096));
+    std::int64_t const tokens = cl.require_int<std::int64_t>("tokens", 1, std::int64_t{1} << 30);
+    TESSEL_REQUIRE_USAGE(!(cl.has("imbalance") && cl.has("zipf-alpha")),
+                         "--zipf-alpha fixes the routing skew and --imbalance derives it: give one of them");
+    double const imbalance = cl.get_double("imbalance", 0.04, tessel::Range::closed(0, 1));
+    double alpha = cl.has("zipf-alpha") ? cl.get_double("zipf-alpha", 0, tessel::Range::closed(0, 100)) : -1.0;
     bool const logits = cl.flag("logits");
     std::string const activation = cl.get("activation", "silu");
-    auto const seed = static_cast<std::uint64_t>(cl.get_int("seed", 1));
+    auto const seed = cl.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX / 1000 - 4);
     std::string const out = cl.get("out", "");
-    auto const nan_token = cl.get_int_list("nan-token", {-1, -1});
-    TESSEL_REQUIRE(nan_token.size() == 2, "--nan-token expects ROW,COL, got ", nan_token.size(), " numbers");
+    bool const with_nan = cl.has("nan-token");
+    auto const nan_token = cl.get_int_list<std::int64_t>("nan-token", {0, 0}, 0, std::int64_t{1} << 30);
+    TESSEL_REQUIRE_USAGE(nan_token.size() == 2, "option --nan-token expects ROW,COL, got ", nan_token.size(),
+                         " numbers");
     std::int64_t const nan_row = nan_token[0], nan_col = nan_token[1];
     cl.finish();
-    TESSEL_REQUIRE(!out.empty(), "--out FILE is required (see --help)");
-    TESSEL_REQUIRE(tokens > 0, "--tokens must be positive (see --help)");
-    TESSEL_REQUIRE(imbalance >= 0, "--imbalance must be >= 0");
-    auto const &shape = tessel::moe::find_model(model);
+    TESSEL_REQUIRE_USAGE(!out.empty(), "--out FILE is required (see --help)");
+    auto const &shape = tessel::CommandLine::parse_value("--model", model, tessel::moe::find_model);
     auto config = tessel::moe::scaled_config(shape, scale, tokens);
-    config.activation = tessel::moe::parse_activation(activation);
+    config.activation = tessel::CommandLine::parse_value("--activation", activation, tessel::moe::parse_activation);
+    tessel::require_memory("the layer (--tokens, --scale)",
+                           4.0 * static_cast<double>(tokens) * static_cast<double>(config.hidden) * 2 +
+                               4.0 * config.experts * 3.0 * static_cast<double>(config.hidden) *
+                                   static_cast<double>(config.ffn));
     std::printf("tessel-moe-gen (%s): %s, N and K divided by %g: %s\n", tessel::build_summary().c_str(),
                 shape.name.c_str(), scale, config.describe().c_str());
 
@@ -95,9 +100,9 @@ int main(int argc, char **argv) {
            << (logits ? " --logits" : "");
     info.source = source.str();
     auto const weights = tessel::moe::make_weights(config, seed * 1000 + 4);
-    if (nan_row >= 0) {
-      TESSEL_REQUIRE(nan_row < tokens && nan_col >= 0 && nan_col < config.hidden, "--nan-token ", nan_row, ",", nan_col,
-                     " is outside the ", tokens, " x ", config.hidden, " tokens");
+    if (with_nan) {
+      TESSEL_REQUIRE_USAGE(nan_row < tokens && nan_col >= 0 && nan_col < config.hidden, "--nan-token ", nan_row, ",",
+                           nan_col, " is outside the ", tokens, " x ", config.hidden, " tokens");
       all_tokens(nan_row, nan_col) = std::nanf("");
     }
     tessel::moe::MoeFile::write(out, info, all_tokens, data, weights);
@@ -105,8 +110,5 @@ int main(int argc, char **argv) {
                 out.c_str(), static_cast<long long>(tokens), logits ? "logits" : "weight + bias", alpha, achieved,
                 imbalance);
     return 0;
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-moe-gen: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -19,6 +19,7 @@
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Tool.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -34,7 +35,8 @@ using namespace tessel::sched;
 /// The \p count file arguments of a sub-command, after every option was read (unknown ones fail first).
 std::vector<std::string> files(tessel::CommandLine &o, std::size_t count) {
   std::vector<std::string> f = o.positionals();
-  TESSEL_REQUIRE(f.size() == count, "expected ", count, " file argument", count == 1 ? "" : "s", ", got ", f.size());
+  TESSEL_REQUIRE_USAGE(f.size() == count, "expected ", count, " file argument", count == 1 ? "" : "s", ", got ",
+                       f.size());
   return f;
 }
 
@@ -61,7 +63,9 @@ void usage() {
       "  cluster crius|IN.csv|IN.h5|--crius-spec F [--device-infos F] OUT.h5|.csv\n"
       "                                                         cluster spec -> tessel.sched.cluster (or CSV)\n"
       "  synth OUT.h5|.csv [--jobs N] [--rate JOBS_PER_HOUR] [--seed S] [--median-hours H] [--sigma S]\n"
-      "        [--gpt-share X] [--cluster F|crius] [--profile DIR|F]  synthetic trace (Arena's job mix)\n");
+      "        [--gpt-share X] [--cluster F|crius] [--profile DIR|F]  synthetic trace (Arena's job mix)\n"
+      "--debug (or TESSEL_DEBUG=1) adds source locations to errors; exit status: 0 success, 1 runtime error,\n"
+      "2 invalid option or argument\n");
 }
 
 int run(std::string const &cmd, tessel::CommandLine &o) {
@@ -100,7 +104,24 @@ int run(std::string const &cmd, tessel::CommandLine &o) {
   if (cmd == "elasticflow-trace" || cmd == "synth") {
     std::string const cluster_path = o.get("cluster", "crius");
     std::string const profile_path = o.get("profile", "");
-    auto const seed = static_cast<std::uint64_t>(o.get_int("seed", 1));
+    auto const seed = o.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
+    // Every option is read before any file is, so that a bad value is reported as such.
+    bool const keep = o.flag("keep-gpus");
+    double const from = o.get_double("from", 0, tessel::Range::closed(0, 1e9));
+    int const sample = o.get_int("sample", 1, 1, 1000000);
+    SyntheticOptions s;
+    s.seed = seed;
+    s.jobs = o.get_int("jobs", 100, 1, 1000000);
+    s.jobs_per_hour = o.get_double("rate", 10, tessel::Range::positive(1e6));
+    s.median_hours = o.get_double("median-hours", 1, tessel::Range::positive(1e5));
+    s.sigma = o.get_double("sigma", 1, tessel::Range::closed(0, 10));
+    s.gpt_share = o.get_double("gpt-share", 0, tessel::Range::closed(0, 1));
+    TESSEL_REQUIRE_USAGE(cmd == "synth" || !(o.has("jobs") || o.has("rate") || o.has("median-hours") ||
+                                             o.has("sigma") || o.has("gpt-share")),
+                         "--jobs, --rate, --median-hours, --sigma and --gpt-share are options of synth");
+    TESSEL_REQUIRE_USAGE(cmd != "synth" || !(keep || o.has("from") || o.has("sample")),
+                         "--keep-gpus, --from and --sample are options of elasticflow-trace");
+    auto const f = files(o, cmd == "synth" ? 1 : 2);
     Cluster const cluster = load_cluster(cluster_path);
     std::unique_ptr<ProfileTable> table;
     Estimator estimator(cluster);
@@ -111,43 +132,27 @@ int run(std::string const &cmd, tessel::CommandLine &o) {
     ThroughputOracle const oracle(cluster, table.get(), &estimator,
                                   table ? ThroughputSource::table : ThroughputSource::estimator);
     if (cmd == "elasticflow-trace") {
-      bool const keep = o.flag("keep-gpus");
-      double const from = o.get_double("from", 0);
-      int const sample = static_cast<int>(o.get_int("sample", 1));
-      auto const f = files(o, 2);
       write_trace(convert_elasticflow_trace(f[0], cluster, oracle, seed, keep, from, sample), f[1]);
       return 0;
     }
-    SyntheticOptions s;
-    s.seed = seed;
-    s.jobs = static_cast<int>(o.get_int("jobs", 100));
-    s.jobs_per_hour = o.get_double("rate", 10);
-    s.median_hours = o.get_double("median-hours", 1);
-    s.sigma = o.get_double("sigma", 1);
-    s.gpt_share = o.get_double("gpt-share", 0);
-    auto const f = files(o, 1);
     write_trace(generate_trace(cluster, oracle, s), f[0]);
     return 0;
   }
-  std::fprintf(stderr, "tessel-sched-data: unknown command '%s'\n", cmd.c_str());
-  usage();
-  return 2;
+  TESSEL_REQUIRE_USAGE(false, "unknown command '", cmd, "' (see --help)");
+  return 0;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  tessel::ScopeGuard guard(argc, argv);
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage();
-    return argc < 2 ? 2 : 0;
-  }
-  std::string const cmd = argv[1];
-  try {
-    tessel::CommandLine o(argc - 2, argv + 2);
+  return tessel::run_tool("tessel-sched-data", argc, argv, [](tessel::CommandLine &o) {
+    std::string const cmd = o.subcommand();
+    if (cmd.empty()) {
+      bool const help = o.flag({"help", 'h'});
+      usage();
+      TESSEL_REQUIRE_USAGE(help, "no command given");
+      return 0;
+    }
     return run(cmd, o);
-  } catch (std::exception const &e) {
-    std::fprintf(stderr, "tessel-sched-data %s: error: %s\n", cmd.c_str(), e.what());
-    return 1;
-  }
+  });
 }

@@ -219,6 +219,7 @@ void save_dataset(std::string const &path, Dataset const &d) {
     file.write("masks/val", d.val_mask);
   if (!d.test_mask.empty())
     file.write("masks/test", d.test_mask);
+  file.close();
 }
 
 void normalize_rows(Matrix<Kokkos::HostSpace> const &x) {

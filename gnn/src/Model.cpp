@@ -479,9 +479,10 @@ Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::bias_gra
 template <class ExecSpace>
 void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const {
   auto const &s = *_state;
-  std::string const tmp = path + ".tmp";
   {
-    h5::File file(tmp, h5::Mode::truncate);
+    // File writes beside the path, reads the file back and only then renames it into place (h5::File::close),
+    // so that neither a full disk nor an interruption can leave a truncated checkpoint behind.
+    h5::File file(path, h5::Mode::truncate);
     file.write_attribute("/", "schema", "tessel.gnn.checkpoint");
     file.write_attribute("/", "schema_version", 1);
     file.write_attribute("/", "dataset", s.data_name);
@@ -508,9 +509,8 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
                        r.seconds, r.aggregation_seconds})
         rows.push_back(v);
     file.write("history", rows.data(), {history.size(), 8});
+    file.close();
   }
-  // Replace atomically so that an interrupted save never leaves a truncated checkpoint behind.
-  TESSEL_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint: cannot rename '", tmp, "' to '", path, "'");
   if (s.options.spmm.algorithm == SpmmAlgorithm::adaptive) {
     s.fwd->save_plans(path + ".plan.h5");
     if (s.bwd)
@@ -601,6 +601,11 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
     r.test_acc = m.test_acc;
     r.seconds = timer.seconds();
     r.aggregation_seconds = s.aggregation_seconds - agg0;
+    TESSEL_REQUIRE(!o.stop_on_divergence || (std::isfinite(r.train_loss) && std::isfinite(r.val_loss)),
+                   "training diverged at epoch ", epoch, ": the ",
+                   std::isfinite(r.train_loss) ? "validation" : "training", " loss is ",
+                   std::isfinite(r.train_loss) ? r.val_loss : r.train_loss,
+                   " (a lower learning rate may help; --allow-divergence trains on)");
     history.push_back(r);
     if (o.on_epoch)
       o.on_epoch(r);

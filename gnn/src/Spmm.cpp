@@ -827,6 +827,7 @@ template <class Index, class ExecSpace> void SpmmHandle<Index, ExecSpace>::save_
     file.write_attribute(group, "rest_kernel", w.sel.plan.rest_kernel);
     file.write_attribute(group, "json", w.sel.plan.to_json());
   }
+  file.close();
 }
 
 #define TESSEL_GNN_INSTANTIATE_SPMM(SPACE)                                                                             \

@@ -189,7 +189,7 @@ void MoeFile::write(std::string const &path, MoeFileInfo const &info, ConstHostM
     f.write(expert_path(e, "w0"), &weights.w0(e, 0, 0), {n, k0});
     f.write(expert_path(e, "w1"), &weights.w1(e, 0, 0), {k, n});
   }
-  f.flush();
+  f.close();
 }
 
 } // namespace tessel::moe

@@ -150,7 +150,7 @@ struct MoeLayer::State {
     TESSEL_REQUIRE(workers >= 0 && workers <= 8, "MoeLayer: pipeline_comm_workers must be in [0, 8], got ", workers);
   }
   std::string context(Schedule s) const {
-    return tessel::Impl::concat("tessel::moe::MoeLayer::forward (", name_of(s), ") on rank ", rank(), " of ", world());
+    return tessel::Impl::concat("MoE layer forward (", name_of(s), " schedule) on rank ", rank(), " of ", world());
   }
 
   // ------------------------------------------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/moe/Tuning.hpp>
 
 #include <tessel/core/Error.hpp>
@@ -223,12 +224,7 @@ std::string TuningRegistry::to_string() const {
   return os.str();
 }
 
-void TuningRegistry::save(std::string const &path) const {
-  std::ofstream out(path);
-  TESSEL_REQUIRE(out.good(), "cannot write tuning registry '", path, "'");
-  out << to_string();
-  TESSEL_REQUIRE(out.good(), "error while writing tuning registry '", path, "'");
-}
+void TuningRegistry::save(std::string const &path) const { write_file(path, to_string()); }
 
 void TuningRegistry::set(TuningKey const &key, CometParams const &params, std::string note) {
   for (auto &e : _entries)

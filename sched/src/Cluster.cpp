@@ -1,3 +1,4 @@
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/sched/Cluster.hpp>
 
 #include "impl/Csv.hpp"
@@ -275,6 +276,7 @@ void save_cluster(Cluster const &cluster, std::string const &path, std::string c
   f.write("groups/gpu_type", gt);
   f.write("groups/num_nodes", gn);
   f.write("groups/gpus_per_node", gp);
+  f.close();
 #else
   (void)cluster;
   (void)source;
@@ -283,8 +285,8 @@ void save_cluster(Cluster const &cluster, std::string const &path, std::string c
 }
 
 void save_cluster_csv(Cluster const &cluster, std::string const &path) {
-  std::ofstream out(path);
-  TESSEL_REQUIRE(out.good(), "cannot write '", path, "'");
+  OutputFile file(path);
+  auto &out = file.stream();
   out << "gpu_type,num_nodes,gpus_per_node,memory_gb,peak_tflops,mem_bandwidth_gbps,intra_node_gbps,inter_node_gbps\n";
   out << std::setprecision(10);
   for (auto const &g : cluster.groups()) {
@@ -292,6 +294,7 @@ void save_cluster_csv(Cluster const &cluster, std::string const &path) {
     out << s.name << ',' << g.num_nodes << ',' << g.gpus_per_node << ',' << s.memory_gb << ',' << s.peak_tflops << ','
         << s.mem_bandwidth_gbps << ',' << s.intra_node_gbps << ',' << s.inter_node_gbps << '\n';
   }
+  file.commit();
 }
 
 } // namespace tessel::sched

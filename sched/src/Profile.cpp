@@ -357,6 +357,7 @@ void save_profile(ProfileTable const &table, std::string const &path, std::strin
     f.write("plans/degrees", deg.data(), {models.size(), 3});
     f.write("plans/times", times.data(), {models.size(), 4});
   }
+  f.close();
 #else
   (void)table;
   (void)source;

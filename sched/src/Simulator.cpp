@@ -515,6 +515,8 @@ SimMetrics Simulator::summarize(SimResult &result) const {
       ++m.submitted;
     if (j.state == JobState::completed) {
       r.jct = j.finish_time - r.submit_time;
+      TESSEL_REQUIRE(r.jct >= 0, "simulation: job '", r.id, "' finished at ", j.finish_time,
+                     " s, before its submission at ", r.submit_time, " s");
       jcts.push_back(r.jct);
       queues.push_back(j.queue_time);
       ++m.completed;

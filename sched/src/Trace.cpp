@@ -1,3 +1,4 @@
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/sched/Trace.hpp>
 
 #include "impl/Csv.hpp"
@@ -32,8 +33,9 @@ struct RowChecker {
                 long long batch, long long gpus, std::string const &type, double deadline) {
     TESSEL_REQUIRE(!id.empty(), where, ": empty job_id");
     TESSEL_REQUIRE(ids.insert(id).second, where, ": duplicate job_id '", id, "'");
-    TESSEL_REQUIRE(std::isfinite(submit) && submit >= 0, where, " (job ", id,
-                   "): submission_time must be a finite number >= 0, got ", submit);
+    // Beyond 1e9 s (31 years) a round's time no longer resolves seconds, and JCTs would be rounding noise.
+    TESSEL_REQUIRE(std::isfinite(submit) && submit >= 0 && submit <= 1e9, where, " (job ", id,
+                   "): submission_time must be in [0, 1e9] seconds, got ", submit);
     TESSEL_REQUIRE(iters > 0, where, " (job ", id, "): num_iteration must be > 0, got ", iters);
     TESSEL_REQUIRE(batch > 0 && batch <= (1 << 24), where, " (job ", id, "): batch_size must be > 0, got ", batch);
     TESSEL_REQUIRE(gpus > 0 && gpus <= (1 << 20), where, " (job ", id, "): num_gpu must be > 0, got ", gpus);
@@ -158,6 +160,7 @@ void save_trace(Trace const &trace, std::string const &path) {
   f.write("jobs/num_gpus", gpus);
   f.write_strings("jobs/gpu_type", types);
   f.write("jobs/deadline", ddl);
+  f.close();
 #else
   (void)trace;
   TESSEL_THROW(path, ": writing HDF5 needs a Tessel built with Tessel_ENABLE_HDF5=ON");
@@ -165,8 +168,8 @@ void save_trace(Trace const &trace, std::string const &path) {
 }
 
 void save_trace_csv(Trace const &trace, std::string const &path) {
-  std::ofstream out(path);
-  TESSEL_REQUIRE(out.good(), "cannot write '", path, "'");
+  OutputFile file(path);
+  auto &out = file.stream();
   out << "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\n";
   out << std::setprecision(15);
   auto const &cat = ModelCatalog::builtin();
@@ -174,6 +177,7 @@ void save_trace_csv(Trace const &trace, std::string const &path) {
     out << j.id << ',' << j.submit_time << ',' << j.iterations << ',' << cat[j.model].name() << ',' << j.deadline << ','
         << j.batch_size << ',' << j.num_gpus << ',' << trace.type_names.at(static_cast<std::size_t>(j.gpu_type))
         << '\n';
+  file.commit();
 }
 
 } // namespace tessel::sched

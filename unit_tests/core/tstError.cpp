@@ -12,17 +12,27 @@ int checked_divide(int a, int b) {
   return a / b;
 }
 
-TEST(Error, require_names_function_values_and_location) {
+TEST(Error, require_gives_the_message_to_people_and_the_location_to_developers) {
   EXPECT_EQ(checked_divide(6, 3), 2);
   try {
     checked_divide(7, 0);
     FAIL() << "expected tessel::Exception";
   } catch (tessel::Exception const &e) {
-    std::string const what = e.what();
-    EXPECT_NE(what.find("tessel::checked_divide"), std::string::npos) << what;
-    EXPECT_NE(what.find("cannot divide 7 by zero"), std::string::npos) << what;
-    EXPECT_NE(what.find("tstError.cpp"), std::string::npos) << what;
+    EXPECT_STREQ(e.what(), "cannot divide 7 by zero");
+    std::string const where = e.where();
+    EXPECT_NE(where.find("tessel::checked_divide"), std::string::npos) << where;
+    EXPECT_NE(where.find("unit_tests/core/tstError.cpp:"), std::string::npos) << where;
+    EXPECT_EQ(where.find("/work/"), std::string::npos) << "no build-machine directories: " << where;
   }
+}
+
+TEST(Error, usage_and_communication_errors_are_exceptions) {
+  auto const usage = [] { TESSEL_REQUIRE_USAGE(false, "option --n expects an integer in [1, 10], got '0'"); };
+  EXPECT_THROW(usage(), tessel::UsageError);
+  EXPECT_THROW(usage(), tessel::Exception);
+  tessel::TimeoutError timeout("waited", 1);
+  tessel::CommunicationError const &comm = timeout;
+  EXPECT_STREQ(comm.what(), "waited");
 }
 
 TEST(Error, exceptions_are_runtime_errors) {

@@ -57,6 +57,7 @@ template <class T> void round_trip_2d(std::string const &file) {
   {
     File f(file, Mode::truncate);
     f.write("group/sub/values", data.data(), {7, 5});
+    f.close();
   }
   File f(file);
   auto const back = f.read<T>("group/sub/values", {7, 5});
@@ -84,6 +85,7 @@ TEST_F(H5FileTest, one_dimensional_empty_and_scalar) {
     f.write("empty", std::vector<float>{});
     double const s = 3.25;
     f.write("scalar", &s, {});
+    f.close();
   }
   File f(path("a.h5"));
   EXPECT_EQ(f.read<double>("v").data, v);
@@ -102,6 +104,7 @@ TEST_F(H5FileTest, widening_reads_are_allowed) {
     f.write("i32", std::vector<std::int32_t>{-1, 2, 3});
     f.write("u32", std::vector<std::uint32_t>{4000000000u});
     f.write("f32", std::vector<float>{0.5f});
+    f.close();
   }
   File f(path("w.h5"));
   EXPECT_EQ(f.read<std::int64_t>("i32").data, (std::vector<std::int64_t>{-1, 2, 3}));
@@ -119,6 +122,7 @@ TEST_F(H5FileTest, views_round_trip_in_both_layouts) {
     File f(path("v.h5"), Mode::truncate);
     f.write("right", right);
     f.write("left", left);
+    f.close();
   }
   File f(path("v.h5"));
   // Both are stored row-major: the same values at the same (i, j).
@@ -144,6 +148,7 @@ TEST_F(H5FileTest, attributes_strings_groups) {
     f.write_attribute("/", "name", "mixtral-scaled");
     f.write_attribute("config/layer", "dims", std::vector<std::int32_t>{4, 5, 6});
     f.write_strings("names", {"a100", "v100", "", "h200 sxm"});
+    f.close();
   }
   File f(path("attr.h5"), Mode::append); // re-open read-write
   EXPECT_TRUE(f.has("config/layer"));
@@ -172,6 +177,7 @@ TEST_F(H5FileTest, errors_name_file_dataset_and_expectation) {
     f.write("x", std::vector<double>{1, 2, 3});
     f.write("idx", std::vector<std::int64_t>{1, 2});
     f.write_attribute("/", "count", 2.5);
+    f.close();
   }
   File f(path("e.h5"));
   expect_error([&] { f.read<double>("missing"); }, {"e.h5", "dataset 'missing' not found"});
@@ -196,6 +202,7 @@ TEST_F(H5FileTest, missing_foreign_truncated_and_corrupt_files) {
   {
     File f(path("full.h5"), Mode::truncate);
     f.write("big", big.data(), {64, 1024});
+    f.close();
   }
   auto const size = fs::file_size(path("full.h5"));
   fs::copy_file(path("full.h5"), path("cut.h5"));

@@ -30,6 +30,7 @@ std::string write_file(std::string const &path, std::function<void(tessel::h5::F
   f.write("masks/val", std::vector<std::uint8_t>{0, 0, 0, 1});
   f.write("masks/test", std::vector<std::uint8_t>{0, 1, 0, 1});
   tweak(f);
+  f.close();
   return path;
 }
 
@@ -140,6 +141,7 @@ TEST(gnn_dataset, sparse_features_only) {
     f.write("features/indices", std::vector<std::int32_t>{2, 0, 4});
     f.write("features/data", std::vector<float>{1.0f, 2.0f, 3.0f});
     f.write_attribute("/features", "num_features", std::int64_t{5});
+    f.close();
   }
   auto const d = load_dataset(path);
   EXPECT_EQ(d.num_features(), 5);

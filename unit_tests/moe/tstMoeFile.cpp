@@ -122,6 +122,7 @@ TEST(MoeFile, errors_name_the_file_and_field) {
                                                                        : 1});
       raw.write_attribute("config", "activation", "silu");
       raw.write("tokens", tokens);
+      raw.close();
     }
     auto const what = error_of([&] { MoeFile f(file.path); });
     EXPECT_NE(what.find(file.path), std::string::npos) << what;

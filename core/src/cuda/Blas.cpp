@@ -5,13 +5,15 @@ namespace tessel::cuda {
 
 namespace Impl {
 void throw_cublas_error(char const *file, int line, char const *call, cublasStatus_t status) {
-  throw Exception(tessel::Impl::concat("cuBLAS call ", call, " failed: ", cublasGetStatusName(status), " (",
-                                       cublasGetStatusString(status), ") [", file, ":", line, "]"));
+  throw Exception(
+      tessel::Impl::concat("cuBLAS failed: ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ")"),
+      tessel::Impl::concat(call, " (", tessel::Impl::source_location(file, line, "cuda"), ")"));
 }
 
 void throw_cusparse_error(char const *file, int line, char const *call, cusparseStatus_t status) {
-  throw Exception(tessel::Impl::concat("cuSPARSE call ", call, " failed: ", cusparseGetErrorName(status), " (",
-                                       cusparseGetErrorString(status), ") [", file, ":", line, "]"));
+  throw Exception(tessel::Impl::concat("cuSPARSE failed: ", cusparseGetErrorName(status), " (",
+                                       cusparseGetErrorString(status), ")"),
+                  tessel::Impl::concat(call, " (", tessel::Impl::source_location(file, line, "cuda"), ")"));
 }
 } // namespace Impl
 

@@ -8,8 +8,8 @@ namespace tessel::cuda {
 
 namespace Impl {
 void throw_cuda_error(char const *file, int line, char const *call, cudaError_t code) {
-  throw Exception(tessel::Impl::concat("CUDA call ", call, " failed: ", cudaGetErrorName(code), " (",
-                                       cudaGetErrorString(code), ") [", file, ":", line, "]"));
+  throw Exception(tessel::Impl::concat("CUDA failed: ", cudaGetErrorName(code), " (", cudaGetErrorString(code), ")"),
+                  tessel::Impl::concat(call, " (", tessel::Impl::source_location(file, line, "cuda"), ")"));
 }
 
 void *device_allocate(std::size_t bytes, std::string const &label) {

@@ -11,9 +11,9 @@ namespace tessel::cuda {
 namespace Impl {
 void throw_nccl_error(char const *file, int line, char const *call, ncclResult_t code, ncclComm_t comm) {
   char const *last = ncclGetLastError(comm);
-  throw Exception(tessel::Impl::concat("NCCL call ", call, " failed: ", ncclGetErrorString(code),
-                                       (last && *last) ? std::string(" (") + last + ")" : std::string(), " [", file,
-                                       ":", line, "]"));
+  throw CommunicationError(tessel::Impl::concat("NCCL failed: ", ncclGetErrorString(code),
+                                                (last && *last) ? std::string(" (") + last + ")" : std::string()),
+                           tessel::Impl::concat(call, " (", tessel::Impl::source_location(file, line, "nccl"), ")"));
 }
 } // namespace Impl
 
@@ -210,7 +210,7 @@ public:
     };
     if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done)) {
       abort();
-      throw TimeoutError(tessel::Impl::concat("tessel::Communicator::", what, " on rank ", _rank, " of ", _size,
+      throw TimeoutError(tessel::Impl::concat("communication: ", what, " on rank ", _rank, " of ", _size,
                                               " (nccl) did not complete within ", timeout.count(),
                                               " ms: at least one rank never joined; the NCCL communicator was aborted"),
                          -1);

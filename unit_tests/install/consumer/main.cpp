@@ -30,6 +30,7 @@ int main(int argc, char **argv) {
     {
       tessel::h5::File f(path, tessel::h5::Mode::truncate);
       f.write("x", std::vector<double>{sum});
+      f.close();
     }
     ok = ok && tessel::h5::File(path).read<double>("x").data.at(0) == sum;
   }

@@ -9,6 +9,7 @@
 #include <tessel/core/DataType.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/KokkosCompat.hpp>
+#include <tessel/core/OutputFile.hpp>
 
 #ifndef TESSEL_ENABLE_HDF5
 #error "tessel/core/H5File.hpp needs a Tessel built with Tessel_ENABLE_HDF5=ON"
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -46,7 +48,12 @@ template <class T> struct Array {
 /// \brief Formats a shape as "(3, 4)"; any is printed as "*".
 std::string to_string(std::vector<std::size_t> const &shape);
 
-/// \brief An open HDF5 file. Move-only; closes on destruction.
+/// \brief An open HDF5 file. Move-only.
+///
+/// A file opened with Mode::truncate is written beside its path and appears there only when close() succeeds,
+/// complete and read back: a full disk or any failed write is an error naming the file, and leaves what was at
+/// the path untouched. Destroying it without close() discards it. Mode::append changes an existing file in place
+/// (close() reports whether that succeeded); Mode::read files close on destruction.
 ///
 /// Reading converts only where no value can change: within integers or within floats, to an equal or wider
 /// type (and unsigned to a wider signed type). Anything else is an error naming the found and expected types.
@@ -159,8 +166,10 @@ public:
     write_attribute(object, name, std::string(value));
   }
 
-  /// Flushes buffered data to disk.
+  /// Flushes buffered data to the file; throws naming the file when that fails.
   void flush();
+  /// Flushes and closes; a new file (Mode::truncate) then replaces its path. Throws naming the file on failure.
+  void close();
 
 private:
   static std::size_t element_count(std::vector<std::size_t> const &shape);
@@ -200,6 +209,7 @@ private:
   std::string _path;
   std::int64_t _id = -1; // hid_t
   bool _writable = false;
+  std::unique_ptr<OutputFile> _output; // Mode::truncate: the temporary that close() renames into place
 };
 
 } // namespace tessel::h5

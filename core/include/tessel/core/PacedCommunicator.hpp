@@ -96,7 +96,7 @@ private:
                     DataType type, int peer, int tag, Timeout timeout);
   // Sleeps until the analytic completion of a collective moving \p port_bytes through each port in \p steps
   // latency-bound steps.
-  void pace_collective(double port_bytes, int steps);
+  void pace_collective(char const *operation, double port_bytes, int steps, Timeout timeout);
 
   std::shared_ptr<CommunicatorBackend> _inner;
   std::shared_ptr<CommunicatorBackend> _headers;      // headers of the user's point-to-point messages

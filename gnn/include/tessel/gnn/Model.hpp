@@ -47,6 +47,8 @@ struct TrainOptions {
   std::string checkpoint;   ///< HDF5 checkpoint path ("" = none)
   int checkpoint_every = 0; ///< epochs between checkpoints (0: only at the end when checkpoint is set)
   bool resume = false;      ///< continue from `checkpoint` when it exists
+  /// A non-finite loss (divergence) ends training with an error naming the epoch; false: train on and report it.
+  bool stop_on_divergence = true;
   std::function<void(EpochRecord const &)> on_epoch; ///< progress callback
 };
 

@@ -1,0 +1,408 @@
+"""Tessel's tools as a user meets them: real processes, real files, real MPI jobs, real faults.
+
+    tools_test.py CASE WORK_DIR NAME=PATH... [-- MPIEXEC [MPIEXEC_FLAGS...]]
+
+CASE is one of: options, ranks, faults_2, faults_4, full_disk. Exits 0 when every check passed, 77 (skipped) when
+the case cannot run here (no MPI, no permission to mount a filesystem), 1 otherwise, listing every failed check.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+SKIP = 77
+CASE, WORK = sys.argv[1], sys.argv[2]
+_split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
+TOOLS = dict(a.split("=", 1) for a in sys.argv[3:_split])
+MPIEXEC = sys.argv[_split + 1:]
+os.makedirs(WORK, exist_ok=True)
+failures = []
+checks = 0
+
+
+def tool(name):
+    return TOOLS[name]
+
+
+def run(argv, timeout=120, env=None, cwd=None):
+    """(status, stdout, stderr, seconds) of a finished process."""
+    e = dict(os.environ)
+    e.update(env or {})
+    t0 = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or WORK)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
+def check(ok, what, detail=""):
+    global checks
+    checks += 1
+    if not ok:
+        failures.append(what + (": " + detail.strip()[-1500:] if detail else ""))
+
+
+def for_people(stderr, what):
+    """Error text has no crash, no source paths or internal names (those need --debug)."""
+    check("terminate called" not in stderr and "Segmentation" not in stderr, what + ": crashed", stderr)
+    check(not re.search(r"/\w+/[\w/.-]+\.(cpp|hpp|cu):\d+", stderr), what + ": source path in the message", stderr)
+    check("tessel::" not in stderr, what + ": internal function name in the message", stderr)
+
+
+def finish():
+    print("%d checks, %d failed" % (checks, len(failures)))
+    for f in failures:
+        print("FAILED: " + f)
+    sys.exit(1 if failures else 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# options: every numeric option of every tool, with huge, wrapping, negative, zero, malformed and non-finite values
+# ---------------------------------------------------------------------------------------------------------------
+BAD = ["99999999999999999999", "4294967299", "-1", "0", "abc", "1e400", "nan", "2.5x", "0x10"]
+
+# (tool and arguments that make a valid run up to the option check, option, values of BAD that are valid)
+MISSING = os.path.join(WORK, "missing.h5")
+GNN_TRAIN = ["tessel-gnn", "train", "--data", MISSING]
+GNN_BENCH = ["tessel-gnn", "bench", "--data", MISSING]
+GNN_DATA = ["tessel-gnn-data", "sbm", "--out", "/nonexistent/x.h5", "--nodes", "100", "--community", "10"]
+RMAT = ["tessel-gnn-data", "rmat", "--out", "/nonexistent/x.h5", "--scale", "4"]
+CSV = ["tessel-gnn-data", "csv", "--out", "/nonexistent/x.h5", "--edges", MISSING]
+MOE = ["tessel-moe", MISSING]
+MOE_GEN = ["tessel-moe-gen", "--out", "/nonexistent/x.h5", "--scale", "256", "--tokens", "8"]
+MOE_BENCH = ["tessel-moe-bench", "--models", "nosuch"]
+COMM = ["tessel-comm-bench", "-o", "nosuch"]
+SIM = ["tessel-sched", "simulate", "--trace", MISSING, "--policy", "crius"]
+CELLS = ["tessel-sched", "cells", "--model", "nosuch", "--gpu", "A100", "--cluster", MISSING, "--batch", "8", "--gpus",
+         "4"]
+SCHED_BENCH = ["tessel-sched-bench", "--cluster", MISSING]
+SYNTH = ["tessel-sched-data", "synth", "/nonexistent/t.csv", "--cluster", MISSING]
+EF = ["tessel-sched-data", "elasticflow-trace", MISSING, "/nonexistent/t.csv", "--cluster", MISSING]
+OPTIONS = [
+    (GNN_TRAIN, "--epochs", []), (GNN_TRAIN, "--hidden", []), (GNN_TRAIN, "--layers", []),
+    (GNN_TRAIN, "--lr", []), (GNN_TRAIN, "--weight-decay", ["0"]), (GNN_TRAIN, "--dropout", ["0"]),
+    (GNN_TRAIN, "--patience", ["0"]), (GNN_TRAIN, "--seed", ["0", "4294967299"]),
+    (GNN_TRAIN, "--random-features", ["0"]), (GNN_TRAIN + ["--checkpoint", "c.h5"], "--checkpoint-every", ["0"]),
+    (GNN_TRAIN, "--part-size", []),
+    (GNN_BENCH, "--features", []), (GNN_BENCH, "--reps", []), (GNN_BENCH, "--warmup", ["0"]),
+    (GNN_BENCH, "--part-size", []), (["tessel-gnn", "info", "--data", MISSING], "--part-size", []),
+    (GNN_DATA, "--nodes", []), (GNN_DATA, "--community", []), (GNN_DATA, "--p-in", []),
+    (GNN_DATA, "--inter-degree", ["0"]), (GNN_DATA, "--classes", []), (GNN_DATA, "--features", ["0"]),
+    (GNN_DATA, "--signal", ["0"]), (GNN_DATA, "--seed", ["0", "4294967299"]),
+    (RMAT, "--scale", []), (RMAT, "--edge-factor", []), (RMAT, "--a", ["0"]), (RMAT, "--b", ["0"]),
+    (RMAT, "--c", ["0"]), (RMAT, "--classes", []), (RMAT, "--features", ["0"]), (RMAT, "--seed", ["0", "4294967299"]),
+    (CSV, "--split", []), (CSV, "--seed", ["0", "4294967299"]),
+    (MOE, "--ep", ["0"]), (MOE, "--tp", []), (MOE, "--iters", []), (MOE, "--warmup", ["0"]), (MOE, "--chunks", []),
+    (MOE, "--comm-share", []), (MOE, "--bandwidth", []), (MOE, "--latency", ["0"]), (MOE, "--timeout", []),
+    (MOE_GEN, "--scale", []), (MOE_GEN, "--tokens", []), (MOE_GEN, "--imbalance", ["0"]),
+    (MOE_GEN, "--zipf-alpha", ["0"]), (MOE_GEN, "--seed", ["0", "4294967299"]), (MOE_GEN, "--nan-token", []),
+    (MOE_BENCH, "--share", []), (MOE_BENCH, "--latency", ["0"]), (MOE_BENCH, "--tokens", []),
+    (MOE_BENCH, "--scale", []), (MOE_BENCH, "--tp", []), (MOE_BENCH, "--imbalance", ["0"]),
+    (MOE_BENCH, "--chunks", []), (MOE_BENCH, "--iters", []), (MOE_BENCH, "--warmup", ["0"]),
+    (MOE_BENCH, "--seed", ["0", "4294967299"]),
+    (COMM, "-b", ["4294967299"]), (COMM, "-e", ["4294967299"]), (COMM, "-f", []), (COMM, "-w", ["0"]), (COMM, "-n", []), (COMM, "-c", ["0"]),
+    (SIM, "--rounds", ["0"]), (SIM, "--interval", []), (SIM, "--iteration-divisor", []),
+    (SIM, "--seed", ["0", "4294967299"]), (SIM, "--node-mtbf", []), (SIM + ["--node-mtbf", "10"], "--repair-rounds", []),
+    (SIM, "--job-mtbf", []), (SIM + ["--job-mtbf", "10"], "--checkpoint", []), (SIM, "--parallel", []),
+    (CELLS, "--batch", []), (CELLS, "--gpus", []),
+    (SCHED_BENCH, "--jobs", []), (SCHED_BENCH, "--rounds", []), (SCHED_BENCH, "--repeat", []),
+    (SYNTH, "--jobs", []), (SYNTH, "--rate", []), (SYNTH, "--median-hours", []), (SYNTH, "--sigma", ["0"]),
+    (SYNTH, "--gpt-share", ["0"]), (SYNTH, "--seed", ["0", "4294967299"]),
+    (EF, "--from", ["0"]), (EF, "--sample", []), (EF, "--seed", ["0", "4294967299"]),
+]
+# The base arguments may give the option under test (a required one): the last spelling wins.
+
+
+def case_options():
+    # Every numeric option in every tool's --help is covered by the table above.
+    helps = {
+        "tessel-gnn": [["--help"]], "tessel-gnn-data": [["--help"]], "tessel-moe": [["--help"]],
+        "tessel-moe-gen": [["--help"]], "tessel-moe-bench": [["--help"]], "tessel-comm-bench": [["--help"]],
+        "tessel-sched": [["simulate", "--help"], ["cells", "--help"]], "tessel-sched-bench": [["--help"]],
+        "tessel-sched-data": [["--help"]],
+    }
+    covered = {(argv[0], opt) for argv, opt, _ in OPTIONS}
+    for name, invocations in helps.items():
+        for args in invocations:
+            status, out, err, _ = run([tool(name)] + args)
+            check(status == 0, name + " " + " ".join(args) + ": exit status %d" % status, err)
+            # "--name N", "--name H", "--name MB/s": an option followed by an upper-case placeholder of a number.
+            for opt in re.findall(r"(--[a-z][a-z0-9-]*)[ =](?:N|H|S|R|D|T|E|C|X|F|B|US|SEC|MB/s|STD|A|SECONDS|"
+                                  r"JOBS_PER_HOUR|R,C|LIST)\b", out):
+                if opt in ("--trace", "--schedule", "--models", "--kernels", "--policy", "--profile", "--cluster",
+                           "--registry", "--tuning", "--json", "--data", "--out", "--source", "--crius-spec",
+                           "--device-infos"):
+                    continue
+                check((name, opt) in covered, "%s %s is not in the options table" % (name, opt))
+    for base, opt, valid in OPTIONS:
+        for value in BAD:
+            if value in valid:
+                continue
+            argv = [tool(base[0])] + base[1:] + [opt, value]
+            status, out, err, _ = run(argv)
+            what = " ".join(base[:2]) + " " + opt + " " + value
+            check(status == 2, what + ": exit status %d, expected 2 (usage)" % status, err)
+            check(("option " + opt) in err or ("/" + opt.lstrip("-")) in err or opt in err,
+                  what + ": the error does not name the option", err)
+            check(err.count("error") == 1, what + ": expected one error line", err)
+            for_people(err, what)
+    # Conflicts and meaningless combinations are errors, not silently dropped.
+    for argv, text in [
+        (MOE + ["--no-emulation", "--bandwidth", "100"], "--no-emulation"),
+        (MOE + ["--bandwidth", "100", "--comm-share", "0.3"], "give one of them"),
+        (GNN_TRAIN + ["--resume"], "need --checkpoint"),
+        (GNN_TRAIN + ["--kernel", "nosuch"], "option --kernel"),
+        (SIM + ["--repair-rounds", "3"], "needs --node-mtbf"),
+        (SIM + ["--checkpoint", "600"], "needs --node-mtbf or --job-mtbf"),
+        (SIM[:-1] + ["nosuch"], "option --policy"),
+        (MOE_GEN + ["--imbalance", "0.1", "--zipf-alpha", "1"], "give one of them"),
+        (["tessel-gnn", "nosuch"], "unknown command"), (["tessel-sched"], "no command"),
+        (["tessel-gnn", "train", "--epochs", "5"], "--data"),
+    ]:
+        status, out, err, _ = run([tool(argv[0])] + argv[1:])
+        check(status == 2 and text in err, " ".join(argv) + ": expected exit 2 naming '%s'" % text,
+              "status %d: %s" % (status, err))
+        for_people(err, " ".join(argv))
+    # Kokkos's own options: a usage error from every tool, not an uncaught exception.
+    for argv in (["tessel-gnn", "config", "--kokkos-threads=abc"], ["tessel-comm-bench", "--kokkos-num-threads=x"]):
+        status, out, err, _ = run([tool(argv[0])] + argv[1:])
+        if status == 0:
+            continue  # a Kokkos that ignores the option (Serial-only builds): nothing to report
+        check(status == 2 and "error" in err, " ".join(argv) + ": expected exit 2", "status %d: %s" % (status, err))
+        for_people(err, " ".join(argv))
+    # Bad environment: a timeout that means nothing is refused, not replaced by 120 s.
+    status, out, err, _ = run([tool("tessel-comm-bench"), "-b", "8", "-e", "8"], env={"TESSEL_COMM_TIMEOUT": "-3"})
+    check(status == 2 and "TESSEL_COMM_TIMEOUT" in err, "TESSEL_COMM_TIMEOUT=-3: expected exit 2", err)
+    # Developers' detail only on request.
+    status, out, err, _ = run([tool("tessel-gnn"), "info", "--data", MISSING, "--debug"])
+    check(status == 1 and "(raised in tessel::" in err, "--debug: expected the raising location", err)
+    status, out, err, _ = run([tool("tessel-gnn"), "info", "--data", MISSING])
+    check(status == 1 and "file not found" in err, "missing data: expected exit 1", err)
+    for_people(err, "missing data")
+    finish()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MPI helpers
+# ---------------------------------------------------------------------------------------------------------------
+def mpi(n, argv):
+    return MPIEXEC[:1] + ["-n", str(n)] + MPIEXEC[1:] + argv
+
+
+def make_inputs():
+    """A small MoE layer and a small graph, written by the generators."""
+    layer = os.path.join(WORK, "layer.h5")
+    graph = os.path.join(WORK, "graph.h5")
+    if not os.path.exists(layer):
+        status, _, err, _ = run([tool("tessel-moe-gen"), "--model", "mixtral", "--scale", "64", "--tokens", "256",
+                                 "--out", layer])
+        check(status == 0, "tessel-moe-gen", err)
+    if not os.path.exists(graph):
+        status, _, err, _ = run([tool("tessel-gnn-data"), "sbm", "--nodes", "2000", "--community", "50", "--out",
+                                 graph])
+        check(status == 0, "tessel-gnn-data", err)
+    return layer, graph
+
+
+def rank_pids(launcher, ranks, deadline=60):
+    """pid of each rank the launcher started (found by the rank variable in their environment)."""
+    found = {}
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and len(found) < ranks:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            rank = env.get(b"OMPI_COMM_WORLD_RANK")
+            if rank is not None and descends(int(pid), launcher.pid):
+                found[int(rank)] = int(pid)
+        time.sleep(0.1)
+    return found
+
+
+def descends(pid, ancestor):
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return False
+    return False
+
+
+def fault(n, argv, sig, after, timeout_s, what, expect=None):
+    """Starts an n-rank job, sends \p sig to rank n-1 \p after seconds in, and checks that the whole job ends,
+    non-zero, within the communication timeout plus 10 s, with an error."""
+    env = dict(os.environ, TESSEL_COMM_TIMEOUT=str(timeout_s))
+    p = subprocess.Popen(mpi(n, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=WORK, start_new_session=True)
+    pids = rank_pids(p, n)
+    check(len(pids) == n, what + ": found %d of %d ranks" % (len(pids), n))
+    time.sleep(after)
+    victim = pids.get(n - 1)
+    t0 = time.monotonic()
+    if victim and p.poll() is None:
+        os.kill(victim, sig)
+    try:
+        out, err = p.communicate(timeout=timeout_s + 10)
+        took = time.monotonic() - t0
+        check(p.returncode != 0, what + ": the job exited 0", err)
+        if expect:
+            check(expect in err, what + ": expected '%s' in the error" % expect, err)
+        for_people(err, what)
+        print("%s: ended in %.1f s (timeout %d s), status %d" % (what, took, timeout_s, p.returncode))
+    except subprocess.TimeoutExpired:
+        check(False, what + ": the job still runs %d s after the fault (timeout %d s)" % (timeout_s + 10, timeout_s))
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+    for pid in pids.values():  # nothing may be left behind
+        try:
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def case_faults(n):
+    if not MPIEXEC:
+        sys.exit(SKIP)
+    layer, graph = make_inputs()
+    t = 5
+    comm = [tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-n", "1000000", "-w", "0"]
+    moe = [tool("tessel-moe"), layer, "--bandwidth", "20", "--iters", "100000", "--schedule", "comet,pipelined"]
+    gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "30", "--quiet", "--kernel", "csr"]
+    for what, argv, after, expect in [("collectives", comm, 2, "did not complete within"),
+                                      ("moe schedules", moe, 4, "did not complete within"),
+                                      ("gnn training", gnn, 1, "not every rank")]:
+        fault(n, argv, signal.SIGSTOP, after, t, "%s, %d ranks, rank %d stopped" % (what, n, n - 1), expect)
+        fault(n, argv, signal.SIGKILL, after, t, "%s, %d ranks, rank %d killed" % (what, n, n - 1))
+    finish()
+
+
+def case_ranks():
+    if not MPIEXEC:
+        sys.exit(SKIP)
+    layer, graph = make_inputs()
+    # Different options on the ranks: one clear error, printed once.
+    argv = MPIEXEC[:1] + MPIEXEC[1:] + ["-n", "1", tool("tessel-moe"), layer, "--iters", "2", ":", "-n", "1",
+                                        tool("tessel-moe"), layer, "--iters", "3"]
+    status, out, err, _ = run(argv)
+    check(status == 2 and err.count("different arguments") == 1, "different options: one usage error", err)
+    for_people(err, "different options")
+    # The same path holding different data on the ranks (same shape, other values).
+    for d, seed in (("r0", "1"), ("r1", "2")):
+        os.makedirs(os.path.join(WORK, d), exist_ok=True)
+        status, _, err, _ = run([tool("tessel-moe-gen"), "--model", "mixtral", "--scale", "64", "--tokens", "64",
+                                 "--seed", seed, "--out", os.path.join(WORK, d, "l.h5")])
+        check(status == 0, "tessel-moe-gen", err)
+    argv = MPIEXEC[:1] + MPIEXEC[1:] + ["-n", "1", "--wdir", os.path.join(WORK, "r0"), tool("tessel-moe"), "l.h5",
+                                        ":", "-n", "1", "--wdir", os.path.join(WORK, "r1"), tool("tessel-moe"), "l.h5"]
+    status, out, err, _ = run(argv)
+    check(status == 1 and err.count("differs across ranks") == 1, "different data: one error", err)
+    # An error every rank hits is printed once, without rank prefixes.
+    status, out, err, _ = run(mpi(4, [tool("tessel-comm-bench"), "-n", "abc"]))
+    check(status == 2 and err.count("error") == 1 and "rank" not in err, "same error on 4 ranks: printed once", err)
+    # An error only some ranks hit names them.
+    status, out, err, _ = run(mpi(2, [tool("tessel-gnn"), "train", "--data", os.path.join(WORK, "r0", "l.h5")]))
+    check(status == 1 and "error" in err, "a wrong file on both ranks", err)
+    finish()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# full_disk: every writer on a full filesystem, a read-only one, and /dev/full
+# ---------------------------------------------------------------------------------------------------------------
+def fill(directory):
+    with open(os.path.join(directory, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        except OSError:
+            pass
+
+
+def no_leftovers(directory, keep, what):
+    left = sorted(set(os.listdir(directory)) - set(keep) - {"filler"})
+    check(not left, what + ": files left behind: " + ", ".join(left))
+
+
+def case_full_disk():
+    layer, graph = make_inputs()
+    trace = os.path.join(WORK, "trace.csv")
+    status, _, err, _ = run([tool("tessel-sched-data"), "synth", trace, "--jobs", "30"])
+    check(status == 0, "tessel-sched-data synth", err)
+    sim = [tool("tessel-sched"), "simulate", "--trace", trace, "--policy", "fcfs", "--quiet"]
+    gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "3", "--quiet", "--kernel", "csr"]
+    writers = [  # (what, argv writing to PATH, file name)
+        ("gnn-data HDF5", [tool("tessel-gnn-data"), "sbm", "--nodes", "3000", "--out", "PATH"], "g.h5"),
+        ("moe-gen HDF5", [tool("tessel-moe-gen"), "--model", "mixtral", "--scale", "32", "--tokens", "512", "--out",
+                          "PATH"], "l.h5"),
+        ("sched-data CSV", [tool("tessel-sched-data"), "synth", "PATH", "--jobs", "1000"], "t.csv"),
+        ("sched-data HDF5", [tool("tessel-sched-data"), "synth", "PATH", "--jobs", "1000"], "t.h5"),
+        ("sched JSON", sim + ["--json", "PATH"], "s.json"),
+        ("gnn JSON", gnn + ["--json", "PATH"], "g.json"),
+        ("gnn checkpoint", gnn + ["--checkpoint", "PATH"], "ck.h5"),
+        ("moe JSON", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--json", "PATH"], "m.json"),
+        ("comm JSON", [tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-J", "PATH"], "c.json"),
+    ]
+    # /dev/full: needs no privileges.
+    for what, argv, name in writers:
+        if name.endswith(".h5") or name.endswith(".csv"):
+            continue
+        status, out, err, _ = run([a.replace("PATH", "/dev/full") for a in argv])
+        check(status == 1 and "cannot write '/dev/full'" in err and "written" not in out,
+              what + " to /dev/full: expected a write error", "status %d: %s %s" % (status, out[-300:], err))
+        for_people(err, what + " to /dev/full")
+    # A missing directory fails before any work.
+    status, out, err, _ = run(sim + ["--json", "/nonexistent/dir/s.json"])
+    check(status == 1 and "cannot write '/nonexistent/dir/s.json'" in err and "metric" not in out,
+          "JSON into a missing directory: expected an error before the simulation", err)
+    mnt = os.path.join(WORK, "small-fs")
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run(["umount", mnt], capture_output=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], capture_output=True).returncode != 0:
+        print("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): the full-filesystem checks are skipped")
+        finish() if failures else sys.exit(SKIP)
+    try:
+        for what, argv, name in writers:
+            target = os.path.join(mnt, name)
+            # A good file first (while there is room), then a full disk: the write fails and the good file stays.
+            for f in os.listdir(mnt):
+                os.remove(os.path.join(mnt, f))
+            small = [a.replace("PATH", target) for a in argv]
+            small = [("300" if a in ("3000", "1000") else "64" if a == "512" else a) for a in small]
+            status, out, err, _ = run(small)
+            check(status == 0 and os.path.exists(target), what + ": the small write failed", err)
+            before = open(target, "rb").read() if os.path.exists(target) else b""
+            fill(mnt)
+            status, out, err, seconds = run([a.replace("PATH", target) for a in argv])
+            check(status == 1, what + " on a full disk: exit status %d, expected 1" % status, out[-500:] + err)
+            check("cannot write '%s'" % target in err, what + " on a full disk: the error names the file", err)
+            check("written" not in out.split("cannot write")[0][-200:] or status != 0,
+                  what + ": reported as written", out)
+            after = open(target, "rb").read() if os.path.exists(target) else b""
+            check(after == before, what + ": the good file was changed or removed")
+            no_leftovers(mnt, [name], what)
+            for_people(err, what + " on a full disk")
+        # A read-only filesystem.
+        for f in os.listdir(mnt):
+            os.remove(os.path.join(mnt, f))
+        subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
+        status, out, err, _ = run(sim + ["--json", os.path.join(mnt, "s.json")])
+        check(status == 1 and "Read-only file system" in err, "JSON on a read-only filesystem", err)
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)
+    finish()
+
+
+{"options": case_options, "ranks": case_ranks, "faults_2": lambda: case_faults(2), "faults_4": lambda: case_faults(4),
+ "full_disk": case_full_disk}[CASE]()
