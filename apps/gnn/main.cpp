@@ -161,6 +161,8 @@ int cmd_train(tessel::CommandLine &a) {
   bool const quiet = a.flag("quiet");
   std::string const json_path = a.get("json", "");
   a.finish();
+  tessel::require_writable(json_path);
+  tessel::require_writable(o.checkpoint);
   tessel::require_same_file(tessel::Communicator::world(), "data set", data_path);
   auto const data = load_dataset(data_path);
   bool const random = data.features_random || data.num_features() == 0;
@@ -276,6 +278,7 @@ int cmd_bench(tessel::CommandLine &a) {
   SpmmOptions const base_options = spmm_options(a, SpmmAlgorithm::adaptive);
   std::string const json_path = a.get("json", "");
   a.finish();
+  tessel::require_writable(json_path);
   tessel::require_same_file(tessel::Communicator::world(), "data set", data_path);
   auto const data = load_dataset(data_path);
   auto const op = op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;

@@ -120,6 +120,9 @@ Options parse(tessel::CommandLine &cl) {
     o.file = files[0];
   TESSEL_REQUIRE_USAGE(!o.file.empty(), "no input file given (see --help)");
   TESSEL_REQUIRE_USAGE(!o.schedules.empty(), "--schedule names no schedule");
+  tessel::require_writable(o.json);
+  if (o.tune)
+    tessel::require_writable(o.registry);
   return o;
 }
 

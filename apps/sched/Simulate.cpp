@@ -172,6 +172,7 @@ int simulate_command(tessel::CommandLine &args) {
   bool const quiet = args.flag("quiet");
   std::string source_name_arg = args.get("source", profile_path.empty() ? "estimator" : "table");
   args.finish();
+  tessel::require_writable(json_path);
 
   ThroughputSource source;
   if (source_name_arg == "table")

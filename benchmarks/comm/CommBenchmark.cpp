@@ -88,6 +88,7 @@ Options parse(tessel::CommandLine &cl) {
                        o.max_bytes, ")");
   TESSEL_REQUIRE_USAGE(o.ops == "all" || o.ops == "allreduce" || o.ops == "alltoallv", "option -o/--op expects ",
                        "allreduce, alltoallv or all, got '", o.ops, "'");
+  tessel::require_writable(o.json);
   return o;
 }
 

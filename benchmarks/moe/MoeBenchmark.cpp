@@ -92,6 +92,7 @@ Options parse(tessel::CommandLine &cl) {
   o.registry = cl.get("registry", o.registry);
   o.trace = cl.get("trace", o.trace);
   cl.finish();
+  tessel::require_writable(o.json);
   return o;
 }
 

@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
       (void)tessel::CommandLine::parse_value("--policy", p, [](std::string const &n) { return make_policy(n); });
     std::string const json_path = args.get("json", "");
     args.finish();
+    tessel::require_writable(json_path);
     std::printf("%s\n", tessel::build_summary().c_str());
     Cluster const cluster = load_cluster(cluster_path);
     std::unique_ptr<ProfileTable> table;

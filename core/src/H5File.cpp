@@ -172,7 +172,7 @@ File::File(std::string path, Mode mode) : _path(std::move(path)), _writable(mode
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
     _id = H5Fcreate(_output->temporary_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-    TESSEL_REQUIRE(_id >= 0, _path, ": cannot create the HDF5 file", hdf5_reason());
+    TESSEL_REQUIRE(_id >= 0, "cannot write '", _path, "': HDF5 cannot create the file", hdf5_reason());
   }
 }
 

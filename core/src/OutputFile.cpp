@@ -97,6 +97,11 @@ void OutputFile::commit() {
   _committed = true;
 }
 
+void require_writable(std::string const &path) {
+  if (!path.empty())
+    OutputFile probe(path); // creates the temporary beside the path and removes it
+}
+
 void write_file(std::string const &path, std::string const &text) {
   OutputFile file(path);
   file.stream() << text;

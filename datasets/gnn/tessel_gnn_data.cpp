@@ -7,6 +7,7 @@
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Csv.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
@@ -63,6 +64,7 @@ int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   TESSEL_REQUIRE_USAGE(split.size() == 3, "option --split expects PER_CLASS,VAL,TEST, got ", split.size(), " numbers");
   auto const seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
   v.finish();
+  tessel::require_writable(out);
   std::ifstream in(edges_path);
   TESSEL_REQUIRE(in.good(), "cannot open '", edges_path, "'");
   std::string line;
@@ -174,6 +176,7 @@ int main(int argc, char **argv) {
       o.seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
       o.shuffle = !v.flag("no-shuffle");
       v.finish();
+      tessel::require_writable(out);
       double const entries =
           static_cast<double>(o.nodes) * (o.p_in * static_cast<double>(o.community_size) + o.inter_degree);
       tessel::require_memory("the graph (--nodes, --community, --p-in, --inter-degree, --features)",
@@ -192,6 +195,7 @@ int main(int argc, char **argv) {
       o.features = v.get_int("features", 0, 0, 1 << 16);
       o.seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
       v.finish();
+      tessel::require_writable(out);
       double const nodes = std::ldexp(1.0, o.scale);
       tessel::require_memory("the graph (--scale, --edge-factor, --features)",
                              4.0 * nodes * o.features + 32.0 * nodes * o.edge_factor);

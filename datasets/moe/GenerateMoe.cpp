@@ -8,6 +8,7 @@
 
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
 
@@ -67,6 +68,7 @@ int main(int argc, char **argv) {
                            4.0 * static_cast<double>(tokens) * static_cast<double>(config.hidden) * 2 +
                                4.0 * config.experts * 3.0 * static_cast<double>(config.hidden) *
                                    static_cast<double>(config.ffn));
+    tessel::require_writable(out);
     std::printf("tessel-moe-gen (%s): %s, N and K divided by %g: %s\n", tessel::build_summary().c_str(),
                 shape.name.c_str(), scale, config.describe().c_str());
 

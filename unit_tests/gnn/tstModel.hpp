@@ -3,6 +3,7 @@
 #include <tessel/gnn/Model.hpp>
 
 #include <GnnTestGraphs.hpp>
+#include <TesselTestError.hpp>
 #include <TesselToolsRecorder.hpp>
 
 #include <gtest/gtest.h>
@@ -135,6 +136,24 @@ TEST(TEST_CATEGORY, gnn_model_early_stopping_stops) {
   auto const r = train(Space(), data, o);
   EXPECT_TRUE(r.early_stopped);
   EXPECT_LT(r.epochs_run, 400);
+}
+
+TEST(TEST_CATEGORY, gnn_model_divergence_stops_training_with_the_epoch) {
+  auto data = communities();
+  // Features at the top of float's range overflow the first product: the loss is not finite from epoch 1.
+  for (std::size_t k = 0; k < data.features.size(); ++k)
+    data.features.data()[k] = 3e38f;
+  TrainOptions o;
+  o.epochs = 5;
+  o.patience = 0;
+  o.normalize_features = false;
+  o.spmm.algorithm = SpmmAlgorithm::csr;
+  auto const what = tessel::test::error_of([&] { train(Space(), data, o); });
+  EXPECT_NE(what.find("training diverged at epoch 1"), std::string::npos) << what;
+  o.stop_on_divergence = false; // asked to train on: every epoch runs and the history shows it
+  auto const r = train(Space(), data, o);
+  EXPECT_EQ(r.epochs_run, 5);
+  EXPECT_FALSE(std::isfinite(r.history.back().train_loss));
 }
 
 void check_resume(SpmmAlgorithm algorithm, bool timing) {

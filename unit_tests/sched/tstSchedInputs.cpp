@@ -128,7 +128,7 @@ TEST(SchedTrace, malformed_rows_are_errors_naming_file_row_and_field) {
                                                 "j2,-5,10,moe__2.4B,-1,256,4,a40\n"),
                    c);
       },
-      {"b.csv:3", "job j2", "submission_time", ">= 0"});
+      {"b.csv:3", "job j2", "submission_time", "in [0, 1e9] seconds"});
   expect_error([&] { load_trace(dir.write("c.csv", kHeader + "j1,5,10,llama__7B,-1,256,4,a40\n"), c); },
                {"c.csv:2", "unknown model 'llama__7B'"});
   expect_error([&] { load_trace(dir.write("d.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,h100\n"), c); },

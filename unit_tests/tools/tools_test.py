@@ -279,7 +279,7 @@ def case_faults(n):
     t = 5
     comm = [tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-n", "1000000", "-w", "0"]
     moe = [tool("tessel-moe"), layer, "--bandwidth", "20", "--iters", "100000", "--schedule", "comet,pipelined"]
-    gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "30", "--quiet", "--kernel", "csr"]
+    gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "3000", "--patience", "0", "--quiet", "--kernel", "csr"]
     for what, argv, after, expect in [("collectives", comm, 2, "did not complete within"),
                                       ("moe schedules", moe, 4, "did not complete within"),
                                       ("gnn training", gnn, 1, "not every rank")]:
@@ -321,13 +321,13 @@ def case_ranks():
 # full_disk: every writer on a full filesystem, a read-only one, and /dev/full
 # ---------------------------------------------------------------------------------------------------------------
 def fill(directory):
-    with open(os.path.join(directory, "filler"), "wb") as f:
-        try:
+    try:
+        with open(os.path.join(directory, "filler"), "wb") as f:
             while True:
                 f.write(b"\0" * 4096)
                 f.flush()
-        except OSError:
-            pass
+    except OSError:
+        pass
 
 
 def no_leftovers(directory, keep, what):
@@ -369,7 +369,7 @@ def case_full_disk():
     mnt = os.path.join(WORK, "small-fs")
     os.makedirs(mnt, exist_ok=True)
     subprocess.run(["umount", mnt], capture_output=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], capture_output=True).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt], capture_output=True).returncode != 0:
         print("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): the full-filesystem checks are skipped")
         finish() if failures else sys.exit(SKIP)
     try:
@@ -379,7 +379,7 @@ def case_full_disk():
             for f in os.listdir(mnt):
                 os.remove(os.path.join(mnt, f))
             small = [a.replace("PATH", target) for a in argv]
-            small = [("300" if a in ("3000", "1000") else "64" if a == "512" else a) for a in small]
+            small = [("300" if a in ("3000", "1000") else "64" if a in ("512", "32") else a) for a in small]
             status, out, err, _ = run(small)
             check(status == 0 and os.path.exists(target), what + ": the small write failed", err)
             before = open(target, "rb").read() if os.path.exists(target) else b""

@@ -43,6 +43,10 @@ private:
   bool _committed = false;
 };
 
+/// \brief Fails now, naming \p path and the reason, when a file cannot be written there (a missing or read-only
+/// directory), so that a tool stops before its work instead of after it. Creates nothing.
+void require_writable(std::string const &path);
+
 /// \brief Writes \p text to \p path through an OutputFile.
 void write_file(std::string const &path, std::string const &text);
 
