@@ -177,6 +177,25 @@ TEST(PacedCommunicator, silent_peer_times_out_with_its_rank_named) {
   c.barrier();
 }
 
+TEST(PacedCommunicator, a_link_too_slow_for_the_timeout_fails_at_the_timeout) {
+  // 1 KB/s: this 400 KB allreduce would take minutes; the emulated link fails at the timeout, as a real one would.
+  auto c = paced(LinkModel{1e3, 1e-6});
+  if (c.size() < 2)
+    GTEST_SKIP() << "needs two ranks";
+  c.set_timeout(std::chrono::milliseconds(400));
+  std::vector<float> x(100000, 1.0f), y(x.size());
+  auto const t0 = Clock::now();
+  try {
+    c.allreduce(x.data(), y.data(), x.size(), ReduceOp::sum);
+    ADD_FAILURE() << "expected a timeout";
+  } catch (tessel::TimeoutError const &e) {
+    EXPECT_NE(std::string(e.what()).find("more than the timeout of 400 ms"), std::string::npos) << e.what();
+  }
+  double const took = seconds_since(t0);
+  EXPECT_GE(took, 0.39);
+  EXPECT_LT(took, 5.0);
+}
+
 TEST(PacedCommunicator, bad_link_parameters_are_rejected) {
   auto c = paced(LinkModel{});
   auto *backend = tessel::paced_backend_of(c);
