@@ -5,7 +5,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cerrno>
 #include <cstdlib>
+#include <string>
 
 #ifdef TESSEL_ENABLE_MPI
 #include <tessel/core/MpiCommunicator.hpp>
@@ -45,7 +47,33 @@ int ScopeGuard::mpi_thread_level() {
 #endif
 }
 
+namespace {
+
+// Kokkos 4 ends the process (Kokkos::abort) on a malformed integer in its own options, and Kokkos 3 throws a bare
+// std::invalid_argument ("stoi"): both are checked here first, as a usage error naming the option.
+void check_kokkos_integer_options(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string const arg = argv[i];
+    if (arg.rfind("--kokkos-", 0) != 0)
+      continue;
+    auto const eq = arg.find('=');
+    std::string const name = arg.substr(0, eq);
+    if (name != "--kokkos-num-threads" && name != "--kokkos-threads" && name != "--kokkos-device-id" &&
+        name != "--kokkos-num-devices" && name != "--kokkos-numa")
+      continue;
+    std::string const value = eq == std::string::npos ? std::string() : arg.substr(eq + 1);
+    char *end = nullptr;
+    errno = 0;
+    long const v = value.empty() ? 0 : std::strtol(value.c_str(), &end, 10);
+    TESSEL_REQUIRE_USAGE(!value.empty() && end && *end == '\0' && errno != ERANGE && v >= -1 && v <= 1 << 20,
+                         "Kokkos option ", name, " expects an integer, got '", value, "' (see --kokkos-help)");
+  }
+}
+
+} // namespace
+
 ScopeGuard::ScopeGuard(int &argc, char **&argv, bool force_mpi) {
+  check_kokkos_integer_options(argc, argv);
 #ifdef TESSEL_ENABLE_MPI
   if ((force_mpi || launched_by_mpi()) && !mpi_active()) {
     int provided = 0;

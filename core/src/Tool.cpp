@@ -208,6 +208,10 @@ int run_tool(char const *name, int argc, char **argv, std::function<int(CommandL
   std::optional<ScopeGuard> guard;
   try {
     guard.emplace(argc, argv);
+  } catch (UsageError const &e) {
+    if (launcher_rank() == 0)
+      print_error(name, "", message_of(e));
+    return exit_usage;
   } catch (std::exception const &e) {
     // Kokkos parses its own --kokkos-* options here; MPI may be gone already, and every rank was given the same
     // arguments, so the first rank alone reports.
