@@ -60,11 +60,14 @@ void print_error(char const *name, std::string const &ranks, std::string const &
   std::fflush(stderr);
 }
 
-std::uint64_t fnv1a(std::uint64_t h, std::string const &text) {
-  for (unsigned char c : text)
-    h = (h ^ c) * 0x100000001b3ull;
-  return (h ^ 0xff) * 0x100000001b3ull; // separator, so ("ab", "c") and ("a", "bc") differ
+// FNV-1a over [data, data + n), continuing from \p h.
+std::uint64_t fnv1a(std::uint64_t h, unsigned char const *data, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    h = (h ^ data[i]) * 0x100000001b3ull;
+  return h;
 }
+
+constexpr std::uint64_t fnv1a_basis = 0xcbf29ce484222325ull;
 
 #ifdef TESSEL_ENABLE_MPI
 
@@ -184,13 +187,12 @@ bool debug_messages() { return debug_requested; }
 void require_same_file(Communicator const &comm, std::string const &what, std::string const &path) {
   if (comm.size() == 1)
     return;
-  std::uint64_t digest = 0xcbf29ce484222325ull;
+  std::uint64_t digest = fnv1a_basis;
   if (std::FILE *f = std::fopen(path.c_str(), "rb")) {
     std::vector<unsigned char> buffer(1 << 20);
     std::size_t n = 0;
     while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0)
-      for (std::size_t i = 0; i < n; ++i)
-        digest = (digest ^ buffer[i]) * 0x100000001b3ull;
+      digest = fnv1a(digest, buffer.data(), n);
     std::fclose(f);
   }
   comm.require_same(what + " '" + path + "' (a digest of its contents)", digest);
@@ -230,23 +232,15 @@ int run_tool(char const *name, int argc, char **argv, std::function<int(CommandL
   try {
     CommandLine cl(argc - 1, argv + 1);
     debug_requested = cl.flag("debug") || debug_requested;
-    auto const world = Communicator::world();
-    if (world.size() > 1) {
-      std::uint64_t digest = 0xcbf29ce484222325ull;
-      for (int i = 1; i < argc; ++i)
-        digest = fnv1a(digest, argv[i]);
-      std::vector<std::uint64_t> digests(static_cast<std::size_t>(world.size()));
-      world.host_allgather(&digest, digests.data(), sizeof(digest));
-      std::vector<int> differ;
-      for (std::size_t r = 1; r < digests.size(); ++r)
-        if (digests[r] != digests[0])
-          differ.push_back(static_cast<int>(r));
-      std::string ranks;
-      for (int r : differ)
-        ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-      TESSEL_REQUIRE_USAGE(differ.empty(), "the ranks were given different arguments (rank",
-                           differ.size() > 1 ? "s " : " ", ranks,
-                           " differ from rank 0): every rank must run the same command line");
+    std::uint64_t digest = fnv1a_basis;
+    for (int i = 1; i < argc; ++i) // with the terminating NUL, so ("ab", "c") and ("a", "bc") differ
+      digest = fnv1a(digest, reinterpret_cast<unsigned char const *>(argv[i]), std::strlen(argv[i]) + 1);
+    try {
+      Communicator::world().require_same("the command line", digest);
+    } catch (CommunicationError const &) {
+      throw;
+    } catch (Exception const &e) {
+      throw UsageError(std::string(e.what()) + ": every rank must run the same command line", e.where());
     }
     outcome.status = body(cl);
   } catch (UsageError const &e) {
