@@ -5,6 +5,7 @@
 #include "impl/Progress.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +43,20 @@ Timeout default_timeout() {
   return std::chrono::seconds(120);
 }
 
+namespace Impl {
+
+namespace {
+std::atomic<Clock::rep> last_exchange_ticks{Clock::now().time_since_epoch().count()};
+} // namespace
+
+void note_exchange() { last_exchange_ticks.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+
+Clock::time_point last_exchange() {
+  return Clock::time_point(Clock::duration(last_exchange_ticks.load(std::memory_order_relaxed)));
+}
+
+} // namespace Impl
+
 // ---------------------------------------------------------------------------------------------------------------
 // Request
 // ---------------------------------------------------------------------------------------------------------------
@@ -56,6 +71,7 @@ bool Request::test() {
     return true;
   if (_impl->test()) {
     _impl.reset();
+    tessel::Impl::note_exchange();
     return true;
   }
   return false;
@@ -78,6 +94,7 @@ void Request::wait(Timeout timeout) {
                        peer);
   }
   _impl.reset();
+  tessel::Impl::note_exchange();
 }
 
 namespace {
@@ -131,6 +148,7 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
       }
     throw TimeoutError(os.str(), first_peer);
   }
+  tessel::Impl::note_exchange();
   return found;
 }
 

@@ -254,6 +254,7 @@ private:
                                       " ms: at least one rank never entered it"),
                          -1);
     }
+    Impl::note_exchange();
   }
 
   MPI_Comm _comm;

@@ -4,6 +4,8 @@
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
 
+#include "impl/Progress.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -103,9 +105,15 @@ int finish_job(char const *name, MPI_Comm comm, Outcome const &outcome) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  auto const wait = outcome.status == exit_success ? std::chrono::steady_clock::duration(default_timeout())
-                                                   : std::chrono::steady_clock::duration(failure_grace);
-  auto const deadline = std::chrono::steady_clock::now() + wait;
+  // A rank that finished cannot tell a peer still working from a stopped one. Peers doing their share of the work
+  // since the last exchange should need about as long as this rank did, so it waits that long plus the timeout:
+  // a job whose ranks communicate throughout waits about the timeout, one whose ranks work alone (replicas) about
+  // its own run time, and a load imbalance up to that much is not mistaken for a fault.
+  auto const now = std::chrono::steady_clock::now();
+  auto const wait = outcome.status == exit_success
+                        ? std::chrono::steady_clock::duration(default_timeout()) + (now - Impl::last_exchange())
+                        : std::chrono::steady_clock::duration(failure_grace);
+  auto const deadline = now + wait;
   int const mine[3] = {outcome.status, outcome.fault ? 1 : 0, static_cast<int>(outcome.message.size())};
   std::vector<int> all(3 * static_cast<std::size_t>(size));
   MPI_Request request;
@@ -116,7 +124,7 @@ int finish_job(char const *name, MPI_Comm comm, Outcome const &outcome) {
     std::string message = outcome.message;
     if (outcome.status == exit_success)
       message = "this rank finished, but not every rank did within " + std::to_string(seconds) +
-                " s (TESSEL_COMM_TIMEOUT); ending the job";
+                " s (the time since the ranks last communicated plus TESSEL_COMM_TIMEOUT); ending the job";
     else
       message += " (not every rank reported within " + std::to_string(seconds) + " s; ending the job)";
     print_error(name, " on rank " + std::to_string(rank) + " of " + std::to_string(size), message);

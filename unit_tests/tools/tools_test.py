@@ -284,13 +284,14 @@ def case_faults(n):
     gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "3000", "--patience", "0", "--quiet",
            "--kernel", "csr"]
     # gnn training runs one replica per rank (no communication until the end, see #15): the others notice a
-    # stopped rank when they finish, so the bound adds the time the job takes without a fault (measured here,
-    # which also checks that the job ends cleanly when nothing goes wrong).
+    # stopped rank only after they finish and have waited as long again as they worked since the ranks last
+    # communicated (plus the timeout), so the bound adds twice the time the job takes without a fault (measured
+    # here, which also checks that the job ends cleanly when nothing goes wrong, however unevenly the ranks run).
     status, _, err, alone = run(mpi(n, gnn), env={"TESSEL_COMM_TIMEOUT": str(t)})
     check(status == 0, "gnn training, %d ranks, no fault: exit status %d" % (n, status), err)
     for what, argv, after, expect, allowance in [("collectives", comm, 2, "did not complete within", 0),
                                                  ("moe schedules", moe, 4, "did not complete within", 0),
-                                                 ("gnn training", gnn, 0.5, "not every rank", alone)]:
+                                                 ("gnn training", gnn, 0.5, "not every rank", 2 * alone)]:
         fault(n, argv, signal.SIGSTOP, after, t, "%s, %d ranks, rank %d stopped" % (what, n, n - 1), expect,
               allowance)
         fault(n, argv, signal.SIGKILL, after, t, "%s, %d ranks, rank %d killed" % (what, n, n - 1))
@@ -318,8 +319,10 @@ def case_ranks():
     status, out, err, _ = run(argv)
     check(status == 1 and err.count("differs across ranks") == 1, "different data: one error", err)
     # An error every rank hits is printed once, without rank prefixes.
+    # (Only the tool's lines count: an OpenMP Kokkos warns on every rank that 4 ranks oversubscribe 2 cores.)
     status, out, err, _ = run(mpi(4, [tool("tessel-comm-bench"), "-n", "abc"]))
-    check(status == 2 and err.count("error") == 1 and "rank" not in err, "same error on 4 ranks: printed once", err)
+    mine = "\n".join(line for line in err.splitlines() if line.startswith("tessel-"))
+    check(status == 2 and mine.count("error") == 1 and "rank" not in mine, "same error on 4 ranks: printed once", err)
     # An error only some ranks hit names them.
     status, out, err, _ = run(mpi(2, [tool("tessel-gnn"), "train", "--data", os.path.join(WORK, "r0", "l.h5")]))
     check(status == 1 and "error" in err, "a wrong file on both ranks", err)

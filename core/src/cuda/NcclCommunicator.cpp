@@ -215,6 +215,7 @@ public:
                                               " ms: at least one rank never joined; the NCCL communicator was aborted"),
                          -1);
     }
+    tessel::Impl::note_exchange();
   }
   void abort() {
     if (!_aborted.exchange(true))
