@@ -1,0 +1,93 @@
+#include <tessel/core/Error.hpp>
+#include <tessel/core/Json.hpp>
+#include <tessel/core/OutputFile.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+#include <vector>
+
+namespace tessel {
+
+Json parse_json(std::string const &text, std::string const &name) {
+  try {
+    return Json::parse(text);
+  } catch (Json::parse_error const &e) {
+    // e.what() repeats the exception's own name and id; the byte offset and the reason are what a user needs.
+    std::string reason = e.what();
+    if (auto const colon = reason.find("syntax error"); colon != std::string::npos)
+      reason = reason.substr(colon);
+    TESSEL_THROW(name, ": not valid JSON at byte ", e.byte, ": ", reason);
+  }
+}
+
+Json read_json(std::string const &path) {
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_REQUIRE_USAGE(in.good(), path, ": cannot open the file for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  TESSEL_REQUIRE(!in.bad(), path, ": read error");
+  return parse_json(text.str(), path);
+}
+
+void write_json(std::string const &path, Json const &document, int indent) {
+  // Invalid UTF-8 in a string (a file name in another encoding) is replaced rather than aborting the write.
+  write_file(path, document.dump(indent, ' ', false, Json::error_handler_t::replace) + "\n");
+}
+
+Json const &json_member(Json const &object, std::string const &key, std::string const &where) {
+  TESSEL_REQUIRE(object.is_object(), where, ": expected an object holding '", key, "', got ", object.type_name());
+  auto const it = object.find(key);
+  TESSEL_REQUIRE(it != object.end(), where, ": missing field '", key, "'");
+  return *it;
+}
+
+namespace {
+template <class T> char const *expected_type() {
+  if constexpr (std::is_same_v<T, bool>)
+    return "a boolean";
+  else if constexpr (std::is_integral_v<T>)
+    return "an integer";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else
+    return "an array";
+}
+
+template <class T> bool has_type(Json const &v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return v.is_boolean();
+  else if constexpr (std::is_integral_v<T>)
+    return v.is_number_integer() &&
+           static_cast<std::int64_t>(static_cast<T>(v.get<std::int64_t>())) == v.get<std::int64_t>();
+  else if constexpr (std::is_floating_point_v<T>)
+    return v.is_number();
+  else if constexpr (std::is_same_v<T, std::string>)
+    return v.is_string();
+  else
+    return v.is_array() &&
+           std::all_of(v.begin(), v.end(), [](Json const &e) { return has_type<typename T::value_type>(e); });
+}
+} // namespace
+
+template <class T> T json_get(Json const &object, std::string const &key, std::string const &where) {
+  Json const &v = json_member(object, key, where);
+  TESSEL_REQUIRE(has_type<T>(v), where, ": field '", key, "' expects ", expected_type<T>(), ", got ", v.dump());
+  return v.get<T>();
+}
+
+template bool json_get<bool>(Json const &, std::string const &, std::string const &);
+template int json_get<int>(Json const &, std::string const &, std::string const &);
+template std::int64_t json_get<std::int64_t>(Json const &, std::string const &, std::string const &);
+template double json_get<double>(Json const &, std::string const &, std::string const &);
+template std::string json_get<std::string>(Json const &, std::string const &, std::string const &);
+template std::vector<int> json_get<std::vector<int>>(Json const &, std::string const &, std::string const &);
+template std::vector<double> json_get<std::vector<double>>(Json const &, std::string const &, std::string const &);
+template std::vector<std::string> json_get<std::vector<std::string>>(Json const &, std::string const &,
+                                                                     std::string const &);
+
+} // namespace tessel
