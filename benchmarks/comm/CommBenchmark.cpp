@@ -10,6 +10,7 @@
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
@@ -19,9 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -238,28 +237,30 @@ void print_row(Row const &row) {
               row.op.c_str());
 }
 
-void write_json(std::string const &path, tessel::Communicator const &comm, Options const &o,
-                std::vector<Row> const &rows) {
-  tessel::OutputFile file(path);
-  auto &out = file.stream();
-  auto result = [](Result const &r) {
-    std::ostringstream os;
+void write_results(std::string const &path, tessel::Communicator const &comm, Options const &o,
+                   std::vector<Row> const &rows) {
+  auto const result = [](Result const &r) -> tessel::Json {
     if (!r.valid)
-      return std::string("null");
-    os << "{\"time_us\": " << r.time_us << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw
-       << ", \"wrong\": " << r.wrong << "}";
-    return os.str();
+      return nullptr;
+    return {{"time_us", r.time_us}, {"algbw_GBps", r.algbw}, {"busbw_GBps", r.busbw}, {"wrong", r.wrong}};
   };
-  out << "{\n  \"tool\": \"tessel-comm-bench\",\n  \"version\": \"" << TESSEL_VERSION_STRING << "\",\n  \"git\": \""
-      << TESSEL_GIT_HASH << "\",\n  \"backend\": \"" << tessel::name_of(comm.kind())
-      << "\",\n  \"ranks\": " << comm.size() << ",\n  \"warmup\": " << o.warmup << ",\n  \"iters\": " << o.iters
-      << ",\n  \"time\": \"median per call, max over ranks\",\n  \"results\": [\n";
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    out << "    {\"op\": \"" << rows[i].op << "\", \"bytes\": " << rows[i].bytes << ", \"count\": " << rows[i].count
-        << ", \"type\": \"float32\", \"out_of_place\": " << result(rows[i].oop)
-        << ", \"in_place\": " << result(rows[i].ip) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-  out << "  ]\n}\n";
-  file.commit();
+  tessel::Json results = tessel::Json::array();
+  for (auto const &row : rows)
+    results.push_back({{"op", row.op},
+                       {"bytes", row.bytes},
+                       {"count", row.count},
+                       {"type", "float32"},
+                       {"out_of_place", result(row.oop)},
+                       {"in_place", result(row.ip)}});
+  tessel::write_json(path, {{"tool", "tessel-comm-bench"},
+                            {"version", TESSEL_VERSION_STRING},
+                            {"git", TESSEL_GIT_HASH},
+                            {"backend", tessel::name_of(comm.kind())},
+                            {"ranks", comm.size()},
+                            {"warmup", o.warmup},
+                            {"iters", o.iters},
+                            {"time", "median per call, max over ranks"},
+                            {"results", results}});
 }
 
 } // namespace
@@ -298,7 +299,7 @@ int main(int argc, char **argv) {
       std::printf("# Avg bus bandwidth    : %.4f\n#\n",
                   rows.empty() ? 0.0 : busbw_sum / static_cast<double>(rows.size()));
       if (!o.json.empty()) {
-        write_json(o.json, comm, o, rows);
+        write_results(o.json, comm, o, rows);
         std::printf("# wrote %s\n", o.json.c_str());
       }
     }

@@ -215,9 +215,23 @@ void require_memory(std::string const &what, double bytes) {
 int run_tool(char const *name, int argc, char **argv, std::function<int(CommandLine &)> const &body) {
   if (char const *env = std::getenv("TESSEL_DEBUG"))
     debug_requested = std::strcmp(env, "1") == 0 || std::strcmp(env, "true") == 0;
+  // Kokkos prints its own 40-line option list for --help before the tool could print its help: the tool's help
+  // flag is kept from Kokkos (--kokkos-help still shows Kokkos's) and handed back to the tool after Kokkos took
+  // its options.
+  std::vector<char *> args;
+  char *help = nullptr;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0))
+      help = argv[i];
+    else
+      args.push_back(argv[i]);
+  }
+  int kokkos_argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  char **kokkos_argv = args.data();
   std::optional<ScopeGuard> guard;
   try {
-    guard.emplace(argc, argv);
+    guard.emplace(kokkos_argc, kokkos_argv);
   } catch (UsageError const &e) {
     if (launcher_rank() == 0)
       print_error(name, "", message_of(e));
@@ -236,9 +250,12 @@ int run_tool(char const *name, int argc, char **argv, std::function<int(CommandL
     MPI_Comm_set_errhandler(job, MPI_ERRORS_RETURN);
   }
 #endif
+  std::vector<char *> tool_args(kokkos_argv, kokkos_argv + kokkos_argc);
+  if (help)
+    tool_args.push_back(help);
   Outcome outcome;
   try {
-    CommandLine cl(argc - 1, argv + 1);
+    CommandLine cl(static_cast<int>(tool_args.size()) - 1, tool_args.data() + 1);
     debug_requested = cl.flag("debug") || debug_requested;
     std::uint64_t digest = fnv1a_basis;
     for (int i = 1; i < argc; ++i) // with the terminating NUL, so ("ab", "c") and ("a", "bc") differ

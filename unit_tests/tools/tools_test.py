@@ -127,6 +127,9 @@ def case_options():
         for args in invocations:
             status, out, err, _ = run([tool(name)] + args)
             check(status == 0, name + " " + " ".join(args) + ": exit status %d" % status, err)
+            # The tool's own help, not Kokkos's option list (that is --kokkos-help).
+            check(out.strip() != "" and "--kokkos-num-threads" not in out + err,
+                  name + " " + " ".join(args) + ": prints its own help, without Kokkos's", out[:400])
             # "--name N", "--name H", "--name MB/s": an option followed by an upper-case placeholder of a number.
             for opt in re.findall(r"(--[a-z][a-z0-9-]*)[ =](?:N|H|S|R|D|T|E|C|X|F|B|US|SEC|MB/s|STD|A|SECONDS|"
                                   r"JOBS_PER_HOUR|R,C|LIST)\b", out):
