@@ -15,11 +15,12 @@ Json parse_json(std::string const &text, std::string const &name) {
   try {
     return Json::parse(text);
   } catch (Json::parse_error const &e) {
-    // e.what() repeats the exception's own name and id; the byte offset and the reason are what a user needs.
+    // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: reason": the exception's id
+    // means nothing to a user, the place and the reason do.
     std::string reason = e.what();
-    if (auto const colon = reason.find("syntax error"); colon != std::string::npos)
-      reason = reason.substr(colon);
-    TESSEL_THROW(name, ": not valid JSON at byte ", e.byte, ": ", reason);
+    if (auto const at = reason.find("parse error "); at != std::string::npos)
+      reason = reason.substr(at + 12);
+    TESSEL_THROW(name, ": not valid JSON ", reason);
   }
 }
 

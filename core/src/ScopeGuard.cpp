@@ -6,8 +6,13 @@
 #include <Kokkos_Core.hpp>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #ifdef TESSEL_ENABLE_MPI
 #include <tessel/core/MpiCommunicator.hpp>
@@ -70,6 +75,43 @@ void check_kokkos_integer_options(int argc, char **argv) {
   }
 }
 
+#ifdef TESSEL_ENABLE_MPI
+// MPI_Init and MPI_Finalize wait for every rank (a PMIx fence in Open MPI) with no timeout of their own: a rank
+// stopped or wedged there would hang the whole job. The watchdog ends this process when \p what has not finished
+// within the communication timeout; the launcher then ends the others.
+class Watchdog {
+public:
+  Watchdog(char const *what, Timeout timeout)
+      : _thread([this, what, timeout] {
+          std::unique_lock<std::mutex> lock(_mutex);
+          if (!_done_cv.wait_for(lock, timeout, [this] { return _done; })) {
+            std::fprintf(stderr,
+                         "tessel: error: %s did not complete within %lld ms (TESSEL_COMM_TIMEOUT): a rank "
+                         "never joined; ending this rank\n",
+                         what, static_cast<long long>(timeout.count()));
+            std::fflush(stderr);
+            std::_Exit(1);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(_mutex);
+      _done = true;
+    }
+    _done_cv.notify_one();
+    _thread.join();
+  }
+  Watchdog(Watchdog const &) = delete;
+  Watchdog &operator=(Watchdog const &) = delete;
+
+private:
+  std::mutex _mutex;
+  std::condition_variable _done_cv;
+  bool _done = false;
+  std::thread _thread;
+};
+#endif
+
 } // namespace
 
 ScopeGuard::ScopeGuard(int &argc, char **&argv, bool force_mpi) {
@@ -77,7 +119,10 @@ ScopeGuard::ScopeGuard(int &argc, char **&argv, bool force_mpi) {
 #ifdef TESSEL_ENABLE_MPI
   if ((force_mpi || launched_by_mpi()) && !mpi_active()) {
     int provided = 0;
-    TESSEL_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+    {
+      Watchdog const watchdog("MPI_Init", default_timeout());
+      TESSEL_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+    }
     _finalize_mpi = true;
   }
 #else
@@ -102,8 +147,10 @@ ScopeGuard::~ScopeGuard() {
     Kokkos::finalize();
 #ifdef TESSEL_ENABLE_MPI
   Impl::release_mpi_world_backend();
-  if (_finalize_mpi && mpi_active())
+  if (_finalize_mpi && mpi_active()) {
+    Watchdog const watchdog("MPI_Finalize", default_timeout());
     MPI_Finalize();
+  }
 #endif
 }
 

@@ -298,6 +298,8 @@ def case_faults(n):
         fault(n, argv, signal.SIGSTOP, after, t, "%s, %d ranks, rank %d stopped" % (what, n, n - 1), expect,
               allowance)
         fault(n, argv, signal.SIGKILL, after, t, "%s, %d ranks, rank %d killed" % (what, n, n - 1))
+    # A rank stopped as soon as it exists, most often inside MPI_Init (whose fence has no timeout of its own).
+    fault(n, comm, signal.SIGSTOP, 0, t, "start-up, %d ranks, rank %d stopped" % (n, n - 1))
     finish()
 
 

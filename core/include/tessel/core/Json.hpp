@@ -15,7 +15,7 @@ namespace tessel {
 using Json = nlohmann::ordered_json;
 
 /// \brief Parses the file at \p path; an unreadable file or a syntax error is a tessel::Exception naming the file
-/// and, for syntax errors, the byte offset.
+/// and, for syntax errors, the line and column.
 Json read_json(std::string const &path);
 
 /// \brief Parses \p text; \p name (a file name, or what the text is) is used in messages.
