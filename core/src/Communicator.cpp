@@ -121,6 +121,17 @@ std::chrono::steady_clock::time_point combined_not_before(std::vector<Request> c
   return unknown || !known ? not_before_unknown : when;
 }
 
+/// Appends " [what]" for each pending request of \p requests to \p os; returns the first pending peer (-1: none).
+int describe_pending(std::vector<Request> const &requests, std::ostream &os) {
+  int first_peer = -1;
+  for (auto const &r : requests)
+    if (!r.is_null()) {
+      os << " [" << r.describe() << "]";
+      first_peer = first_peer < 0 ? r.peer() : first_peer;
+    }
+  return first_peer;
+}
+
 } // namespace
 
 std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
@@ -140,12 +151,7 @@ std::size_t Request::wait_any(std::vector<Request> &requests, Timeout timeout) {
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
     os << "communication: none of the pending requests completed within " << timeout.count() << " ms; pending:";
-    int first_peer = -1;
-    for (auto &r : requests)
-      if (!r.is_null()) {
-        os << " [" << r._impl->describe() << "]";
-        first_peer = first_peer < 0 ? r.peer() : first_peer;
-      }
+    int const first_peer = describe_pending(requests, os);
     throw TimeoutError(os.str(), first_peer);
   }
   tessel::Impl::note_exchange();
@@ -163,11 +169,9 @@ void Request::wait_all(std::vector<Request> &requests, Timeout timeout) {
   if (!tessel::Impl::progress_until(tessel::Impl::deadline_after(timeout), done, not_before)) {
     std::ostringstream os;
     os << "communication: requests still pending after " << timeout.count() << " ms:";
-    int first_peer = -1;
+    int const first_peer = describe_pending(requests, os);
     for (auto &r : requests)
       if (!r.is_null()) {
-        os << " [" << r._impl->describe() << "]";
-        first_peer = first_peer < 0 ? r.peer() : first_peer;
         r._impl->cancel();
         r._impl.reset();
       }

@@ -163,24 +163,24 @@ public:
     ensure_alive();
     auto const s = stream_or_own(stream);
     check(ncclSend(buffer, count, nccl_type(type), peer, _comm, s), "ncclSend");
-    return Request(
-        std::make_unique<NcclRequest>(shared_from_this(), s,
-                                      tessel::Impl::concat("ncclSend of ", count, " ", name_of(type), " from rank ",
-                                                           _rank, " to rank ", peer, " (tag ", tag, ")"),
-                                      peer),
-        timeout);
+    return pending(s,
+                   tessel::Impl::concat("ncclSend of ", count, " ", name_of(type), " from rank ", _rank, " to rank ",
+                                        peer, " (tag ", tag, ")"),
+                   peer, timeout);
   }
   Request irecv(void *buffer, std::size_t count, DataType type, int peer, int tag, Timeout timeout,
                 void *stream) override {
     ensure_alive();
     auto const s = stream_or_own(stream);
     check(ncclRecv(buffer, count, nccl_type(type), peer, _comm, s), "ncclRecv");
-    return Request(
-        std::make_unique<NcclRequest>(shared_from_this(), s,
-                                      tessel::Impl::concat("ncclRecv of ", count, " ", name_of(type), " on rank ",
-                                                           _rank, " from rank ", peer, " (tag ", tag, ")"),
-                                      peer),
-        timeout);
+    return pending(s,
+                   tessel::Impl::concat("ncclRecv of ", count, " ", name_of(type), " on rank ", _rank, " from rank ",
+                                        peer, " (tag ", tag, ")"),
+                   peer, timeout);
+  }
+  // The request for a message issued on \p stream.
+  Request pending(cudaStream_t stream, std::string what, int peer, Timeout timeout) {
+    return Request(std::make_unique<NcclRequest>(shared_from_this(), stream, std::move(what), peer), timeout);
   }
   void host_allgather(void const *send, void *recv, std::size_t bytes, Timeout) override {
     _bootstrap.host_allgather(send, recv, bytes);
