@@ -18,7 +18,7 @@
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Synthetic.hpp>
-#include <tessel/moe/cuda/MoeLayer.hpp>
+#include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
 #include <tessel/core/cuda/Cuda.hpp>
 

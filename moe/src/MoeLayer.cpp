@@ -1,7 +1,7 @@
 #include <tessel/moe/MoeLayer.hpp>
 
-#include "CommEngine.hpp"
-#include "Kernels.hpp"
+#include "impl/CommEngine.hpp"
+#include "impl/Kernels.hpp"
 
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
@@ -22,7 +22,6 @@ namespace tessel::moe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Impl::MatRef;
 
 // Tags of one forward (the messages of a forward all complete before it returns, so forwards never mix).
 constexpr int tag_route = 1;       // + chunk
@@ -272,12 +271,13 @@ struct MoeLayer::State {
   }
 
   // GroupGEMM0 -> activation -> GroupGEMM1 on rows [rows, N] of local expert e, in panels (baselines).
-  template <class ExecSpace> void ffn_rows(ExecSpace const &space, int e, MatRef<float const> xin, MatRef<float> yout) {
+  template <class ExecSpace>
+  void ffn_rows(ExecSpace const &space, int e, MatrixRef<float const> xin, MatrixRef<float> yout) {
     std::int64_t const kp = config.ffn_per_rank(), n = config.hidden, panel = 2048;
     float *const hp = ensure(h, "Tessel::moe::hidden", static_cast<std::size_t>(std::min(panel, xin.rows) * kp));
     for (std::int64_t r = 0; r < xin.rows; r += panel) {
       auto const end = std::min(r + panel, xin.rows);
-      MatRef<float> const hr{hp, end - r, kp, kp};
+      MatrixRef<float> const hr{hp, end - r, kp, kp};
       Impl::layer0_tile(space, config, weights, e, xin.rows_range(r, end), hr, scratch);
       compat::fence(space, "Tessel::moe::ffn");
       Impl::layer1_block(space, config, weights, e, {hp, end - r, kp, kp}, 0, n, yout.rows_range(r, end));
@@ -910,7 +910,7 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
   TESSEL_REQUIRE(st.options.pipeline_chunks >= 1 && st.options.pipeline_chunks <= max_chunks,
                  "MoeLayer: pipeline_chunks must be in [1, ", max_chunks, "], got ", st.options.pipeline_chunks);
   st.comet = resolve_comet_params(config, st.options.comet, st.options.registry, st.options.backend, &st.comet_source);
-  Impl::limit_blas_threads();
+  tessel::limit_blas_threads();
 }
 
 MoeLayer::~MoeLayer() = default;

@@ -7,7 +7,7 @@
 #include <tessel/moe/cuda/NcclMoeLayer.hpp>
 
 #include "Rank.hpp"
-#include "Symmetric.hpp"
+#include "SymmetricWindow.hpp"
 #include "WorkPlan.hpp"
 
 #include <tessel/core/cuda/NcclCommunicator.hpp>

@@ -1,7 +1,7 @@
 // The moe device layer's host driver: routing and plans on the host, one stream and one symmetric allocation per
 // virtual rank, the three schedules as stream-ordered work with cross-rank events, cuBLAS for the baselines' GEMMs
 // and the fused COMET kernels (Comet.cu) for comet.
-#include <tessel/moe/cuda/MoeLayer.hpp>
+#include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
 #include "Device.hpp"
 #include "Rank.hpp"
