@@ -5,13 +5,15 @@
 // dense single-process reference.
 //
 //   mpiexec -n 2 tessel-moe layer.h5 --verify --json moe.json
-#include <tessel/moe/Calibration.hpp>
+#include "Harness.hpp"
+
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Reference.hpp>
 
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -126,47 +129,37 @@ Options parse(tessel::CommandLine &cl) {
   return o;
 }
 
-struct Row {
-  Schedule schedule;
-  double median = 0.0, max_rel_error = -1.0;
-  std::int64_t routing_violations = 0;
-};
+using Say = std::function<void(std::string const &)>;
 
-int run(Options const &o) {
-  auto const world = Communicator::world();
-  int const w = world.size(), me = world.rank();
-  auto const say = [&](std::string const &line) {
-    if (me == 0) {
-      std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-    }
-  };
-  say("tessel-moe " + tessel::build_summary());
-  if (me == 0 && o.verbose)
-    Kokkos::print_configuration(std::cout, false);
-
-  // Loading may fail on some ranks only (a NaN in one rank's tokens): every rank learns it and stops, instead of
-  // the others waiting for it in the first collective.
-  std::unique_ptr<MoeFile> file_ptr;
+/// What one rank reads from the file: its tokens and gate inputs, and its shard of the experts.
+struct Input {
+  std::unique_ptr<MoeFile> file;
   MoeConfig config;
   HostMatrix tokens;
-  GateData gate_data;
+  GateData gate;
   ExpertWeights weights;
+};
+
+// Loading may fail on some ranks only (a NaN in one rank's tokens): every rank learns it and stops, instead of the
+// others waiting for it in the first collective.
+Input load_input(Options const &o, Communicator const &world) {
+  int const w = world.size(), me = world.rank();
+  Input in;
   std::string load_error;
   tessel::require_same_file(world, "input file", o.file);
   try {
-    file_ptr = std::make_unique<MoeFile>(o.file);
-    auto const &info = file_ptr->info();
+    in.file = std::make_unique<MoeFile>(o.file);
+    auto const &info = in.file->info();
     TESSEL_REQUIRE(info.total_tokens % w == 0, o.file, ": ", info.total_tokens, " tokens cannot be split evenly over ",
                    w, " ranks (T % W must be 0)");
-    config = info.config;
-    config.tokens = info.total_tokens / w;
-    config.tp = o.tp;
-    config.ep = o.ep > 0 ? o.ep : w / std::max(o.tp, 1);
-    config.validate(w);
-    tokens = file_ptr->tokens(static_cast<std::int64_t>(me) * config.tokens, config.tokens);
-    gate_data = file_ptr->gate(static_cast<std::int64_t>(me) * config.tokens, config.tokens);
-    weights = file_ptr->shard(config, me);
+    in.config = info.config;
+    in.config.tokens = info.total_tokens / w;
+    in.config.tp = o.tp;
+    in.config.ep = o.ep > 0 ? o.ep : w / std::max(o.tp, 1);
+    in.config.validate(w);
+    in.tokens = in.file->tokens(static_cast<std::int64_t>(me) * in.config.tokens, in.config.tokens);
+    in.gate = in.file->gate(static_cast<std::int64_t>(me) * in.config.tokens, in.config.tokens);
+    in.weights = in.file->shard(in.config, me);
   } catch (std::exception const &e) {
     load_error = e.what();
   }
@@ -174,175 +167,236 @@ int run(Options const &o) {
   if (!load_error.empty())
     TESSEL_THROW(load_error);
   TESSEL_REQUIRE(failed_ranks == 0, failed_ranks, " other rank(s) could not load their input (see their messages)");
-  auto &file = *file_ptr;
-  auto const &info = file.info();
-  {
-    std::ostringstream os;
-    os << "input " << o.file << ": " << (info.model.empty() ? "model ?" : info.model) << " (N, K scaled 1/"
-       << info.scale << "), " << info.total_tokens << " tokens, gate "
-       << (info.has_logits ? "logits" : (info.has_bias ? "weight + bias" : "weight"))
-       << "\nlayer: " << config.describe() << " on " << w << " ranks";
-    say(os.str());
-  }
-  auto const gate = gate_data.input();
+  return in;
+}
 
-  auto base = world.split(0, me);
+std::string describe_input(Options const &o, Input const &in, int w) {
+  auto const &info = in.file->info();
+  std::ostringstream os;
+  os << "input " << o.file << ": " << (info.model.empty() ? "model ?" : info.model) << " (N, K scaled 1/" << info.scale
+     << "), " << info.total_tokens << " tokens, gate "
+     << (info.has_logits ? "logits" : (info.has_bias ? "weight + bias" : "weight"))
+     << "\nlayer: " << in.config.describe() << " on " << w << " ranks";
+  return os.str();
+}
+
+// The layer's communicator: a copy of the world with the --timeout, paced by the emulated link unless
+// --no-emulation (the link's bandwidth is set by configure_link).
+Communicator make_communicator(Options const &o, Communicator const &world) {
+  auto base = world.split(0, world.rank());
   if (o.timeout_s > 0)
     base.set_timeout(tessel::Timeout(static_cast<std::int64_t>(o.timeout_s * 1000)));
-  auto const comm =
-      o.emulate ? tessel::make_paced_communicator(base, tessel::LinkModel{0.0, o.latency_us * 1e-6}) : base;
-  TuningRegistry registry = TuningRegistry::builtin();
-  if (!o.tuning.empty())
-    registry.merge(TuningRegistry::load(o.tuning));
-  LayerOptions options;
-  options.pipeline_chunks = o.chunks;
-  options.registry = &registry;
-  MoeLayer layer(config, comm, std::move(weights), options);
-  say("comet parameters: " + layer.comet_params().describe() + " (" + layer.comet_params_source() + ")");
-  HostExecSpace space;
+  return o.emulate ? tessel::make_paced_communicator(base, tessel::LinkModel{0.0, o.latency_us * 1e-6}) : base;
+}
 
-  Calibration cal;
-  if (o.emulate) {
-    if (o.bandwidth_mbps > 0) {
-      tessel::paced_backend_of(comm)->set_link(tessel::LinkModel{o.bandwidth_mbps * 1e6, o.latency_us * 1e-6});
-      say("link: " + std::to_string(o.bandwidth_mbps) + " MB/s, " + std::to_string(o.latency_us) + " us");
-    } else {
-      say("calibrating the emulated link to a communication share of " + std::to_string(o.share) + " ...");
-      cal = calibrate_comm_share(space, layer, tokens, gate, o.share, o.latency_us * 1e-6, 3, say);
-      std::ostringstream os;
-      os << "link: " << cal.link.bandwidth / 1e6 << " MB/s, " << o.latency_us << " us latency";
-      say(os.str());
-    }
+// A fixed --bandwidth, or the bandwidth that makes communication the --comm-share of the sequential layer.
+void configure_link(Options const &o, HostExecSpace const &space, MoeLayer &layer, Input const &in, Say const &say) {
+  if (!o.emulate)
+    return;
+  auto &link = *tessel::paced_backend_of(layer.communicator());
+  if (o.bandwidth_mbps > 0) {
+    link.set_link(tessel::LinkModel{o.bandwidth_mbps * 1e6, o.latency_us * 1e-6});
+    say("link: " + std::to_string(o.bandwidth_mbps) + " MB/s, " + std::to_string(o.latency_us) + " us");
+    return;
   }
-  if (o.tune) {
-    say("tuning the comet parameters ...");
-    auto const result = tune_comet(space, layer, tokens, gate, o.iters, say);
-    std::ostringstream note;
-    note << (info.model.empty() ? o.file : info.model) << " W=" << w << ": comet " << 1e3 * result.best_seconds
-         << " ms";
-    if (me == 0) {
-      TuningRegistry reg;
-      if (std::ifstream(o.registry).good())
-        reg = TuningRegistry::load(o.registry);
-      reg.set(TuningKey::of(config), result.best, note.str());
-      reg.save(o.registry);
-    }
-    say("tuned: " + result.best.describe() + " -> " + o.registry);
-  }
+  say("calibrating the emulated link to a communication share of " + std::to_string(o.share) + " ...");
+  auto const cal =
+      bench::calibrate_comm_share(space, layer, link, in.tokens, in.gate.input(), o.share, o.latency_us * 1e-6, 3, say);
+  std::ostringstream os;
+  os << "link: " << cal.link.bandwidth / 1e6 << " MB/s, " << o.latency_us << " us latency";
+  say(os.str());
+}
 
-  say("measuring communication alone and computation alone (" + std::to_string(o.iters) + " runs) ...");
-  auto const alone = layer.measure_alone(space, tokens, gate, o.iters);
+// --tune: measures the comet candidates and merges the best into --registry (rank 0 writes it).
+void tune(Options const &o, HostExecSpace const &space, MoeLayer &layer, Input const &in, Say const &say) {
+  say("tuning the comet parameters ...");
+  auto const result = bench::tune_comet(space, layer, in.tokens, in.gate.input(), o.iters, say);
+  auto const &info = in.file->info();
+  std::ostringstream note;
+  note << (info.model.empty() ? o.file : info.model) << " W=" << layer.communicator().size() << ": comet "
+       << 1e3 * result.best_seconds << " ms";
+  if (layer.communicator().rank() == 0) {
+    TuningRegistry reg;
+    if (std::ifstream(o.registry).good())
+      reg = TuningRegistry::load(o.registry);
+    reg.set(TuningKey::of(in.config), result.best, note.str());
+    reg.save(o.registry);
+  }
+  say("tuned: " + result.best.describe() + " -> " + o.registry);
+}
+
+struct Row {
+  Schedule schedule;
+  double median = 0.0, max_rel_error = -1.0;
+  std::int64_t routing_violations = 0;
+};
+
+// --stats: every rank's phase times of the last run, printed by rank 0 in rank order.
+void print_stats(Communicator const &world, MoeLayer const &layer, Schedule s, Say const &say) {
+  auto const &st = layer.stats();
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "  [rank %d] %s: total %.2f ms; route %.2f, dispatch %.2f, experts %.2f, combine %.2f, reduce %.2f; "
+                "compute busy %.2f, waiting %.2f; comm threads %.2f ms CPU; %lld expert rows",
+                world.rank(), name_of(s), 1e3 * st.total, 1e3 * st.route, 1e3 * st.dispatch, 1e3 * st.experts,
+                1e3 * st.combine, 1e3 * st.reduce, 1e3 * st.compute_busy, 1e3 * st.compute_wait, 1e3 * st.comm_cpu,
+                static_cast<long long>(st.rows));
+  std::vector<char> all(sizeof(line) * static_cast<std::size_t>(world.size()));
+  world.host_allgather(line, all.data(), sizeof(line));
+  for (int r = 0; r < world.size(); ++r)
+    say(all.data() + sizeof(line) * static_cast<std::size_t>(r));
+}
+
+// --verify: one more forward of \p s against the dense reference (maximum error and routing violations, all ranks).
+void verify(Communicator const &world, HostExecSpace const &space, MoeLayer &layer, Input const &in,
+            DenseWeights const &dense, HostMatrix out, Row &row) {
+  auto const gate = in.gate.input();
+  layer.forward(space, in.tokens, gate, out, row.schedule);
+  auto const ref = reference_forward(in.config, in.tokens, gate, layer.routing().experts, dense);
+  row.max_rel_error = world.allreduce_value(max_relative_error(out, ref.out), tessel::ReduceOp::max);
+  row.routing_violations = world.allreduce_value(ref.routing_violations, tessel::ReduceOp::sum);
+  if (ref.routing_violations > 0)
+    std::fprintf(stderr, "[rank %d] routing check: %s\n", world.rank(), ref.first_violation.c_str());
+}
+
+std::vector<Row> time_schedules(Options const &o, Communicator const &world, HostExecSpace const &space,
+                                MoeLayer &layer, Input const &in, Say const &say) {
   HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::app_out"),
-                 static_cast<std::size_t>(config.tokens), static_cast<std::size_t>(config.hidden));
+                 static_cast<std::size_t>(in.config.tokens), static_cast<std::size_t>(in.config.hidden));
   DenseWeights dense;
   if (o.verify)
-    dense = file.dense_weights();
+    dense = in.file->dense_weights();
   std::vector<Row> rows;
   for (auto s : o.schedules) {
     say(std::string("timing ") + name_of(s) + " (" + std::to_string(o.warmup) + " warm-up + " +
         std::to_string(o.iters) + " runs) ...");
     Row row;
     row.schedule = s;
-    row.median = time_schedule(space, layer, tokens, gate, out, s, o.iters, o.warmup);
-    if (o.stats) {
-      auto const &st = layer.stats();
-      char line[512];
-      std::snprintf(
-          line, sizeof(line),
-          "  [rank %d] %s: total %.2f ms; route %.2f, dispatch %.2f, experts %.2f, combine %.2f, reduce %.2f; "
-          "compute busy %.2f, waiting %.2f; comm threads %.2f ms CPU; %lld expert rows",
-          me, name_of(s), 1e3 * st.total, 1e3 * st.route, 1e3 * st.dispatch, 1e3 * st.experts, 1e3 * st.combine,
-          1e3 * st.reduce, 1e3 * st.compute_busy, 1e3 * st.compute_wait, 1e3 * st.comm_cpu,
-          static_cast<long long>(st.rows));
-      std::vector<char> all(sizeof(line) * static_cast<std::size_t>(w));
-      world.host_allgather(line, all.data(), sizeof(line));
-      for (int r = 0; r < w; ++r)
-        say(all.data() + sizeof(line) * static_cast<std::size_t>(r));
-    }
-    if (o.verify) {
-      layer.forward(space, tokens, gate, out, s);
-      auto const ref = reference_forward(config, tokens, gate, layer.routing().experts, dense);
-      row.max_rel_error = world.allreduce_value(max_relative_error(out, ref.out), tessel::ReduceOp::max);
-      row.routing_violations = world.allreduce_value(ref.routing_violations, tessel::ReduceOp::sum);
-      if (ref.routing_violations > 0)
-        std::fprintf(stderr, "[rank %d] routing check: %s\n", me, ref.first_violation.c_str());
-    }
+    row.median = bench::time_schedule(space, layer, in.tokens, in.gate.input(), out, s, o.iters, o.warmup);
+    if (o.stats)
+      print_stats(world, layer, s, say);
+    if (o.verify)
+      verify(world, space, layer, in, dense, out, row);
     rows.push_back(row);
   }
-  double t_seq = -1.0;
-  for (auto const &r : rows)
-    if (r.schedule == Schedule::sequential)
-      t_seq = r.median;
-  // The hidden fraction divides by T_comm: it means something only when communication takes a measurable share
-  // of the layer (not on one rank, or without emulation on a fast interconnect).
-  bool const hidden_defined = t_seq > 0 && alone.comm > 0.01 * t_seq;
-  auto const hidden = [&](double t) { return hidden_defined ? (t_seq - t) / alone.comm : 0.0; };
+  return rows;
+}
 
-  if (me == 0) {
-    std::printf("\nT_comm alone %.2f ms, T_comp alone %.2f ms (share %.2f)%s\n", 1e3 * alone.comm, 1e3 * alone.comp,
-                alone.comm / (alone.comm + alone.comp), o.emulate ? "" : " (no link emulation)");
-    std::printf("%-11s %12s %10s %10s %12s %14s\n", "schedule", "median (ms)", "speedup", "hidden", "max rel err",
-                "routing check");
-    for (auto const &r : rows) {
-      std::printf("%-11s %12.2f %9.2fx", name_of(r.schedule), 1e3 * r.median, t_seq > 0 ? t_seq / r.median : 0.0);
-      if (hidden_defined)
-        std::printf(" %9.1f%%", 100 * hidden(r.median));
-      else
-        std::printf(" %10s", "n/a");
-      if (o.verify)
-        std::printf(" %12.2e %14s\n", r.max_rel_error, r.routing_violations == 0 ? "ok" : "VIOLATED");
-      else
-        std::printf(" %12s %14s\n", "-", "-");
-    }
-    // No schedule can beat computation alone; when one appears to, the runs were disturbed (other processes on
-    // the cores) and the fractions above are not measurements of overlap.
-    if (!hidden_defined)
-      std::printf("note: communication alone (%.3f ms) is under 1%% of the sequential layer: there is nothing to "
-                  "hide, so no hidden fraction is given\n",
-                  1e3 * alone.comm);
+/// The hidden fraction (T_sequential - T) / T_comm of each schedule.
+struct Hidden {
+  double t_seq = -1.0, t_comm = 0.0;
+  // It means something only when communication takes a measurable share of the layer (not on one rank, or without
+  // emulation on a fast interconnect).
+  bool defined = false;
+  Hidden(std::vector<Row> const &rows, double comm) : t_comm(comm) {
     for (auto const &r : rows)
-      if (r.median < alone.comp)
-        std::printf("note: %s ran faster than computation alone (%.2f < %.2f ms): the timings were disturbed; rerun "
-                    "with more --iters on a quiet machine\n",
-                    name_of(r.schedule), 1e3 * r.median, 1e3 * alone.comp);
+      if (r.schedule == Schedule::sequential)
+        t_seq = r.median;
+    defined = t_seq > 0 && t_comm > 0.01 * t_seq;
+  }
+  double operator()(double t) const { return defined ? (t_seq - t) / t_comm : 0.0; }
+};
+
+void print_table(Options const &o, std::vector<Row> const &rows, AloneTimes const &alone, Hidden const &hidden) {
+  std::printf("\nT_comm alone %.2f ms, T_comp alone %.2f ms (share %.2f)%s\n", 1e3 * alone.comm, 1e3 * alone.comp,
+              alone.comm / (alone.comm + alone.comp), o.emulate ? "" : " (no link emulation)");
+  std::printf("%-11s %12s %10s %10s %12s %14s\n", "schedule", "median (ms)", "speedup", "hidden", "max rel err",
+              "routing check");
+  for (auto const &r : rows) {
+    std::printf("%-11s %12.2f %9.2fx", name_of(r.schedule), 1e3 * r.median,
+                hidden.t_seq > 0 ? hidden.t_seq / r.median : 0.0);
+    if (hidden.defined)
+      std::printf(" %9.1f%%", 100 * hidden(r.median));
+    else
+      std::printf(" %10s", "n/a");
+    if (o.verify)
+      std::printf(" %12.2e %14s\n", r.max_rel_error, r.routing_violations == 0 ? "ok" : "VIOLATED");
+    else
+      std::printf(" %12s %14s\n", "-", "-");
+  }
+  if (!hidden.defined)
+    std::printf("note: communication alone (%.3f ms) is under 1%% of the sequential layer: there is nothing to "
+                "hide, so no hidden fraction is given\n",
+                1e3 * alone.comm);
+  // No schedule can beat computation alone; when one appears to, the runs were disturbed (other processes on the
+  // cores) and the fractions above are not measurements of overlap.
+  for (auto const &r : rows)
+    if (r.median < alone.comp)
+      std::printf("note: %s ran faster than computation alone (%.2f < %.2f ms): the timings were disturbed; rerun "
+                  "with more --iters on a quiet machine\n",
+                  name_of(r.schedule), 1e3 * r.median, 1e3 * alone.comp);
+}
+
+tessel::Json results_json(Options const &o, Input const &in, MoeLayer const &layer, std::vector<Row> const &rows,
+                          AloneTimes const &alone, Hidden const &hidden) {
+  auto const link = o.emulate ? tessel::paced_backend_of(layer.communicator())->link() : tessel::LinkModel{};
+  tessel::Json doc{{"app", "tessel-moe"},
+                   {"build", tessel::build_summary()},
+                   {"file", o.file},
+                   {"model", in.file->info().model},
+                   {"config", in.config.describe()},
+                   {"ranks", layer.communicator().size()},
+                   {"emulation", o.emulate},
+                   {"link_bandwidth_Bps", link.bandwidth},
+                   {"link_latency_s", o.latency_us * 1e-6},
+                   {"t_comm_alone_s", alone.comm},
+                   {"t_comp_alone_s", alone.comp},
+                   {"comet_params", layer.comet_params().describe()}};
+  auto &schedules = doc["schedules"] = tessel::Json::object();
+  for (auto const &r : rows)
+    schedules[name_of(r.schedule)] = {
+        {"median_s", r.median},
+        {"t_comm_s", alone.comm},
+        {"t_comp_s", alone.comp},
+        {"hidden_fraction", hidden.defined ? tessel::Json(hidden(r.median)) : tessel::Json()},
+        {"max_rel_error", o.verify ? tessel::Json(r.max_rel_error) : tessel::Json()}};
+  return doc;
+}
+
+int run(Options const &o) {
+  auto const world = Communicator::world();
+  Say const say = [me = world.rank()](std::string const &line) {
+    if (me == 0) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  say("tessel-moe " + tessel::build_summary());
+  if (world.rank() == 0 && o.verbose)
+    Kokkos::print_configuration(std::cout, false);
+  auto in = load_input(o, world);
+  say(describe_input(o, in, world.size()));
+
+  TuningRegistry registry = TuningRegistry::builtin();
+  if (!o.tuning.empty())
+    registry.merge(TuningRegistry::load(o.tuning));
+  LayerOptions options;
+  options.pipeline_chunks = o.chunks;
+  options.registry = &registry;
+  MoeLayer layer(in.config, make_communicator(o, world), std::move(in.weights), options);
+  say("comet parameters: " + layer.comet_params().describe() + " (" + layer.comet_params_source() + ")");
+  HostExecSpace space;
+  configure_link(o, space, layer, in, say);
+  if (o.tune)
+    tune(o, space, layer, in, say);
+
+  say("measuring communication alone and computation alone (" + std::to_string(o.iters) + " runs) ...");
+  auto const alone = layer.measure_alone(space, in.tokens, in.gate.input(), o.iters);
+  auto const rows = time_schedules(o, world, space, layer, in, say);
+  Hidden const hidden(rows, alone.comm);
+  if (world.rank() == 0) {
+    print_table(o, rows, alone, hidden);
     if (!o.json.empty()) {
-      tessel::OutputFile file(o.json);
-      auto &js = file.stream();
-      js << "{\n  \"app\": \"tessel-moe\",\n  \"build\": \"" << tessel::build_summary() << "\",\n  \"file\": \""
-         << o.file << "\",\n  \"model\": \"" << info.model << "\",\n  \"config\": \"" << config.describe()
-         << "\",\n  \"ranks\": " << w << ",\n  \"emulation\": " << (o.emulate ? "true" : "false")
-         << ",\n  \"link_bandwidth_Bps\": "
-         << tessel::LinkModel(o.emulate ? tessel::paced_backend_of(comm)->link() : tessel::LinkModel{}).bandwidth
-         << ",\n  \"link_latency_s\": " << o.latency_us * 1e-6 << ",\n  \"t_comm_alone_s\": " << alone.comm
-         << ",\n  \"t_comp_alone_s\": " << alone.comp << ",\n  \"comet_params\": \"" << layer.comet_params().describe()
-         << "\",\n  \"schedules\": {\n";
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        auto const &r = rows[i];
-        js << "    \"" << name_of(r.schedule) << "\": {\"median_s\": " << r.median << ", \"t_comm_s\": " << alone.comm
-           << ", \"t_comp_s\": " << alone.comp << ", \"hidden_fraction\": ";
-        if (hidden_defined)
-          js << hidden(r.median);
-        else
-          js << "null";
-        js << ", \"max_rel_error\": ";
-        if (o.verify)
-          js << r.max_rel_error;
-        else
-          js << "null";
-        js << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-      }
-      js << "  }\n}\n";
-      file.commit();
+      tessel::write_json(o.json, results_json(o, in, layer, rows, alone, hidden));
       std::printf("results written to %s\n", o.json.c_str());
     }
   }
-  int failed = 0;
-  for (auto const &r : rows)
-    if (o.verify && (r.max_rel_error > 1e-5 || r.routing_violations > 0))
-      failed = 1;
+  bool const failed = o.verify && std::any_of(rows.begin(), rows.end(), [](Row const &r) {
+                        return r.max_rel_error > 1e-5 || r.routing_violations > 0;
+                      });
   if (failed)
     say("verification FAILED: a schedule differs from the reference by more than 1e-5");
-  return failed;
+  return failed ? 1 : 0;
 }
 
 } // namespace

@@ -14,11 +14,11 @@
 #include <tessel/core/Config.hpp>
 
 #ifdef TESSEL_ENABLE_CUDA
-#include <tessel/core/OutputFile.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Synthetic.hpp>
-#include <tessel/moe/cuda/MoeLayer.hpp>
+#include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
 #include <tessel/core/cuda/Cuda.hpp>
 
@@ -129,6 +129,34 @@ double rel_diff(std::vector<HostMatrix> const &a, std::vector<HostMatrix> const 
       diff = std::max(diff, static_cast<double>(std::abs(a[r].data()[i] - b[r].data()[i])));
     }
   return scale > 0 ? diff / scale : diff;
+}
+
+Json results_json(CudaOptions const &o, int device, std::vector<Point> const &points) {
+  Json doc{{"benchmark", "tessel-moe-bench --backend cuda"},
+           {"build", build_summary()},
+           {"device", tessel::cuda::device_name(device)},
+           {"virtual_ranks", o.world},
+           {"dtype", name_of(o.dtype)},
+           {"iters", o.iters}};
+  auto &list = doc["points"] = Json::array();
+  for (auto const &p : points)
+    list.push_back({{"model", p.model},
+                    {"config", p.config.describe()},
+                    {"M", p.config.tokens},
+                    {"comet", p.comet.describe()},
+                    {"comet_source", p.comet_source},
+                    {"sequential_ms", p.seq_ms},
+                    {"pipelined_ms", p.pipe_ms},
+                    {"pipelined_chunks", p.best_chunks},
+                    {"comet_ms", p.comet_ms},
+                    {"comm_blocks", p.comm_blocks},
+                    {"grid0", p.grid0},
+                    {"grid1", p.grid1},
+                    {"err_pipelined", p.err_pipe},
+                    {"err_comet", p.err_comet},
+                    {"err_reference", p.err_ref},
+                    {"ok", p.ok}});
+  return doc;
 }
 
 } // namespace
@@ -278,24 +306,7 @@ int run_cuda_bench(tessel::CommandLine &cl) {
                 static_cast<long long>(p.config.tokens), o.world, name_of(o.dtype), p.seq_ms, p.pipe_ms, p.comet_ms,
                 p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.ok ? "ok" : "WRONG");
   if (!o.json.empty()) {
-    OutputFile file(o.json);
-    auto &js = file.stream();
-    js << "{\n  \"benchmark\": \"tessel-moe-bench --backend cuda\",\n  \"build\": \"" << build_summary()
-       << "\",\n  \"device\": \"" << tessel::cuda::device_name(device) << "\",\n  \"virtual_ranks\": " << o.world
-       << ",\n  \"dtype\": \"" << name_of(o.dtype) << "\",\n  \"iters\": " << o.iters << ",\n  \"points\": [\n";
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      auto const &p = points[i];
-      js << "    {\"model\": \"" << p.model << "\", \"config\": \"" << p.config.describe()
-         << "\", \"M\": " << p.config.tokens << ", \"comet\": \"" << p.comet.describe() << "\", \"comet_source\": \""
-         << p.comet_source << "\", \"sequential_ms\": " << p.seq_ms << ", \"pipelined_ms\": " << p.pipe_ms
-         << ", \"pipelined_chunks\": " << p.best_chunks << ", \"comet_ms\": " << p.comet_ms
-         << ", \"comm_blocks\": " << p.comm_blocks << ", \"grid0\": " << p.grid0 << ", \"grid1\": " << p.grid1
-         << ", \"err_pipelined\": " << p.err_pipe << ", \"err_comet\": " << p.err_comet
-         << ", \"err_reference\": " << p.err_ref << ", \"ok\": " << (p.ok ? "true" : "false") << "}"
-         << (i + 1 < points.size() ? "," : "") << "\n";
-    }
-    js << "  ]\n}\n";
-    file.commit();
+    write_json(o.json, results_json(o, device, points));
     std::printf("# results written to %s\n", o.json.c_str());
   }
   return all_ok ? 0 : 1;

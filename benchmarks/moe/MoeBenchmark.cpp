@@ -12,11 +12,13 @@
 // #wrong counts output elements of pipelined and comet that differ from sequential by more than 1e-5 relative.
 #include "CudaBench.hpp"
 
-#include <tessel/moe/Calibration.hpp>
+#include "Harness.hpp"
+
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Synthetic.hpp>
 
 #include <tessel/core/Config.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
@@ -30,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +41,7 @@ namespace {
 
 using namespace tessel::moe;
 using tessel::Communicator;
+using tessel::moe::bench::Calibration;
 
 struct Options : tessel::moe::bench::SweepOptions {
   Options() {
@@ -138,11 +142,351 @@ double cpu_seconds() {
 
 double hidden(Point const &p, double t) { return (p.t_seq - t) / p.t_comm; }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+using Say = std::function<void(std::string const &)>;
+
+/// What a point's runs share: the communicator of the layers, its emulated link, and the printer of rank 0.
+struct Bench {
+  Options const &o;
+  Communicator world, paced;
+  HostExecSpace space;
+  Say say;
+};
+
+/// One model's shape (N, K scaled), routing skew and dense weights, shared by its points.
+struct Model {
+  std::string name;
+  MoeConfig base;
+  double alpha = 0;
+  SyntheticGate gate;
+  DenseWeights dense;
+  GateInput gate_input() const { return GateInput::from_weight(gate.weight, gate.bias); }
+};
+
+Model make_model(Bench const &b, std::string const &name) {
+  auto const &o = b.o;
+  auto const &model = find_model(name);
+  Model m;
+  m.name = model.name;
+  m.base = scaled_config(model, o.scale, 1);
+  m.base.ep = b.world.size() / o.tp;
+  m.base.tp = o.tp;
+  auto const sample = make_tokens(m.base, 4096, o.seed + 7);
+  m.alpha = zipf_alpha_for(m.base, sample, o.seed + 11, o.imbalance);
+  m.gate = make_gate(m.base, m.alpha, o.seed + 11);
+  m.dense = make_weights(m.base, o.seed + 13);
+  return m;
+}
+
+/// The three outputs of a point (sequential, pipelined, comet).
+struct Outputs {
+  HostMatrix seq, pipe, comet;
+  Outputs(std::int64_t m, std::int64_t n)
+      : seq("Tessel::bench::out_seq", static_cast<std::size_t>(m), static_cast<std::size_t>(n)),
+        pipe("Tessel::bench::out_pipe", static_cast<std::size_t>(m), static_cast<std::size_t>(n)),
+        comet("Tessel::bench::out_comet", static_cast<std::size_t>(m), static_cast<std::size_t>(n)) {}
+  HostMatrix of(Schedule s) const { return s == Schedule::sequential ? seq : s == Schedule::pipelined ? pipe : comet; }
+};
+
+/// What one pass of the timed loop measured, per variant: seq, pipelined at each chunk count, comet, communication
+/// alone, computation alone.
+struct LoopTimes {
+  std::vector<std::vector<double>> times;
+  std::vector<double> cpu; ///< CPU seconds per forward, summed over ranks
+};
+
+// Timed loop: the variants interleaved in an order rotated every iteration, so that load from other processes (the
+// machine is shared) hits all of them alike.
+LoopTimes run_loop(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate, Outputs const &out) {
+  auto const &o = b.o;
+  int const variants = 2 + static_cast<int>(o.chunks.size()) + 2; // seq, pipe..., comet, comm, comp
+  LoopTimes loop{std::vector<std::vector<double>>(static_cast<std::size_t>(variants)),
+                 std::vector<double>(static_cast<std::size_t>(variants), 0.0)};
+  for (int i = 0; i < o.iters; ++i)
+    for (int j = 0; j < variants; ++j) {
+      int const what = (i + j) % variants;
+      auto &slot = loop.times[static_cast<std::size_t>(what)];
+      if (what == variants - 2) {
+        slot.push_back(layer.measure_alone(b.space, tokens, gate, 1, true, false).comm);
+        continue;
+      }
+      if (what == variants - 1) {
+        slot.push_back(layer.measure_alone(b.space, tokens, gate, 1, false, true).comp);
+        continue;
+      }
+      Schedule const s = what == 0              ? Schedule::sequential
+                         : what == variants - 3 ? Schedule::comet
+                                                : Schedule::pipelined;
+      if (s == Schedule::pipelined)
+        layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
+      b.paced.barrier();
+      double const c0 = cpu_seconds();
+      auto const t0 = std::chrono::steady_clock::now();
+      layer.forward(b.space, tokens, gate, out.of(s), s);
+      double const t = b.world.allreduce_value(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tessel::ReduceOp::max);
+      loop.cpu[static_cast<std::size_t>(what)] +=
+          b.world.allreduce_value(cpu_seconds() - c0, tessel::ReduceOp::sum) / o.iters;
+      slot.push_back(t);
+    }
+  return loop;
+}
+
+// The loop's medians into \p p (pipelined: the fastest chunk count).
+void summarize(Options const &o, LoopTimes const &loop, Point &p) {
+  auto const variants = loop.times.size();
+  p.t_seq = median(loop.times[0]);
+  p.t_pipe_by_chunks.clear();
+  p.t_pipe = 1e300;
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    double const t = median(loop.times[c + 1]);
+    p.t_pipe_by_chunks.emplace_back(o.chunks[c], t);
+    if (t < p.t_pipe) {
+      p.t_pipe = t;
+      p.best_chunks = o.chunks[c];
+      p.cpu[1] = loop.cpu[c + 1];
+    }
+  }
+  p.t_comet = median(loop.times[variants - 3]);
+  p.t_comm = median(loop.times[variants - 2]);
+  p.t_comp = median(loop.times[variants - 1]);
+  p.t_comp_min = *std::min_element(loop.times[variants - 1].begin(), loop.times[variants - 1].end());
+  p.cpu[0] = loop.cpu[0];
+  p.cpu[2] = loop.cpu[variants - 3];
+}
+
+// Refits the link from the loop's own medians when the share it measured misses the target by more than 0.05;
+// returns whether the loop should run again.
+bool refit_link(Bench const &b, Point &p) {
+  auto const &o = b.o;
+  // The link is judged against the fastest computation-alone run (the least disturbed by other processes); the
+  // table reports medians.
+  double const share = p.t_comm / (p.t_comm + p.t_comp_min);
+  if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0)
+    return false;
+  // T_comm is affine in 1/bandwidth, with the latency-only intercept found by the calibration.
+  double const intercept = std::min(p.cal.t_comm_unlimited, 0.5 * p.t_comm);
+  double const target = std::max(o.share / (1.0 - o.share) * p.t_comp_min, 1.5 * intercept);
+  double const slope = (p.t_comm - intercept) * p.cal.link.bandwidth;
+  auto link = p.cal.link;
+  link.bandwidth =
+      b.world.allreduce_value(b.world.rank() == 0 ? slope / (target - intercept) : 0.0, tessel::ReduceOp::sum);
+  tessel::paced_backend_of(b.paced)->set_link(link);
+  p.cal.link = link;
+  std::ostringstream os;
+  os << "   measured share " << share << " (T_comm " << 1e3 * p.t_comm << " ms, fastest T_comp " << 1e3 * p.t_comp_min
+     << " ms): link refitted to " << link.bandwidth / 1e6 << " MB/s, measuring again";
+  b.say(os.str());
+  return true;
+}
+
+// --trace: each rank's comet timeline of one more run.
+void write_trace(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
+                 std::string const &path) {
+  layer.forward(b.space, tokens, gate, out, Schedule::comet);
+  tessel::OutputFile trace(path);
+  auto &tf = trace.stream();
+  auto const &st = layer.stats();
+  tf << "# total " << st.total << " busy " << st.compute_busy << " wait " << st.compute_wait << "\n";
+  for (auto const &e : st.trace)
+    tf << e.begin << " " << e.end << " " << e.what << "\n";
+  trace.commit();
+}
+
+std::string describe(Point const &p) {
+  std::ostringstream os;
+  os << "   seq " << 1e3 * p.t_seq << " ms, pipelined " << 1e3 * p.t_pipe << " ms, comet " << 1e3 * p.t_comet << " ms ["
+     << p.comet.describe() << ", " << p.comet_source << "]; comet/seq " << p.t_seq / p.t_comet
+     << "x, CPU s/forward (all ranks) seq " << p.cpu[0] << " pipelined " << p.cpu[1] << " comet " << p.cpu[2]
+     << ", comet/pipelined " << p.t_pipe / p.t_comet << "x, hidden pipelined " << 100 * hidden(p, p.t_pipe)
+     << "%, comet " << 100 * hidden(p, p.t_comet) << "%";
+  return os.str();
+}
+
+// One (model, M) point: the layer, its calibrated link (and --tune), the timed loop until its share is on target,
+// the outputs compared with sequential.
+Point measure_point(Bench const &b, Model const &model, std::int64_t m, TuningRegistry &tuned) {
+  auto const &o = b.o;
+  int const me = b.world.rank();
+  Point p;
+  p.model = model.name;
+  p.config = model.base;
+  p.config.tokens = m;
+  p.alpha = model.alpha;
+  b.say("## " + model.name + " " + p.config.describe());
+  auto const tokens = make_tokens(p.config, m, o.seed + 100 + static_cast<std::uint64_t>(me));
+  auto const gate = model.gate_input();
+  LayerOptions options;
+  options.check_finite = false; // checked once below, not inside the timed runs
+  options.pipeline_chunks = o.chunks.front();
+  options.trace = !o.trace.empty();
+  MoeLayer layer(p.config, b.paced, shard_weights(p.config, me, model.dense), options);
+  p.comet = layer.comet_params();
+  p.comet_source = layer.comet_params_source();
+  Outputs const out(m, model.base.hidden);
+  layer.forward(b.space, tokens, gate, out.seq, Schedule::sequential);
+  p.imbalance = layer.routing().imbalance_std(b.world);
+  p.cal = bench::calibrate_comm_share(b.space, layer, *tessel::paced_backend_of(b.paced), tokens, gate, o.share,
+                                      o.latency_us * 1e-6, 5, b.say);
+  if (o.tune) {
+    auto const result = bench::tune_comet(b.space, layer, tokens, gate, o.iters, b.say);
+    p.comet = result.best;
+    p.comet_source = "tuned";
+    std::ostringstream note;
+    note << p.model << " W=" << b.world.size() << ": comet " << 1e3 * result.best_seconds << " ms at share " << o.share;
+    tuned.set(TuningKey::of(p.config), result.best, note.str());
+  }
+  for (int i = 0; i < o.warmup; ++i) {
+    layer.forward(b.space, tokens, gate, out.seq, Schedule::sequential);
+    for (int c : o.chunks) {
+      layer.set_pipeline_chunks(c);
+      layer.forward(b.space, tokens, gate, out.pipe, Schedule::pipelined);
+    }
+    layer.forward(b.space, tokens, gate, out.comet, Schedule::comet);
+  }
+  // When the share measured in the loop misses the target, the link is refitted and the loop runs again (at most
+  // 3 times).
+  for (p.attempts = 1;; ++p.attempts) {
+    summarize(o, run_loop(b, layer, tokens, gate, out), p);
+    if (!refit_link(b, p))
+      break;
+  }
+  p.wrong = count_wrong(b.world, out.pipe, out.seq, p.max_diff) + count_wrong(b.world, out.comet, out.seq, p.max_diff);
+  if (!o.trace.empty())
+    write_trace(b, layer, tokens, gate, out.comet,
+                o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me));
+  b.say(describe(p));
+  return p;
+}
+
+void print_table(Options const &o, int w, std::vector<Point> const &points) {
+  std::printf("\n# MoE layer, %d ranks (EP %d x TP %d), link calibrated to share %.2f; times in ms (median of %d)\n", w,
+              w / o.tp, o.tp, o.share, o.iters);
+  std::printf("%-13s %6s %5s %6s %3s %4s %6s %9s %9s %6s %9s %9s %2s %9s %8s %8s %9s %9s %7s\n", "model", "M", "N", "K",
+              "E", "topk", "imbal", "T_comp", "T_comm", "share", "seq", "pipelined", "C", "comet", "c/seq", "c/pipe",
+              "hid_pipe", "hid_comet", "#wrong");
+  for (auto const &p : points)
+    std::printf("%-13s %6lld %5lld %6lld %3d %4d %6.3f %9.2f %9.2f %6.2f %9.2f %9.2f %2d %9.2f %7.2fx %7.2fx "
+                "%8.1f%% %8.1f%% "
+                "%7ld\n",
+                p.model.c_str(), static_cast<long long>(p.config.tokens), static_cast<long long>(p.config.hidden),
+                static_cast<long long>(p.config.ffn), p.config.experts, p.config.topk, p.imbalance, 1e3 * p.t_comp,
+                1e3 * p.t_comm, p.t_comm / (p.t_comm + p.t_comp), 1e3 * p.t_seq, 1e3 * p.t_pipe, p.best_chunks,
+                1e3 * p.t_comet, p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe),
+                100 * hidden(p, p.t_comet), p.wrong);
+}
+
+tessel::Json point_json(Point const &p) {
+  tessel::Json by_chunks = tessel::Json::object();
+  for (auto const &[chunks, t] : p.t_pipe_by_chunks)
+    by_chunks[std::to_string(chunks)] = t;
+  return {{"model", p.model},
+          {"M", p.config.tokens},
+          {"N", p.config.hidden},
+          {"K", p.config.ffn},
+          {"E", p.config.experts},
+          {"topk", p.config.topk},
+          {"imbalance_std", p.imbalance},
+          {"zipf_alpha", p.alpha},
+          {"bandwidth_Bps", p.cal.link.bandwidth},
+          {"t_comp_s", p.t_comp},
+          {"t_comm_s", p.t_comm},
+          {"t_comp_min_s", p.t_comp_min},
+          {"share", p.t_comm / (p.t_comm + p.t_comp)},
+          {"sequential_s", p.t_seq},
+          {"pipelined_s", p.t_pipe},
+          {"pipelined_best_chunks", p.best_chunks},
+          {"pipelined_by_chunks_s", by_chunks},
+          {"attempts", p.attempts},
+          {"comet_s", p.t_comet},
+          {"speedup_comet_vs_sequential", p.t_seq / p.t_comet},
+          {"speedup_comet_vs_pipelined", p.t_pipe / p.t_comet},
+          {"hidden_pipelined", hidden(p, p.t_pipe)},
+          {"hidden_comet", hidden(p, p.t_comet)},
+          {"comet_params", p.comet.describe()},
+          {"comet_params_source", p.comet_source},
+          {"cpu_s_per_forward", {{"sequential", p.cpu[0]}, {"pipelined", p.cpu[1]}, {"comet", p.cpu[2]}}},
+          {"wrong", p.wrong},
+          {"max_rel_diff", p.max_diff}};
+}
+
+tessel::Json results_json(Options const &o, int w, std::vector<Point> const &points) {
+  tessel::Json doc{{"benchmark", "tessel-moe-bench"},
+                   {"build", tessel::build_summary()},
+                   {"ranks", w},
+                   {"ep", w / o.tp},
+                   {"tp", o.tp},
+                   {"share", o.share},
+                   {"latency_us", o.latency_us},
+                   {"scale", o.scale},
+                   {"iters", o.iters}};
+  auto &list = doc["points"] = tessel::Json::array();
+  for (auto const &p : points)
+    list.push_back(point_json(p));
+  return doc;
+}
+
+// --tune: the tuned entries merged into --registry.
+void merge_tuned(Options const &o, TuningRegistry const &tuned) {
+  TuningRegistry reg;
+  if (std::ifstream(o.registry).good())
+    reg = TuningRegistry::load(o.registry);
+  reg.merge(tuned);
+  reg.save(o.registry);
+  std::printf("# %zu tuned entries merged into %s\n", tuned.entries().size(), o.registry.c_str());
+}
+
+std::string describe_run(Options const &o, int w) {
+  std::ostringstream os;
+  os << "# ranks " << w << " (EP " << w / o.tp << " x TP " << o.tp << "), scale 1/" << o.scale << ", share " << o.share
+     << ", latency " << o.latency_us << " us, imbalance std " << o.imbalance << ", pipelined chunks";
+  for (int c : o.chunks)
+    os << " " << c;
+  os << ", " << o.iters << " timed runs (median)";
+  return os.str();
+}
+
+int run_host_bench(Options const &o) {
+  auto const world = Communicator::world();
+  int const w = world.size(), me = world.rank();
+  TESSEL_REQUIRE(w % o.tp == 0, "--tp ", o.tp, " does not divide the ", w, " ranks");
+  Say const say = [me](std::string const &line) {
+    if (me == 0) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  say("# tessel-moe-bench: " + tessel::build_summary());
+  say(describe_run(o, w));
+  Bench const b{o, world, tessel::make_paced_communicator(world.split(0, me), tessel::LinkModel{0.0, 0.0}),
+                HostExecSpace(), say};
+  std::vector<Point> points;
+  TuningRegistry tuned;
+  for (auto const &name : o.models) {
+    auto const model = make_model(b, name);
+    for (auto m : o.tokens)
+      points.push_back(measure_point(b, model, m, tuned));
+  }
+  if (me == 0) {
+    print_table(o, w, points);
+    if (!o.json.empty()) {
+      tessel::write_json(o.json, results_json(o, w, points));
+      std::printf("# results written to %s\n", o.json.c_str());
+    }
+    if (o.tune)
+      merge_tuned(o, tuned);
+  }
+  return std::any_of(points.begin(), points.end(), [](Point const &p) { return p.wrong != 0; }) ? 1 : 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   return tessel::run_tool("tessel-moe-bench", argc, argv, [](tessel::CommandLine &cl) {
-    int status = 0;
     std::string const backend = cl.get("backend", "host");
     TESSEL_REQUIRE_USAGE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
     if (backend == "cuda")
@@ -151,241 +495,6 @@ int main(int argc, char **argv) {
       usage();
       return 0;
     }
-    auto const o = parse(cl);
-    auto const world = Communicator::world();
-    int const w = world.size(), me = world.rank();
-    TESSEL_REQUIRE(w % o.tp == 0, "--tp ", o.tp, " does not divide the ", w, " ranks");
-    auto const say = [&](std::string const &line) {
-      if (me == 0) {
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-      }
-    };
-    say("# tessel-moe-bench: " + tessel::build_summary());
-    {
-      std::ostringstream os;
-      os << "# ranks " << w << " (EP " << w / o.tp << " x TP " << o.tp << "), scale 1/" << o.scale << ", share "
-         << o.share << ", latency " << o.latency_us << " us, imbalance std " << o.imbalance << ", pipelined chunks";
-      for (int c : o.chunks)
-        os << " " << c;
-      os << ", " << o.iters << " timed runs (median)";
-      say(os.str());
-    }
-    auto const paced = tessel::make_paced_communicator(world.split(0, me), tessel::LinkModel{0.0, 0.0});
-    HostExecSpace space;
-    std::vector<Point> points;
-    TuningRegistry tuned;
-    for (auto const &name : o.models) {
-      auto const &model = find_model(name);
-      auto base = scaled_config(model, o.scale, 1);
-      base.ep = w / o.tp;
-      base.tp = o.tp;
-      auto const sample = make_tokens(base, 4096, o.seed + 7);
-      double const alpha = zipf_alpha_for(base, sample, o.seed + 11, o.imbalance);
-      auto const gate = make_gate(base, alpha, o.seed + 11);
-      GateInput const gate_input = GateInput::from_weight(gate.weight, gate.bias);
-      auto const dense = make_weights(base, o.seed + 13);
-      for (auto m : o.tokens) {
-        Point p;
-        p.model = model.name;
-        p.config = base;
-        p.config.tokens = m;
-        p.alpha = alpha;
-        say("## " + model.name + " " + p.config.describe());
-        auto const tokens = make_tokens(p.config, m, o.seed + 100 + static_cast<std::uint64_t>(me));
-        LayerOptions options;
-        options.check_finite = false; // checked once below, not inside the timed runs
-        options.pipeline_chunks = o.chunks.front();
-        options.trace = !o.trace.empty();
-        MoeLayer layer(p.config, paced, shard_weights(p.config, me, dense), options);
-        p.comet = layer.comet_params();
-        p.comet_source = layer.comet_params_source();
-        HostMatrix out_seq("Tessel::bench::out_seq", static_cast<std::size_t>(m),
-                           static_cast<std::size_t>(base.hidden));
-        HostMatrix out_pipe("Tessel::bench::out_pipe", static_cast<std::size_t>(m),
-                            static_cast<std::size_t>(base.hidden));
-        HostMatrix out_comet("Tessel::bench::out_comet", static_cast<std::size_t>(m),
-                             static_cast<std::size_t>(base.hidden));
-        layer.forward(space, tokens, gate_input, out_seq, Schedule::sequential);
-        p.imbalance = layer.routing().imbalance_std(world);
-        p.cal = calibrate_comm_share(space, layer, tokens, gate_input, o.share, o.latency_us * 1e-6, 5, say);
-        if (o.tune) {
-          auto const result = tune_comet(space, layer, tokens, gate_input, o.iters, say);
-          p.comet = result.best;
-          p.comet_source = "tuned";
-          std::ostringstream note;
-          note << p.model << " W=" << w << ": comet " << 1e3 * result.best_seconds << " ms at share " << o.share;
-          tuned.set(TuningKey::of(p.config), result.best, note.str());
-        }
-        // Timed loop: sequential, pipelined at each chunk count, comet, communication alone and computation
-        // alone, interleaved in an order rotated every iteration so that load from other processes (the machine
-        // is shared) hits all of them alike. When the share measured in the loop misses the target by more than
-        // 0.05, the link is refitted from the loop's own medians and the loop runs again (at most 3 times).
-        auto const median = [](std::vector<double> v) {
-          std::sort(v.begin(), v.end());
-          return v[v.size() / 2];
-        };
-        int const variants = 2 + static_cast<int>(o.chunks.size()) + 2; // seq, pipe..., comet, comm, comp
-        for (int i = 0; i < o.warmup; ++i) {
-          layer.forward(space, tokens, gate_input, out_seq, Schedule::sequential);
-          for (int c : o.chunks) {
-            layer.set_pipeline_chunks(c);
-            layer.forward(space, tokens, gate_input, out_pipe, Schedule::pipelined);
-          }
-          layer.forward(space, tokens, gate_input, out_comet, Schedule::comet);
-        }
-        for (p.attempts = 1;; ++p.attempts) {
-          std::vector<std::vector<double>> times(static_cast<std::size_t>(variants));
-          std::vector<double> cpu(static_cast<std::size_t>(variants), 0.0);
-          for (int i = 0; i < o.iters; ++i)
-            for (int j = 0; j < variants; ++j) {
-              int const what = (i + j) % variants;
-              auto &slot = times[static_cast<std::size_t>(what)];
-              if (what == variants - 2) {
-                slot.push_back(layer.measure_alone(space, tokens, gate_input, 1, true, false).comm);
-                continue;
-              }
-              if (what == variants - 1) {
-                slot.push_back(layer.measure_alone(space, tokens, gate_input, 1, false, true).comp);
-                continue;
-              }
-              Schedule const s = what == 0              ? Schedule::sequential
-                                 : what == variants - 3 ? Schedule::comet
-                                                        : Schedule::pipelined;
-              if (s == Schedule::pipelined)
-                layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
-              auto out = s == Schedule::sequential ? out_seq : s == Schedule::pipelined ? out_pipe : out_comet;
-              paced.barrier();
-              double const c0 = cpu_seconds();
-              auto const t0 = std::chrono::steady_clock::now();
-              layer.forward(space, tokens, gate_input, out, s);
-              double const t = world.allreduce_value(
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tessel::ReduceOp::max);
-              cpu[static_cast<std::size_t>(what)] +=
-                  world.allreduce_value(cpu_seconds() - c0, tessel::ReduceOp::sum) / o.iters;
-              slot.push_back(t);
-            }
-          p.t_seq = median(times[0]);
-          p.t_pipe_by_chunks.clear();
-          p.t_pipe = 1e300;
-          for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-            double const t = median(times[c + 1]);
-            p.t_pipe_by_chunks.emplace_back(o.chunks[c], t);
-            if (t < p.t_pipe) {
-              p.t_pipe = t;
-              p.best_chunks = o.chunks[c];
-              p.cpu[1] = cpu[c + 1];
-            }
-          }
-          p.t_comet = median(times[static_cast<std::size_t>(variants - 3)]);
-          p.t_comm = median(times[static_cast<std::size_t>(variants - 2)]);
-          p.t_comp = median(times[static_cast<std::size_t>(variants - 1)]);
-          p.t_comp_min = *std::min_element(times[static_cast<std::size_t>(variants - 1)].begin(),
-                                           times[static_cast<std::size_t>(variants - 1)].end());
-          p.cpu[0] = cpu[0];
-          p.cpu[2] = cpu[static_cast<std::size_t>(variants - 3)];
-          // The link is judged against the fastest computation-alone run (the least disturbed by other
-          // processes); the table reports medians.
-          double const share = p.t_comm / (p.t_comm + p.t_comp_min);
-          if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0)
-            break;
-          // T_comm is affine in 1/bandwidth, with the latency-only intercept found by the calibration.
-          double const intercept = std::min(p.cal.t_comm_unlimited, 0.5 * p.t_comm);
-          double const target = std::max(o.share / (1.0 - o.share) * p.t_comp_min, 1.5 * intercept);
-          double const slope = (p.t_comm - intercept) * p.cal.link.bandwidth;
-          auto link = p.cal.link;
-          link.bandwidth = world.allreduce_value(me == 0 ? slope / (target - intercept) : 0.0, tessel::ReduceOp::sum);
-          tessel::paced_backend_of(paced)->set_link(link);
-          p.cal.link = link;
-          std::ostringstream os;
-          os << "   measured share " << share << " (T_comm " << 1e3 * p.t_comm << " ms, fastest T_comp "
-             << 1e3 * p.t_comp_min << " ms): link refitted to " << link.bandwidth / 1e6 << " MB/s, measuring again";
-          say(os.str());
-        }
-        p.wrong =
-            count_wrong(world, out_pipe, out_seq, p.max_diff) + count_wrong(world, out_comet, out_seq, p.max_diff);
-        if (!o.trace.empty()) {
-          layer.forward(space, tokens, gate_input, out_comet, Schedule::comet);
-          tessel::OutputFile trace(o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me));
-          auto &tf = trace.stream();
-          auto const &st = layer.stats();
-          tf << "# total " << st.total << " busy " << st.compute_busy << " wait " << st.compute_wait << "\n";
-          for (auto const &e : st.trace)
-            tf << e.begin << " " << e.end << " " << e.what << "\n";
-          trace.commit();
-        }
-        std::ostringstream os;
-        os << "   seq " << 1e3 * p.t_seq << " ms, pipelined " << 1e3 * p.t_pipe << " ms, comet " << 1e3 * p.t_comet
-           << " ms [" << p.comet.describe() << ", " << p.comet_source << "]; comet/seq " << p.t_seq / p.t_comet
-           << "x, CPU s/forward (all ranks) seq " << p.cpu[0] << " pipelined " << p.cpu[1] << " comet " << p.cpu[2]
-           << ", comet/pipelined " << p.t_pipe / p.t_comet << "x, hidden pipelined " << 100 * hidden(p, p.t_pipe)
-           << "%, comet " << 100 * hidden(p, p.t_comet) << "%";
-        say(os.str());
-        points.push_back(p);
-      }
-    }
-
-    if (me == 0) {
-      std::printf(
-          "\n# MoE layer, %d ranks (EP %d x TP %d), link calibrated to share %.2f; times in ms (median of %d)\n", w,
-          w / o.tp, o.tp, o.share, o.iters);
-      std::printf("%-13s %6s %5s %6s %3s %4s %6s %9s %9s %6s %9s %9s %2s %9s %8s %8s %9s %9s %7s\n", "model", "M", "N",
-                  "K", "E", "topk", "imbal", "T_comp", "T_comm", "share", "seq", "pipelined", "C", "comet", "c/seq",
-                  "c/pipe", "hid_pipe", "hid_comet", "#wrong");
-      for (auto const &p : points)
-        std::printf("%-13s %6lld %5lld %6lld %3d %4d %6.3f %9.2f %9.2f %6.2f %9.2f %9.2f %2d %9.2f %7.2fx %7.2fx "
-                    "%8.1f%% %8.1f%% "
-                    "%7ld\n",
-                    p.model.c_str(), static_cast<long long>(p.config.tokens), static_cast<long long>(p.config.hidden),
-                    static_cast<long long>(p.config.ffn), p.config.experts, p.config.topk, p.imbalance, 1e3 * p.t_comp,
-                    1e3 * p.t_comm, p.t_comm / (p.t_comm + p.t_comp), 1e3 * p.t_seq, 1e3 * p.t_pipe, p.best_chunks,
-                    1e3 * p.t_comet, p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe),
-                    100 * hidden(p, p.t_comet), p.wrong);
-      if (!o.json.empty()) {
-        tessel::OutputFile file(o.json);
-        auto &js = file.stream();
-        js << "{\n  \"benchmark\": \"tessel-moe-bench\",\n  \"build\": \"" << tessel::build_summary() << "\",\n"
-           << "  \"ranks\": " << w << ", \"ep\": " << w / o.tp << ", \"tp\": " << o.tp << ", \"share\": " << o.share
-           << ", \"latency_us\": " << o.latency_us << ", \"scale\": " << o.scale << ", \"iters\": " << o.iters
-           << ",\n  \"points\": [\n";
-        for (std::size_t i = 0; i < points.size(); ++i) {
-          auto const &p = points[i];
-          js << "    {\"model\": \"" << p.model << "\", \"M\": " << p.config.tokens << ", \"N\": " << p.config.hidden
-             << ", \"K\": " << p.config.ffn << ", \"E\": " << p.config.experts << ", \"topk\": " << p.config.topk
-             << ", \"imbalance_std\": " << p.imbalance << ", \"zipf_alpha\": " << p.alpha
-             << ", \"bandwidth_Bps\": " << p.cal.link.bandwidth << ", \"t_comp_s\": " << p.t_comp
-             << ", \"t_comm_s\": " << p.t_comm << ", \"t_comp_min_s\": " << p.t_comp_min
-             << ", \"share\": " << p.t_comm / (p.t_comm + p.t_comp) << ", \"sequential_s\": " << p.t_seq
-             << ", \"pipelined_s\": " << p.t_pipe << ", \"pipelined_best_chunks\": " << p.best_chunks
-             << ", \"pipelined_by_chunks_s\": {";
-          for (std::size_t c = 0; c < p.t_pipe_by_chunks.size(); ++c)
-            js << (c ? ", " : "") << "\"" << p.t_pipe_by_chunks[c].first << "\": " << p.t_pipe_by_chunks[c].second;
-          js << "}, \"attempts\": " << p.attempts << ", \"comet_s\": " << p.t_comet
-             << ", \"speedup_comet_vs_sequential\": " << p.t_seq / p.t_comet
-             << ", \"speedup_comet_vs_pipelined\": " << p.t_pipe / p.t_comet
-             << ", \"hidden_pipelined\": " << hidden(p, p.t_pipe) << ", \"hidden_comet\": " << hidden(p, p.t_comet)
-             << ", \"comet_params\": \"" << p.comet.describe() << "\", \"comet_params_source\": \"" << p.comet_source
-             << "\", \"cpu_s_per_forward\": {\"sequential\": " << p.cpu[0] << ", \"pipelined\": " << p.cpu[1]
-             << ", \"comet\": " << p.cpu[2] << "}, \"wrong\": " << p.wrong << ", \"max_rel_diff\": " << p.max_diff
-             << "}" << (i + 1 < points.size() ? "," : "") << "\n";
-        }
-        js << "  ]\n}\n";
-        file.commit();
-        std::printf("# results written to %s\n", o.json.c_str());
-      }
-      if (o.tune) {
-        TuningRegistry reg;
-        std::ifstream exists(o.registry);
-        if (exists.good())
-          reg = TuningRegistry::load(o.registry);
-        reg.merge(tuned);
-        reg.save(o.registry);
-        std::printf("# %zu tuned entries merged into %s\n", tuned.entries().size(), o.registry.c_str());
-      }
-    }
-    for (auto const &p : points)
-      if (p.wrong != 0)
-        status = 1;
-    return status;
+    return run_host_bench(parse(cl));
   });
 }

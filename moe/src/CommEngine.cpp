@@ -1,4 +1,4 @@
-#include "CommEngine.hpp"
+#include "impl/CommEngine.hpp"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -195,8 +195,7 @@ CommEngine::PassResult CommEngine::pass(Worker &worker) {
   for (std::size_t i = 0; i < active.size();) {
     // A known completion still ahead: skip without touching MPI.
     auto const hint = active[i].request.not_before();
-    if (hint != not_before_moving && hint != not_before_unknown &&
-        hint > Clock::now() + std::chrono::microseconds(20)) {
+    if (hint != not_before_moving && hint != not_before_unknown && hint > Clock::now() + Backoff::brisk) {
       r.earliest = std::min(r.earliest, hint);
       ++i;
       continue;
@@ -241,22 +240,19 @@ void CommEngine::progress() {
   }
 }
 
-Clock::time_point CommEngine::wake_time(PassResult const &r, std::chrono::microseconds &backoff) {
+Clock::time_point CommEngine::wake_time(PassResult const &r, Backoff &backoff) {
   // Briefly while bytes are moving (MPI progresses them only inside its calls); until the earliest known
   // completion when every pending request has one; otherwise with a growing backoff.
   auto const now = Clock::now();
   if (r.moving)
-    return now + std::chrono::microseconds(20);
+    return now + Backoff::brisk;
   if (!r.unknown && r.earliest != Clock::time_point::max())
     return std::min(r.earliest, now + std::chrono::milliseconds(20));
-  auto wake_at = std::min(now + backoff, r.earliest);
-  if (backoff < std::chrono::microseconds(1000))
-    backoff *= 2;
-  return wake_at;
+  return std::min(now + backoff.next(), r.earliest);
 }
 
 void CommEngine::run(Worker &worker) {
-  auto backoff = std::chrono::microseconds(20);
+  Backoff backoff;
   Timeout const timeout = _comm.timeout();
   while (true) {
     if (_stop.load())
@@ -271,7 +267,7 @@ void CommEngine::run(Worker &worker) {
         throw_timeout(worker, timeout);
     }
     if (r.progressed) {
-      backoff = std::chrono::microseconds(20);
+      backoff.reset();
       continue;
     }
     auto const wake_at = wake_time(r, backoff);
@@ -283,7 +279,7 @@ void CommEngine::run(Worker &worker) {
 
 void CommEngine::drive(std::function<bool()> const &done) {
   auto &worker = *_workers.front();
-  auto backoff = std::chrono::microseconds(20);
+  Backoff backoff;
   Timeout const timeout = _comm.timeout();
   while (!done()) {
     std::unique_lock<std::mutex> lock(worker.state);
@@ -291,7 +287,7 @@ void CommEngine::drive(std::function<bool()> const &done) {
     if (r.done)
       return;
     if (r.progressed) {
-      backoff = std::chrono::microseconds(20);
+      backoff.reset();
       continue;
     }
     if (!worker.active.empty() && Clock::now() - worker.last_progress > timeout)

@@ -1,6 +1,6 @@
 #include <tessel/moe/ExpertFfn.hpp>
 
-#include "Kernels.hpp"
+#include "impl/Kernels.hpp"
 
 #include <tessel/core/Execution.hpp>
 
@@ -67,7 +67,7 @@ void grouped_ffn(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
                    "grouped_ffn: offsets must not decrease");
     for (auto r = offsets[static_cast<std::size_t>(e)]; r < offsets[static_cast<std::size_t>(e) + 1]; r += panel) {
       auto const end = std::min(r + panel, offsets[static_cast<std::size_t>(e) + 1]);
-      Impl::MatRef<float> const hp{h.data(), end - r, kp, kp};
+      MatrixRef<float> const hp{h.data(), end - r, kp, kp};
       Impl::layer0_tile(space, config, weights, e, {x.data() + r * n, end - r, n, n}, hp, scratch);
       compat::fence(space, "Tessel::moe::grouped_ffn");
       Impl::layer1_block(space, config, weights, e, {hp.data, hp.rows, kp, kp}, 0, n,

@@ -1,4 +1,4 @@
-#include "Kernels.hpp"
+#include "impl/Kernels.hpp"
 
 #include <tessel/core/Execution.hpp>
 
@@ -16,20 +16,20 @@ KOKKOS_INLINE_FUNCTION float gelu(float x) { return 0.5f * x * (1.0f + std::erf(
 
 template <class ExecSpace>
 void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
-                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols,
+                 MatrixRef<float const> x, MatrixRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols,
                  std::function<void()> const &between) {
   std::int64_t const rows = x.rows, kp = config.ffn_per_rank(), n = config.hidden;
   if (rows == 0)
     return;
   std::int64_t const cols0 = config.gemm0_cols();
-  MatRef<float const> const w0{&weights.w0(expert, 0, 0), n, cols0, cols0};
+  MatrixRef<float const> const w0{&weights.w0(expert, 0, 0), n, cols0, cols0};
   bool const silu_act = config.activation == Activation::silu;
   // out[:, c) = x W0[:, c), whole or in column panels (each panel packs only its columns of W0).
-  auto const gemm0 = [&](MatRef<float> out) {
+  auto const gemm0 = [&](MatrixRef<float> out) {
     std::int64_t const step = panel_cols > 0 ? panel_cols : cols0;
     for (std::int64_t c = 0; c < cols0; c += step) {
       auto const width = std::min(step, cols0 - c);
-      gemm(space, x, w0.cols_range(c, c + width), 0.0f, out.cols_range(c, c + width));
+      tessel::gemm(space, Op::none, Op::none, 1.0f, x, w0.cols_range(c, c + width), 0.0f, out.cols_range(c, c + width));
       if (c + width < cols0 && between)
         between();
     }
@@ -50,7 +50,7 @@ void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
       static_cast<std::int64_t>(scratch.pre.extent(1)) != cols0)
     scratch.pre = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::layer0_scratch"),
                              static_cast<std::size_t>(rows), static_cast<std::size_t>(cols0));
-  MatRef<float> const pre{scratch.pre.data(), rows, cols0, cols0};
+  MatrixRef<float> const pre{scratch.pre.data(), rows, cols0, cols0};
   gemm0(pre);
   float const *const pd = pre.data;
   float *const hd = h.data;
@@ -67,10 +67,10 @@ void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
 
 template <class ExecSpace>
 void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
-                  MatRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatRef<float> y) {
+                  MatrixRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatrixRef<float> y) {
   std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
-  MatRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
-  gemm(space, h, w1, 0.0f, y);
+  MatrixRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
+  tessel::gemm(space, Op::none, Op::none, 1.0f, h, w1, 0.0f, y);
 }
 
 SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row_slot, std::vector<float> const &weight,
@@ -98,7 +98,7 @@ SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row
 
 template <class ExecSpace>
 void topk_reduce(ExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
-                 MatRef<float const> y, MatRef<float> out) {
+                 MatrixRef<float const> y, MatrixRef<float> out) {
   std::int64_t const cols = out.cols;
   TESSEL_REQUIRE(y.cols == cols, "topk_reduce: ", y.cols, " columns in, ", cols, " out");
   std::int64_t const *const ptr = slots.ptr.data();
@@ -126,8 +126,8 @@ void topk_reduce(ExecSpace const &space, SlotRows const &slots, std::vector<std:
 
 namespace {
 template <class ExecSpace, class Index>
-void gather_rows_impl(ExecSpace const &space, MatRef<float const> src, Index const *index, std::int64_t count,
-                      MatRef<float> dst) {
+void gather_rows_impl(ExecSpace const &space, MatrixRef<float const> src, Index const *index, std::int64_t count,
+                      MatrixRef<float> dst) {
   std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;
   float const *const sd = src.data;
   float *const dd = dst.data;
@@ -143,7 +143,7 @@ void gather_rows_impl(ExecSpace const &space, MatRef<float const> src, Index con
 
 template <class ExecSpace>
 void scatter_add(ExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
-                 float const *weight, MatRef<float const> y, MatRef<float> out) {
+                 float const *weight, MatrixRef<float const> y, MatrixRef<float> out) {
   std::int64_t const cols = out.cols, yld = y.ld, old = out.ld;
   TESSEL_REQUIRE(y.cols == cols, "scatter_add: ", y.cols, " columns in, ", cols, " out");
   float const *const yd = y.data;
@@ -164,7 +164,7 @@ template <class ExecSpace> void zero(ExecSpace const &space, float *dst, std::in
       KOKKOS_LAMBDA(std::int64_t i) { dst[i] = 0.0f; });
 }
 
-template <class ExecSpace> void copy_rows(ExecSpace const &space, MatRef<float const> src, MatRef<float> dst) {
+template <class ExecSpace> void copy_rows(ExecSpace const &space, MatrixRef<float const> src, MatrixRef<float> dst) {
   TESSEL_REQUIRE(src.rows == dst.rows && src.cols == dst.cols, "copy_rows: shapes differ");
   std::int64_t const cols = dst.cols, sld = src.ld, dld = dst.ld;
   float const *const sd = src.data;
@@ -179,19 +179,19 @@ template <class ExecSpace> void copy_rows(ExecSpace const &space, MatRef<float c
 }
 
 template <class ExecSpace>
-void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
-                 MatRef<float> dst) {
+void gather_rows(ExecSpace const &space, MatrixRef<float const> src, std::int64_t const *index, std::int64_t count,
+                 MatrixRef<float> dst) {
   gather_rows_impl(space, src, index, count, dst);
 }
 template <class ExecSpace>
-void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
-                 MatRef<float> dst) {
+void gather_rows(ExecSpace const &space, MatrixRef<float const> src, std::int32_t const *index, std::int64_t count,
+                 MatrixRef<float> dst) {
   gather_rows_impl(space, src, index, count, dst);
 }
 
 template <class ExecSpace>
 void combine_sum(ExecSpace const &space, std::vector<Contribution> const &parts,
-                 std::vector<std::int64_t> const &split_cols, MatRef<float> out) {
+                 std::vector<std::int64_t> const &split_cols, MatrixRef<float> out) {
   std::int64_t const n = out.cols, ld = out.ld;
   auto const nparts = static_cast<std::int64_t>(parts.size());
   auto const nblocks = static_cast<std::int64_t>(split_cols.size()) - 1;
@@ -218,20 +218,22 @@ void combine_sum(ExecSpace const &space, std::vector<Contribution> const &parts,
 }
 
 #define TESSEL_MOE_INSTANTIATE_KERNELS(SPACE)                                                                          \
-  template void layer0_tile(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatRef<float const>,         \
-                            MatRef<float>, Layer0Scratch &, std::int64_t, std::function<void()> const &);              \
-  template void layer1_block(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatRef<float const>,        \
-                             std::int64_t, std::int64_t, MatRef<float>);                                               \
-  template void topk_reduce(SPACE const &, SlotRows const &, std::vector<std::int64_t> const &, MatRef<float const>,   \
-                            MatRef<float>);                                                                            \
+  template void layer0_tile(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatrixRef<float const>,      \
+                            MatrixRef<float>, Layer0Scratch &, std::int64_t, std::function<void()> const &);           \
+  template void layer1_block(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatrixRef<float const>,     \
+                             std::int64_t, std::int64_t, MatrixRef<float>);                                            \
+  template void topk_reduce(SPACE const &, SlotRows const &, std::vector<std::int64_t> const &,                        \
+                            MatrixRef<float const>, MatrixRef<float>);                                                 \
   template void scatter_add(SPACE const &, std::int64_t, std::int32_t const *, std::int64_t, float const *,            \
-                            MatRef<float const>, MatRef<float>);                                                       \
+                            MatrixRef<float const>, MatrixRef<float>);                                                 \
   template void zero(SPACE const &, float *, std::int64_t);                                                            \
-  template void copy_rows(SPACE const &, MatRef<float const>, MatRef<float>);                                          \
-  template void gather_rows(SPACE const &, MatRef<float const>, std::int64_t const *, std::int64_t, MatRef<float>);    \
-  template void gather_rows(SPACE const &, MatRef<float const>, std::int32_t const *, std::int64_t, MatRef<float>);    \
+  template void copy_rows(SPACE const &, MatrixRef<float const>, MatrixRef<float>);                                    \
+  template void gather_rows(SPACE const &, MatrixRef<float const>, std::int64_t const *, std::int64_t,                 \
+                            MatrixRef<float>);                                                                         \
+  template void gather_rows(SPACE const &, MatrixRef<float const>, std::int32_t const *, std::int64_t,                 \
+                            MatrixRef<float>);                                                                         \
   template void combine_sum(SPACE const &, std::vector<Contribution> const &, std::vector<std::int64_t> const &,       \
-                            MatRef<float>);
+                            MatrixRef<float>);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_KERNELS)
 
 } // namespace tessel::moe::Impl

@@ -1,6 +1,6 @@
 #include <tessel/moe/Reference.hpp>
 
-#include "Gemm.hpp"
+#include <tessel/core/Gemm.hpp>
 
 #include <tessel/core/Error.hpp>
 
@@ -130,8 +130,8 @@ ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix token
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < n; ++j)
         a[static_cast<std::size_t>(i * n + j)] = tokens(rows[static_cast<std::size_t>(i)], j);
-    Impl::gemm<HostExecSpace, double>(HostExecSpace(), {a.data(), r, n, n}, {w0.data(), n, k0, k0}, 0.0,
-                                      {pre.data(), r, k0, k0});
+    tessel::gemm<HostExecSpace, double>(HostExecSpace(), Op::none, Op::none, 1.0, {a.data(), r, n, n},
+                                        {w0.data(), n, k0, k0}, 0.0, {pre.data(), r, k0, k0});
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < k; ++j) {
         double const g = pre[static_cast<std::size_t>(i * k0 + j)];
@@ -140,8 +140,8 @@ ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix token
         hid[static_cast<std::size_t>(i * k + j)] =
             config.gated ? act * pre[static_cast<std::size_t>(i * k0 + k + j)] : act;
       }
-    Impl::gemm<HostExecSpace, double>(HostExecSpace(), {hid.data(), r, k, k}, {w1.data(), k, n, n}, 0.0,
-                                      {y.data(), r, n, n});
+    tessel::gemm<HostExecSpace, double>(HostExecSpace(), Op::none, Op::none, 1.0, {hid.data(), r, k, k},
+                                        {w1.data(), k, n, n}, 0.0, {y.data(), r, n, n});
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < n; ++j)
         result.out(rows[static_cast<std::size_t>(i)], j) +=

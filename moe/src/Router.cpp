@@ -1,6 +1,6 @@
 #include <tessel/moe/Router.hpp>
 
-#include "Gemm.hpp"
+#include <tessel/core/Gemm.hpp>
 
 #include <tessel/core/Execution.hpp>
 
@@ -54,8 +54,9 @@ void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix toke
                    " x ", e_count, " (hidden x experts)");
     TESSEL_REQUIRE(gate.bias.data() == nullptr || static_cast<int>(gate.bias.extent(0)) == e_count,
                    "route: gate bias has ", gate.bias.extent(0), " entries, expected ", e_count);
-    Impl::gemm<ExecSpace, float>(space, {tokens.data(), m, n, n}, {gate.weight.data(), n, e_count, e_count}, 0.0f,
-                                 {logits.data(), m, e_count, e_count});
+    tessel::gemm<ExecSpace, float>(space, Op::none, Op::none, 1.0f, {tokens.data(), m, n, n},
+                                   {gate.weight.data(), n, e_count, e_count}, 0.0f,
+                                   {logits.data(), m, e_count, e_count});
     if (gate.bias.data() != nullptr) {
       auto const bias = gate.bias;
       Kokkos::parallel_for(

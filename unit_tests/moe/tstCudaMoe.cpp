@@ -16,7 +16,7 @@
 #include <tessel/core/Config.hpp>
 #include <tessel/core/cuda/Cuda.hpp>
 #include <tessel/moe/Reference.hpp>
-#include <tessel/moe/cuda/MoeLayer.hpp>
+#include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
 #include <MoeTestUtils.hpp>
 

@@ -2,7 +2,7 @@
 // an expert with no rows, and TP sharding (the shards' partial outputs sum to the full FFN).
 #include "MoeTestUtils.hpp"
 
-#include <Kernels.hpp> // moe/src: the layer0 tile in column panels
+#include <impl/Kernels.hpp> // moe/src/impl: the layer0 tile in column panels
 
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/Reference.hpp>

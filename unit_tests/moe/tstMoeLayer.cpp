@@ -4,7 +4,7 @@
 // and gate logits, both comet plan policies, several communication workers, and a paced communicator.
 #include "MoeTestUtils.hpp"
 
-#include <tessel/moe/Calibration.hpp>
+#include <Harness.hpp> // benchmarks/moe: the calibration of the emulated link
 #include <tessel/moe/MoeLayer.hpp>
 
 #include <tessel/core/PacedCommunicator.hpp>
@@ -308,12 +308,15 @@ TEST(MoeLayer, calibration_reaches_the_share_and_agrees_across_ranks) {
   auto const in = make_inputs(c, config, comm.rank(), 11);
   HostExecSpace space;
   MoeLayer layer(config, comm, shard_weights(config, comm.rank(), in.dense));
-  EXPECT_THROW(calibrate_comm_share(space, layer, in.tokens, in.gate(), 1.5, 5e-6), tessel::Exception);
+  auto &link = *tessel::paced_backend_of(comm);
+  EXPECT_THROW(tessel::moe::bench::calibrate_comm_share(space, layer, link, in.tokens, in.gate(), 1.5, 5e-6),
+               tessel::Exception);
   auto const say = [&](std::string const &line) {
     if (comm.rank() == 0)
       std::printf("%s\n", line.c_str());
   };
-  auto const cal = calibrate_comm_share(space, layer, in.tokens, in.gate(), 0.47, 5e-6, 3, say);
+  auto const cal =
+      tessel::moe::bench::calibrate_comm_share(space, layer, link, in.tokens, in.gate(), 0.47, 5e-6, 3, say);
   EXPECT_LE(cal.measurements, 11);
   EXPECT_GT(cal.t_comp, 0.0);
   // Every rank set the same link (decisions are taken on values all ranks share).

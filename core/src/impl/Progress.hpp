@@ -1,6 +1,7 @@
 #ifndef TESSEL_CORE_IMPL_PROGRESS_HPP
 #define TESSEL_CORE_IMPL_PROGRESS_HPP
 
+#include <tessel/core/Backoff.hpp>
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Error.hpp>
 
@@ -26,7 +27,7 @@ Clock::time_point last_exchange();
 /// message whose emulated arrival is known) is slept through; not_before_moving means bytes are moving now,
 /// which needs brisk polling (MPI progresses a transfer only inside its calls); not_before_unknown is unknown. Unknown
 /// waits poll hot for a few microseconds (the latency of a tile-sized message), then yield the core between polls
-/// (ranks may outnumber cores) for \p yield_phase, then sleep with growing pauses (capped at 1 ms) so that a long
+/// (ranks may outnumber cores) for \p yield_phase, then sleep with the pauses of tessel::Backoff so that a long
 /// wait leaves the cores to computation.
 template <class Done, class NotBefore>
 bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_before,
@@ -36,10 +37,10 @@ bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_bef
     auto const hint = not_before();
     if (hint == not_before_unknown)
       return false;
-    if (hint != not_before_moving && hint > Clock::now() + std::chrono::microseconds(20))
+    if (hint != not_before_moving && hint > Clock::now() + Backoff::brisk)
       std::this_thread::sleep_until(std::min(hint, deadline));
     else
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      std::this_thread::sleep_for(Backoff::brisk);
     return true;
   };
   auto const start = Clock::now();
@@ -57,7 +58,7 @@ bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_bef
     if (!wait_by_hint())
       std::this_thread::yield();
   }
-  auto pause = std::chrono::microseconds(20);
+  Backoff backoff;
   while (true) {
     if (done())
       return true;
@@ -65,9 +66,7 @@ bool progress_until(Clock::time_point deadline, Done &&done, NotBefore &&not_bef
       return done();
     if (wait_by_hint())
       continue;
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(1000))
-      pause *= 2;
+    backoff.sleep();
   }
 }
 

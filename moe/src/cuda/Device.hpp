@@ -1,9 +1,9 @@
 #ifndef TESSEL_MOE_CUDA_DEVICE_HPP
 #define TESSEL_MOE_CUDA_DEVICE_HPP
 
-// The thin interface between the device layer's host driver (src/cuda/MoeLayer.cpp, host compiler) and its kernels
-// (src/cuda/*.cu, nvcc): plain structs of raw device pointers and launchers that only enqueue work on a stream and
-// return the launch status. No Kokkos, no tessel containers.
+// The thin interface between the device layer's host driver (src/cuda/VirtualRanksLayer.cpp, host compiler) and its
+// kernels (src/cuda/*.cu, nvcc): plain structs of raw device pointers and launchers that only enqueue work on a stream
+// and return the launch status. No Kokkos, no tessel containers.
 //
 // Addressing of peers. Every rank owns one "symmetric" allocation of the same size with the same internal layout
 // (SymmetricLayout). A peer's copy of a buffer is peer_base[peer] + offset: in the one-process multi-rank mode the

@@ -16,11 +16,18 @@
 
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
-#include <tessel/moe/cuda/MoeLayer.hpp>
+#include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/Router.hpp>
+#include <tessel/moe/Tuning.hpp>
+#include <tessel/moe/cuda/DeviceOptions.hpp>
 
 #if !defined(TESSEL_ENABLE_NCCL) || !defined(TESSEL_MOE_NCCL_DEVICE_API)
 #error "tessel/moe/cuda/NcclMoeLayer.hpp needs a Tessel built with Tessel_ENABLE_NCCL and the NCCL 2.28 device API"
 #endif
+
+#include <memory>
+#include <string>
 
 namespace tessel::moe::cuda {
 

@@ -1,4 +1,4 @@
-#include <tessel/moe/Calibration.hpp>
+#include "Harness.hpp"
 
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Execution.hpp>
@@ -9,23 +9,20 @@
 #include <limits>
 #include <sstream>
 
-namespace tessel::moe {
+namespace tessel::moe::bench {
 
 template <class ExecSpace, class Check>
-Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
-                                 double share, double latency, int repeats,
+Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedBackend &link, ConstHostMatrix tokens,
+                                 GateInput const &gate, double share, double latency, int repeats,
                                  std::function<void(std::string const &)> const &progress) {
   TESSEL_REQUIRE(share > 0.0 && share < 1.0, "calibrate_comm_share: share must be in (0, 1), got ", share);
-  auto *paced = paced_backend_of(layer.communicator());
-  TESSEL_REQUIRE(paced != nullptr, "calibrate_comm_share: the layer's communicator is not paced "
-                                   "(wrap it with tessel::make_paced_communicator)");
   auto const say = [&](std::string const &what) {
     if (progress)
       progress(what);
   };
   Calibration cal;
   // Latency only: the intercept of T_comm(1/B), and computation alone.
-  paced->set_link(LinkModel{0.0, latency});
+  link.set_link(LinkModel{0.0, latency});
   // Computation alone: the fastest repetition, the one least disturbed by other processes on a shared machine
   // (communication on the emulated link is paced by sleeps and barely varies).
   auto const base = layer.measure_alone(space, tokens, gate, repeats, true, true);
@@ -61,7 +58,7 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstH
   int const rounds = 10;
   for (int round = 0; round < rounds; ++round) {
     slowest = std::min(slowest, bandwidth);
-    paced->set_link(LinkModel{bandwidth, latency});
+    link.set_link(LinkModel{bandwidth, latency});
     double const t = layer.measure_alone(space, tokens, gate, repeats, true, false).comm_min;
     ++cal.measurements;
     {
@@ -103,7 +100,7 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstH
   bandwidth = best_bandwidth;
   double const t_comm = best_t;
   cal.link = LinkModel{bandwidth, latency};
-  paced->set_link(cal.link);
+  link.set_link(cal.link);
   cal.t_comm = t_comm;
   cal.share = t_comm / (t_comm + cal.t_comp);
   return cal;
@@ -196,12 +193,13 @@ TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix t
 }
 
 #define TESSEL_MOE_INSTANTIATE_CALIBRATION(SPACE)                                                                      \
-  template Calibration calibrate_comm_share(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, double,     \
-                                            double, int, std::function<void(std::string const &)> const &);            \
+  template Calibration calibrate_comm_share(SPACE const &, MoeLayer &, PacedBackend &, ConstHostMatrix,                \
+                                            GateInput const &, double, double, int,                                    \
+                                            std::function<void(std::string const &)> const &);                         \
   template double time_schedule(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule,   \
                                 int, int);                                                                             \
   template TuneResult tune_comet(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, int,                   \
                                  std::function<void(std::string const &)> const &);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_CALIBRATION)
 
-} // namespace tessel::moe
+} // namespace tessel::moe::bench

@@ -1,11 +1,11 @@
-#ifndef TESSEL_MOE_CUDA_SYMMETRIC_HPP
-#define TESSEL_MOE_CUDA_SYMMETRIC_HPP
+#ifndef TESSEL_MOE_CUDA_SYMMETRICWINDOW_HPP
+#define TESSEL_MOE_CUDA_SYMMETRICWINDOW_HPP
 
 // One symmetric allocation per rank through NCCL 2.28's device API (the real multi-GPU mode of the fused kernels):
 // ncclMemAlloc, the collective ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), ncclDevCommCreate, and a device
 // table of every rank's base pointer in that window (ncclGetPeerPointer, the LSA mapping of the peers' memory into
 // this process), which is exactly what the one-process mode builds from W plain allocations. Host code; the table is
-// filled by a kernel (Symmetric.cu) because NCCL 2.28 gives peer pointers on the device only.
+// filled by a kernel (SymmetricWindow.cu) because NCCL 2.28 gives peer pointers on the device only.
 #include <tessel/core/Config.hpp>
 
 #if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)

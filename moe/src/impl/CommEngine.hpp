@@ -1,5 +1,5 @@
-#ifndef TESSEL_MOE_SRC_COMMENGINE_HPP
-#define TESSEL_MOE_SRC_COMMENGINE_HPP
+#ifndef TESSEL_MOE_SRC_IMPL_COMMENGINE_HPP
+#define TESSEL_MOE_SRC_IMPL_COMMENGINE_HPP
 
 // Communication workers of the overlapped schedules (host path). The compute thread posts messages
 // (send/recv) and waits on conditions; each worker owns the peers p with ring distance (p - rank) % workers ==
@@ -11,6 +11,7 @@
 // (progress()) and while it waits (wait(), join()). That is the split to pick when every core already runs a
 // compute thread: a communication thread would only take time slices from one.
 
+#include <tessel/core/Backoff.hpp>
 #include <tessel/core/Communicator.hpp>
 
 #include <algorithm>
@@ -66,18 +67,18 @@ public:
       rethrow_if_failed();
       return;
     }
-    auto pause = std::chrono::microseconds(50);
+    // Notifications wake it early; the growing pauses only bound how late a missed one is noticed.
+    Backoff backoff(std::chrono::microseconds(50), std::chrono::microseconds(1000));
     while (true) {
       {
         std::unique_lock<std::mutex> lock(_notify_mutex);
         if (ready() || _failed.load())
           break;
-        _notify.wait_for(lock, pause);
+        _notify.wait_for(lock, backoff.next());
         if (ready() || _failed.load())
           break;
       }
       progress();
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
     rethrow_if_failed();
   }
@@ -137,7 +138,7 @@ private:
   void drive(std::function<bool()> const &done);
   PassResult pass(Worker &worker); // caller holds worker.state
   // When a worker that made no progress sleeps until (\p backoff grows while nothing is known).
-  static std::chrono::steady_clock::time_point wake_time(PassResult const &r, std::chrono::microseconds &backoff);
+  static std::chrono::steady_clock::time_point wake_time(PassResult const &r, Backoff &backoff);
   [[noreturn]] void throw_timeout(Worker &worker, Timeout timeout);
   void fail(std::exception_ptr error);
 

@@ -1,12 +1,12 @@
-#ifndef TESSEL_MOE_SRC_KERNELS_HPP
-#define TESSEL_MOE_SRC_KERNELS_HPP
+#ifndef TESSEL_MOE_SRC_IMPL_KERNELS_HPP
+#define TESSEL_MOE_SRC_IMPL_KERNELS_HPP
 
 // Host kernels shared by the schedules: GEMM0 + activation on a row tile, GEMM1 on a column block, the top-k
 // reduction per slot, row gathers and the final sum over contributing ranks. Every kernel is labelled
 // Tessel::moe:: and runs on the given execution space instance (any enabled host space: instantiated in
 // Kernels.cpp for each).
 
-#include "Gemm.hpp"
+#include <tessel/core/Gemm.hpp>
 
 #include <tessel/moe/ExpertFfn.hpp>
 
@@ -26,13 +26,13 @@ struct Layer0Scratch {
 /// (a compute thread that also progresses communication calls into MPI there).
 template <class ExecSpace>
 void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
-                 MatRef<float const> x, MatRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols = 0,
+                 MatrixRef<float const> x, MatrixRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols = 0,
                  std::function<void()> const &between = {});
 
 /// y[rows, cols) = h[rows] W1_e[:, cols) (h: [rows, K/TP], y: [rows, col_end - col_begin]).
 template <class ExecSpace>
 void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
-                  MatRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatRef<float> y);
+                  MatrixRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatrixRef<float> y);
 
 /// Slots of one source with the rows to reduce: rows of slot u are row_index[ptr[u], ptr[u+1]) with weights.
 struct SlotRows {
@@ -48,27 +48,27 @@ SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row
 /// out[u, :] = sum over the rows r of slot u of w_r y[map(r), :] (map = identity when \p row_map is empty).
 template <class ExecSpace>
 void topk_reduce(ExecSpace const &space, SlotRows const &slots, std::vector<std::int64_t> const &row_map,
-                 MatRef<float const> y, MatRef<float> out);
+                 MatrixRef<float const> y, MatrixRef<float> out);
 
 /// out[slot[j] - slot_base, :] += weight[j] y[j, :] for the \p rows rows of one expert (its rows name distinct
 /// slots, so rows never collide).
 template <class ExecSpace>
 void scatter_add(ExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
-                 float const *weight, MatRef<float const> y, MatRef<float> out);
+                 float const *weight, MatrixRef<float const> y, MatrixRef<float> out);
 
 /// dst = 0.
 template <class ExecSpace> void zero(ExecSpace const &space, float *dst, std::int64_t count);
 
 /// dst = src (same shape).
-template <class ExecSpace> void copy_rows(ExecSpace const &space, MatRef<float const> src, MatRef<float> dst);
+template <class ExecSpace> void copy_rows(ExecSpace const &space, MatrixRef<float const> src, MatrixRef<float> dst);
 
 /// dst[i, :] = src[index[i], :].
 template <class ExecSpace>
-void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int64_t const *index, std::int64_t count,
-                 MatRef<float> dst);
+void gather_rows(ExecSpace const &space, MatrixRef<float const> src, std::int64_t const *index, std::int64_t count,
+                 MatrixRef<float> dst);
 template <class ExecSpace>
-void gather_rows(ExecSpace const &space, MatRef<float const> src, std::int32_t const *index, std::int64_t count,
-                 MatRef<float> dst);
+void gather_rows(ExecSpace const &space, MatrixRef<float const> src, std::int32_t const *index, std::int64_t count,
+                 MatrixRef<float> dst);
 
 /// One rank's contribution to this rank's tokens: slot-indexed rows stored block-major by column split
 /// (block b holds [slots, col_end_b - col_begin_b] at offset slots * col_begin_b).
@@ -80,7 +80,7 @@ struct Contribution {
 /// out[t, :] = sum over contributions (in the given order) of their rows for token t.
 template <class ExecSpace>
 void combine_sum(ExecSpace const &space, std::vector<Contribution> const &parts,
-                 std::vector<std::int64_t> const &split_cols, MatRef<float> out);
+                 std::vector<std::int64_t> const &split_cols, MatrixRef<float> out);
 
 } // namespace tessel::moe::Impl
 

@@ -1,8 +1,9 @@
-#ifndef TESSEL_MOE_CALIBRATION_HPP
-#define TESSEL_MOE_CALIBRATION_HPP
+#ifndef TESSEL_BENCHMARKS_MOE_HARNESS_HPP
+#define TESSEL_BENCHMARKS_MOE_HARNESS_HPP
 
-/// \file Calibration.hpp
-/// \brief Sets an emulated link so that communication is a chosen share of a layer's sequential time.
+// The measurement harness of the MoE tools (tessel-moe, tessel-moe-bench), which own the emulated link: calibrating
+// the link so that communication is a chosen share of a layer's sequential time, timing a schedule, and tuning the
+// comet parameters by measurement. The library only runs layers; the link is passed in by its owner.
 
 #include <tessel/moe/MoeLayer.hpp>
 
@@ -13,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-namespace tessel::moe {
+namespace tessel::moe::bench {
 
 /// \brief Result of a calibration (times in seconds, maximum over ranks).
 struct Calibration {
-  LinkModel link;                ///< the link set on the layer's communicator
+  LinkModel link;                ///< the link set on the emulated link
   double t_comp = 0.0;           ///< computation alone
   double t_comm = 0.0;           ///< communication alone at \p link
   double t_comm_unlimited = 0.0; ///< communication alone at unlimited bandwidth (latency and software only)
@@ -26,16 +27,16 @@ struct Calibration {
 };
 
 /// \brief Measures \p layer's computation alone (the fastest of \p repeats runs: on a shared machine, the one
-/// least disturbed by other processes) and its communication alone, then sets the bandwidth of the
-/// layer's paced communicator so that communication is the fraction \p share of the sequential layer
+/// least disturbed by other processes) and its communication alone, then sets the bandwidth of \p link, the
+/// emulated link under the layer's communicator, so that communication is the fraction \p share of the sequential layer
 /// (T_comm = share / (1 - share) x T_comp), with \p latency seconds per message. The communication time is
 /// bracketed in 1/bandwidth and narrowed until within 5% (at most 10 rounds; otherwise the closest point measured).
 /// Times are the fastest repetitions, so a loaded machine still calibrates. When latency alone already
 /// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
-/// \pre layer.communicator() is paced (make_paced_communicator)
+/// \pre \p link paces layer.communicator() (make_paced_communicator, paced_backend_of)
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
-Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
-                                 double share, double latency, int repeats = 3,
+Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedBackend &link, ConstHostMatrix tokens,
+                                 GateInput const &gate, double share, double latency, int repeats = 3,
                                  std::function<void(std::string const &)> const &progress = {});
 
 /// \brief Median over \p iters runs of the layer time of \p schedule: each run starts after a barrier and lasts
@@ -60,6 +61,6 @@ template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                       int iters = 3, std::function<void(std::string const &)> const &progress = {});
 
-} // namespace tessel::moe
+} // namespace tessel::moe::bench
 
 #endif

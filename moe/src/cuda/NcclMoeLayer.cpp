@@ -6,8 +6,9 @@
 
 #include <tessel/moe/cuda/NcclMoeLayer.hpp>
 
+#include "DeviceLayerCore.hpp"
 #include "Rank.hpp"
-#include "Symmetric.hpp"
+#include "SymmetricWindow.hpp"
 #include "WorkPlan.hpp"
 
 #include <tessel/core/cuda/NcclCommunicator.hpp>
@@ -19,72 +20,41 @@ namespace tessel::moe::cuda {
 
 using namespace Impl;
 
-struct NcclMoeLayer::State {
-  MoeConfig config, host_config;
+namespace {
+
+// Every rank checks that the others have the same configuration before any local check can stop it alone.
+MoeConfig const &consistent(MoeConfig const &config, Communicator const &comm) {
+  config.require_consistent(comm);
+  return config;
+}
+
+} // namespace
+
+struct NcclMoeLayer::State : DeviceLayerCore {
   Communicator comm;
-  DeviceOptions options;
-  CometParams comet;
-  std::string comet_source;
-  int world = 1, me = 0, groups = 1, eg = 1;
-  std::size_t es = 4;
-  SymmetricLayout layout;
+  int me = 0;
   RankState rs;
   std::unique_ptr<SymmetricWindow> window;
   Routing routing;
   std::vector<DispatchPlan> plans;
-  std::vector<std::int32_t> rank_group;
-  DeviceBuffer<std::int32_t> rank_group_device;
-  DeviceStats stats;
-  std::uint64_t epoch = 0, combine_expected = 0;
-  Event start{true}, stop{true};
 
   State(MoeConfig const &c, Communicator const &world_comm, ExpertWeights const &weights, DeviceOptions o)
-      : config(c), host_config(c), comm(world_comm), options(std::move(o)) {
-    TESSEL_REQUIRE(c.dtype == DataType::float32 || c.dtype == DataType::float16 || c.dtype == DataType::bfloat16,
-                   "tessel::moe::cuda::NcclMoeLayer: MoeConfig.dtype must be float32, float16 or bfloat16, got ",
-                   name_of(c.dtype));
-    host_config.dtype = DataType::float32;
-    host_config.validate(comm.size());
-    config.require_consistent(comm);
-    TESSEL_REQUIRE(c.topk <= 32, "tessel::moe::cuda::NcclMoeLayer: topk must be <= 32, got ", c.topk);
-    world = comm.size();
+      : DeviceLayerCore(consistent(c, world_comm), world_comm.size(), std::move(o), "tessel::moe::cuda::NcclMoeLayer"),
+        comm(world_comm) {
     me = comm.rank();
-    groups = c.ep;
-    eg = c.experts_per_group();
-    es = size_of(c.dtype);
-    comet = resolve_comet_params(host_config, options.comet, options.registry, "cuda", &comet_source);
     comm.require_same("CometParams", comet.hash());
     // The all-to-all counts come from the exchanged plans and match by construction; the communicator's per-call
     // count check (a host all-gather) would add a host round trip to every baseline all-to-all.
     comm.set_validation(false);
-    layout = symmetric_layout(c);
     window = std::make_unique<SymmetricWindow>(tessel::cuda::nccl_comm_of(comm), layout.bytes, rs.stream.get());
     // Every rank's flags are zero before any rank can signal into them.
     comm.barrier();
     load_weights(rs, c, me, weights, timeout());
-    for (int r = 0; r < world; ++r)
-      rank_group.push_back(c.group_of_rank(r));
-    rank_group_device = DeviceBuffer<std::int32_t>(rank_group.size(), "Tessel::moe::cuda::rank_group");
-    rank_group_device.copy_from_host(rank_group.data(), rank_group.size(), rs.stream.get());
+    upload_rank_group(rs.stream.get());
     rs.stream.synchronize(timeout());
   }
 
-  Timeout timeout() const { return Timeout(static_cast<std::int64_t>(options.timeout_seconds * 1000.0)); }
-
-  RankView view() const {
-    RankView v;
-    v.rank = me;
-    v.world = world;
-    v.peer_base = window->peer_table();
-    v.layout = layout;
-    v.m = config.tokens;
-    v.n = config.hidden;
-    v.kp = config.ffn_per_rank();
-    v.topk = config.topk;
-    v.timeout_ns = static_cast<long long>(options.timeout_seconds * 1e9);
-    v.control = rs.control.data();
-    return v;
-  }
+  RankView view() const { return DeviceLayerCore::view(me, window->peer_table(), rs.control.data()); }
 
   /// Every rank's plan: this rank's own, the others' block and slot counts (all the work lists need of them).
   void exchange_plans(DispatchPlan const &own, int chunks) {
@@ -291,16 +261,8 @@ Routing const &NcclMoeLayer::routing() const { return _state->routing; }
 DeviceStats const &NcclMoeLayer::stats() const { return _state->stats; }
 CometParams const &NcclMoeLayer::comet_params() const { return _state->comet; }
 std::string const &NcclMoeLayer::comet_params_source() const { return _state->comet_source; }
-void NcclMoeLayer::set_comet_params(CometParams const &params) {
-  params.validate(_state->host_config, "cuda");
-  _state->comm.require_same("CometParams", params.hash());
-  _state->comet = params;
-  _state->comet_source = "given";
-}
-void NcclMoeLayer::set_pipeline_chunks(int chunks) {
-  TESSEL_REQUIRE(chunks >= 1, "NcclMoeLayer::set_pipeline_chunks: chunks must be >= 1, got ", chunks);
-  _state->options.pipeline_chunks = chunks;
-}
+void NcclMoeLayer::set_comet_params(CometParams const &params) { _state->set_comet_params(params, &_state->comm); }
+void NcclMoeLayer::set_pipeline_chunks(int chunks) { _state->set_pipeline_chunks(chunks); }
 
 } // namespace tessel::moe::cuda
 

@@ -1,7 +1,7 @@
-#ifndef TESSEL_MOE_CUDA_MOELAYER_HPP
-#define TESSEL_MOE_CUDA_MOELAYER_HPP
+#ifndef TESSEL_MOE_CUDA_VIRTUALRANKSLAYER_HPP
+#define TESSEL_MOE_CUDA_VIRTUALRANKSLAYER_HPP
 
-/// \file cuda/MoeLayer.hpp
+/// \file cuda/VirtualRanksLayer.hpp
 /// \brief The moe package's CUDA path: the three schedules (sequential, pipelined, comet) on the device, run by W
 /// virtual ranks in one process on one GPU.
 ///
@@ -9,7 +9,7 @@
 /// buffer, flags; identical layout on every rank) on the same device; a rank addresses a peer's copy through a
 /// table of peer base pointers with the shape of the LSA peer-pointer table of NCCL 2.28's device API
 /// (ncclGetLsaPointer(window, 0, peer)). The fused COMET kernels see only that table, so they are the code a
-/// multi-GPU run on an NCCL symmetric window executes (see SymmetricWindow.hpp for that allocation).
+/// multi-GPU run on an NCCL symmetric window executes (see NcclMoeLayer.hpp).
 ///
 /// Routing and the dispatch plans are computed on the host (the host package's route() and make_dispatch_plan());
 /// comet's tile order is the host OverlapPlan's; its knobs (communication blocks n_c = CometParams::comm_workers,
@@ -20,51 +20,20 @@
 #include <tessel/core/Config.hpp>
 
 #ifndef TESSEL_ENABLE_CUDA
-#error "tessel/moe/cuda/MoeLayer.hpp needs a Tessel built with Tessel_ENABLE_CUDA=ON"
+#error "tessel/moe/cuda/VirtualRanksLayer.hpp needs a Tessel built with Tessel_ENABLE_CUDA=ON"
 #endif
 
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
+#include <tessel/moe/cuda/DeviceOptions.hpp>
 
-#include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace tessel::moe::cuda {
-
-/// \brief True when a CUDA device is visible (never throws).
-bool device_available();
-
-/// \brief Options of a device layer.
-struct DeviceOptions {
-  /// Parameters of the comet schedule; unset: looked up in \p registry under backend "cuda".
-  std::optional<CometParams> comet;
-  /// Registry for the lookup; nullptr: TuningRegistry::builtin().
-  TuningRegistry const *registry = nullptr;
-  /// Token chunks of the pipelined schedule.
-  int pipeline_chunks = 4;
-  /// Device-side waits and host synchronizations give up after this long (TimeoutError).
-  double timeout_seconds = 60.0;
-};
-
-/// \brief What the last forward did (all virtual ranks).
-struct DeviceStats {
-  Schedule schedule = Schedule::sequential;
-  /// CUDA events: from the start of the first rank's packing to the end of the last rank's final sum (excludes
-  /// the host's routing and the uploads of tokens and plans).
-  double device_ms = 0.0;
-  /// Host routing, plans and uploads.
-  double host_seconds = 0.0;
-  /// Expert rows computed, all ranks.
-  std::int64_t rows = 0;
-  /// comet: communication blocks (n_c) and grid sizes of the fused kernels (per rank; layer0 grids vary by rank,
-  /// the largest is reported).
-  int comm_blocks = 0, grid0 = 0, grid1 = 0;
-};
 
 /// \brief An MoE layer of W = EP x TP virtual ranks in one process on the current CUDA device.
 ///

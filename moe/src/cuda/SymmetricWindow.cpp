@@ -1,4 +1,4 @@
-#include "Symmetric.hpp"
+#include "SymmetricWindow.hpp"
 
 #if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)
 

@@ -1,9 +1,10 @@
 // The moe device layer's host driver: routing and plans on the host, one stream and one symmetric allocation per
 // virtual rank, the three schedules as stream-ordered work with cross-rank events, cuBLAS for the baselines' GEMMs
 // and the fused COMET kernels (Comet.cu) for comet.
-#include <tessel/moe/cuda/MoeLayer.hpp>
+#include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
 #include "Device.hpp"
+#include "DeviceLayerCore.hpp"
 #include "Rank.hpp"
 #include "WorkPlan.hpp"
 
@@ -24,47 +25,29 @@ using namespace Impl;
 
 bool device_available() { return tessel::cuda::device_count() > 0; }
 
-struct VirtualRanksLayer::State {
-  MoeConfig config;      // as given (dtype: the device precision)
-  MoeConfig host_config; // float32 (the host router's view)
-  DeviceOptions options;
-  CometParams comet;
-  std::string comet_source;
-  int world = 1, groups = 1, eg = 1;
-  std::size_t es = 4; // bytes per element of the device precision
-  SymmetricLayout layout;
+namespace {
+
+// The device must be visible before the core creates its events.
+MoeConfig const &on_visible_device(MoeConfig const &config) {
+  TESSEL_REQUIRE(device_available(), "tessel::moe::cuda::VirtualRanksLayer: no CUDA device is visible");
+  return config;
+}
+
+} // namespace
+
+struct VirtualRanksLayer::State : DeviceLayerCore {
   std::vector<RankState> ranks;
   DeviceBuffer<char *> peer_base;
   std::vector<Routing> routings;
   std::vector<DispatchPlan> plans;
-  std::vector<std::int32_t> rank_group;
-  DeviceBuffer<std::int32_t> rank_group_device;
-  DeviceStats stats;
-  std::uint64_t epoch = 0, combine_expected = 0;
-  Event start{true}, stop{true};
 
   State(MoeConfig const &c, std::vector<ExpertWeights> const &weights, DeviceOptions o)
-      : config(c), host_config(c), options(std::move(o)) {
-    TESSEL_REQUIRE(device_available(), "tessel::moe::cuda::VirtualRanksLayer: no CUDA device is visible");
-    TESSEL_REQUIRE(c.dtype == DataType::float32 || c.dtype == DataType::float16 || c.dtype == DataType::bfloat16,
-                   "tessel::moe::cuda::VirtualRanksLayer: MoeConfig.dtype must be float32, float16 or bfloat16, got ",
-                   name_of(c.dtype));
-    host_config.dtype = DataType::float32;
-    host_config.validate();
-    TESSEL_REQUIRE(c.topk <= 32,
-                   "tessel::moe::cuda::VirtualRanksLayer: topk must be <= 32 (a warp reduces a slot), got ", c.topk);
+      : DeviceLayerCore(on_visible_device(c), c.world(), std::move(o), "tessel::moe::cuda::VirtualRanksLayer") {
     TESSEL_REQUIRE(options.pipeline_chunks >= 1, "DeviceOptions.pipeline_chunks must be >= 1, got ",
                    options.pipeline_chunks);
     TESSEL_REQUIRE(options.timeout_seconds > 0, "DeviceOptions.timeout_seconds must be positive");
-    world = c.world();
-    groups = c.ep;
-    eg = c.experts_per_group();
-    es = size_of(c.dtype);
     TESSEL_REQUIRE(static_cast<int>(weights.size()) == world, "tessel::moe::cuda::VirtualRanksLayer: ", weights.size(),
                    " weight shards for ", world, " ranks (EP x TP)");
-    comet = resolve_comet_params(host_config, options.comet, options.registry, "cuda", &comet_source);
-
-    layout = symmetric_layout(c);
     ranks.resize(static_cast<std::size_t>(world));
     std::vector<char *> bases(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
@@ -77,29 +60,13 @@ struct VirtualRanksLayer::State {
     }
     peer_base = DeviceBuffer<char *>(static_cast<std::size_t>(world), "Tessel::moe::cuda::peer_base");
     peer_base.copy_from_host(bases.data(), bases.size(), ranks[0].stream.get());
-    for (int r = 0; r < world; ++r)
-      rank_group.push_back(c.group_of_rank(r));
-    rank_group_device = DeviceBuffer<std::int32_t>(rank_group.size(), "Tessel::moe::cuda::rank_group");
-    rank_group_device.copy_from_host(rank_group.data(), rank_group.size(), ranks[0].stream.get());
+    upload_rank_group(ranks[0].stream.get());
     ranks[0].stream.synchronize(timeout());
     routings.resize(static_cast<std::size_t>(world));
   }
 
-  Timeout timeout() const { return Timeout(static_cast<std::int64_t>(options.timeout_seconds * 1000.0)); }
-
   RankView view(int r) const {
-    RankView v;
-    v.rank = r;
-    v.world = world;
-    v.peer_base = peer_base.data();
-    v.layout = layout;
-    v.m = config.tokens;
-    v.n = config.hidden;
-    v.kp = config.ffn_per_rank();
-    v.topk = config.topk;
-    v.timeout_ns = static_cast<long long>(options.timeout_seconds * 1e9);
-    v.control = ranks[static_cast<std::size_t>(r)].control.data();
-    return v;
+    return DeviceLayerCore::view(r, peer_base.data(), ranks[static_cast<std::size_t>(r)].control.data());
   }
 
   // ------------------------------------------------------------------------------------------------------------
@@ -375,15 +342,8 @@ Routing const &VirtualRanksLayer::routing(int rank) const {
 DeviceStats const &VirtualRanksLayer::stats() const { return _state->stats; }
 CometParams const &VirtualRanksLayer::comet_params() const { return _state->comet; }
 std::string const &VirtualRanksLayer::comet_params_source() const { return _state->comet_source; }
-void VirtualRanksLayer::set_comet_params(CometParams const &params) {
-  params.validate(_state->host_config, "cuda");
-  _state->comet = params;
-  _state->comet_source = "given";
-}
+void VirtualRanksLayer::set_comet_params(CometParams const &params) { _state->set_comet_params(params); }
 int VirtualRanksLayer::pipeline_chunks() const { return _state->options.pipeline_chunks; }
-void VirtualRanksLayer::set_pipeline_chunks(int chunks) {
-  TESSEL_REQUIRE(chunks >= 1, "VirtualRanksLayer::set_pipeline_chunks: chunks must be >= 1, got ", chunks);
-  _state->options.pipeline_chunks = chunks;
-}
+void VirtualRanksLayer::set_pipeline_chunks(int chunks) { _state->set_pipeline_chunks(chunks); }
 
 } // namespace tessel::moe::cuda

@@ -1,5 +1,5 @@
-// Peer-pointer table of an NCCL symmetric window (NCCL 2.28 device API; see Symmetric.hpp).
-#include "Symmetric.hpp"
+// Peer-pointer table of an NCCL symmetric window (NCCL 2.28 device API; see SymmetricWindow.hpp).
+#include "SymmetricWindow.hpp"
 
 #if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)
 

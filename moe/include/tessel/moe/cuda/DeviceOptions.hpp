@@ -1,0 +1,55 @@
+#ifndef TESSEL_MOE_CUDA_DEVICEOPTIONS_HPP
+#define TESSEL_MOE_CUDA_DEVICEOPTIONS_HPP
+
+/// \file cuda/DeviceOptions.hpp
+/// \brief What the moe package's device layers (VirtualRanksLayer, NcclMoeLayer) take and report.
+///
+/// Built only with Tessel_ENABLE_CUDA.
+
+#include <tessel/core/Config.hpp>
+
+#ifndef TESSEL_ENABLE_CUDA
+#error "tessel/moe/cuda/DeviceOptions.hpp needs a Tessel built with Tessel_ENABLE_CUDA=ON"
+#endif
+
+#include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/Tuning.hpp>
+
+#include <cstdint>
+#include <optional>
+
+namespace tessel::moe::cuda {
+
+/// \brief True when a CUDA device is visible (never throws).
+bool device_available();
+
+/// \brief Options of a device layer.
+struct DeviceOptions {
+  /// Parameters of the comet schedule; unset: looked up in \p registry under backend "cuda".
+  std::optional<CometParams> comet;
+  /// Registry for the lookup; nullptr: TuningRegistry::builtin().
+  TuningRegistry const *registry = nullptr;
+  /// Token chunks of the pipelined schedule.
+  int pipeline_chunks = 4;
+  /// Device-side waits and host synchronizations give up after this long (TimeoutError).
+  double timeout_seconds = 60.0;
+};
+
+/// \brief What the last forward did (all virtual ranks).
+struct DeviceStats {
+  Schedule schedule = Schedule::sequential;
+  /// CUDA events: from the start of the first rank's packing to the end of the last rank's final sum (excludes
+  /// the host's routing and the uploads of tokens and plans).
+  double device_ms = 0.0;
+  /// Host routing, plans and uploads.
+  double host_seconds = 0.0;
+  /// Expert rows computed, all ranks.
+  std::int64_t rows = 0;
+  /// comet: communication blocks (n_c) and grid sizes of the fused kernels (per rank; layer0 grids vary by rank,
+  /// the largest is reported).
+  int comm_blocks = 0, grid0 = 0, grid1 = 0;
+};
+
+} // namespace tessel::moe::cuda
+
+#endif
