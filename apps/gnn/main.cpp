@@ -1,54 +1,41 @@
-// tessel-gnn: full-graph GNN training with AdaptGear-style adaptive aggregation, and the aggregation benchmark.
+// tessel-gnn: full-graph GNN training with AdaptGear-style adaptive aggregation (the aggregation benchmark is
+// tessel-gnn-bench, benchmarks/gnn).
 //
 //   tessel-gnn train --data cora.h5 --model gcn --kernel adaptive --epochs 200 --json out.json
-//   tessel-gnn bench --data cora.h5 --features 16,64,256 --json bench.json
 //   tessel-gnn info --data cora.h5
 //   tessel-gnn config | --version | --help
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Spmm.hpp>
-
-#include "BenchCuda.hpp"
-#include "Common.hpp"
+#include <tessel/gnn/ToolOptions.hpp>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <map>
-#include <memory>
-#include <numeric>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
 using namespace tessel::gnn;
-using namespace tessel::gnn::app;
 using Exec = Kokkos::DefaultHostExecutionSpace;
-using Mem = Exec::memory_space;
-
-constexpr std::int64_t max_part_size = std::int64_t{1} << 30;
 
 char const *usage_text =
     "usage: tessel-gnn <command> [options]\n"
     "\n"
     "commands:\n"
     "  train   train a GCN or GIN on a tessel.gnn.graph HDF5 file\n"
-    "  bench   time Y = A X for every aggregation kernel side by side\n"
     "  info    print the data set's statistics (--part-size N: compare the reorderings)\n"
     "  config  print the build configuration\n"
     "  --version, --help      --debug (or TESSEL_DEBUG=1): add source locations to error messages\n"
+    "The aggregation kernels side by side: tessel-gnn-bench (see its --help).\n"
     "exit status: 0 success, 1 runtime error or wrong result, 2 invalid option or argument\n"
     "\n"
     "train options:\n"
@@ -64,45 +51,17 @@ char const *usage_text =
     "  --partition auto|metis|lp|rcm|none --part-size N\n"
     "  --checkpoint FILE --checkpoint-every N (0, default: at the end only) --resume\n"
     "  --allow-divergence     train on when the loss becomes NaN or infinite (default: stop with an error)\n"
-    "  --json FILE --quiet\n"
-    "\n"
-    "bench options:\n"
-    "  --data FILE --features 16,64,256 --kernels csr,coo,...,adaptive (default: all but coo_atomic)\n"
-    "  --reps N (timed rounds, all kernels in turn, median reported; default 15) --warmup N (default 3)\n"
-    "  --operator gcn|raw     D^-1/2 (A+I) D^-1/2 (default) or A as stored\n"
-    "  --timing on|off --partition P --part-size N --json FILE\n"
-    "  --backend host|cuda    cuda: the device kernels (csr, csr_feature_tiled, coo_atomic, tiles, dense,\n"
-    "                         cusparse, adaptive) on the first GPU, CUDA events, default --reps 20; skipped\n"
-    "                         with a message (exit 0) where no GPU is visible\n"
-    "  --tf32 on|off --dense-engine automatic|wmma|cublas   (--backend cuda)\n";
+    "  --json FILE --quiet\n";
 
-/// on/off options (--timing, --tf32), absent: \p fallback.
-bool get_on_off(tessel::CommandLine &a, char const *name, bool fallback) {
-  std::string const v = a.get(name, fallback ? "on" : "off");
-  if (v == "on" || v == "1" || v == "true")
-    return true;
-  if (v == "off" || v == "0" || v == "false")
-    return false;
-  TESSEL_REQUIRE_USAGE(false, "option --", name, " expects on or off, got '", v, "'");
-  return fallback;
-}
-
-SpmmOptions spmm_options(tessel::CommandLine &a, SpmmAlgorithm algorithm) {
-  SpmmOptions o;
-  o.algorithm = algorithm;
-  o.timing = get_on_off(a, "timing", o.timing);
-  if (a.has("partition"))
-    o.partition = a.get_parsed("partition", "auto", parse_partition_method);
-  TESSEL_REQUIRE_USAGE(o.partition != PartitionMethod::metis || metis_available(),
-                       "option --partition metis: this tessel-gnn was built without METIS; use lp or rcm");
-  o.part_size = a.get_int<std::int64_t>("part-size", o.part_size, 2, max_part_size);
-  return o;
+std::string env_or(char const *name, char const *fallback) {
+  char const *v = std::getenv(name);
+  return v ? v : fallback;
 }
 
 int cmd_info(tessel::CommandLine &a) {
   std::string const data_path = a.require("data");
   bool const compare_partitions = a.has("part-size");
-  auto const part_size = a.get_int<std::int64_t>("part-size", 64, 2, max_part_size);
+  auto const part_size = a.get_int<std::int64_t>("part-size", 64, 2, max_tool_part_size);
   a.finish();
   auto const d = load_dataset(data_path);
   auto const st = degree_stats(d.graph);
@@ -131,9 +90,7 @@ int cmd_info(tessel::CommandLine &a) {
   return 0;
 }
 
-int cmd_train(tessel::CommandLine &a) {
-  TESSEL_REQUIRE_USAGE(a.has("data"), "train needs --data FILE");
-  std::string const data_path = a.get("data", "");
+TrainOptions parse_train_options(tessel::CommandLine &a) {
   TrainOptions o;
   o.model = a.get_parsed("model", "gcn", parse_model_kind);
   if (o.model == ModelKind::gin) {
@@ -158,6 +115,74 @@ int cmd_train(tessel::CommandLine &a) {
   o.stop_on_divergence = !a.flag("allow-divergence");
   TESSEL_REQUIRE_USAGE(!o.checkpoint.empty() || (!o.resume && !a.has("checkpoint-every")),
                        "--resume and --checkpoint-every need --checkpoint FILE");
+  return o;
+}
+
+void print_train_result(TrainResult const &result) {
+  int const n = std::max(1, static_cast<int>(result.history.size()));
+  double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
+  std::printf("finished after %d epochs%s: val accuracy %.4f, test accuracy %.4f\n", result.epochs_run,
+              result.early_stopped ? " (early stop)" : "", result.val_acc, result.test_acc);
+  double const train_s = std::max(1e-12, result.train_seconds);
+  std::printf("time per epoch %.3f ms: aggregation %.3f ms, rest %.3f ms; setup %.3f s; selection overhead %.3f s "
+              "(%.2f%% of training; %.3f s = %.2f%% net of the tuning applies' share of the aggregation)\n",
+              ms, agg, ms - agg, result.setup_seconds, result.selection_seconds,
+              100 * result.selection_seconds / train_s, result.selection_net_seconds,
+              100 * result.selection_net_seconds / train_s);
+  for (auto const &p : result.plans)
+    std::printf("%s", p.summary().c_str());
+}
+
+tessel::Json plans_json(std::vector<SpmmPlan> const &plans) {
+  auto out = tessel::Json::array();
+  for (auto const &p : plans)
+    out.push_back(p.json());
+  return out;
+}
+
+void write_train_json(std::string const &path, std::string const &data_path, Dataset const &data, TrainOptions const &o,
+                      bool random, TrainResult const &result) {
+  int const n = std::max(1, static_cast<int>(result.history.size()));
+  double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
+  auto history = tessel::Json::array();
+  for (auto const &r : result.history)
+    history.push_back({{"epoch", r.epoch},
+                       {"loss", r.train_loss},
+                       {"train_acc", r.train_acc},
+                       {"val_loss", r.val_loss},
+                       {"val_acc", r.val_acc},
+                       {"test_acc", r.test_acc},
+                       {"ms", 1e3 * r.seconds},
+                       {"aggregation_ms", 1e3 * r.aggregation_seconds}});
+  tessel::write_json(path, {{"command", "train"},
+                            {"data", data_path},
+                            {"dataset", data.name},
+                            {"model", name_of(o.model)},
+                            {"kernel", name_of(o.spmm.algorithm)},
+                            {"features_random", random},
+                            {"epochs_run", result.epochs_run},
+                            {"early_stopped", result.early_stopped},
+                            {"train_accuracy", result.train_acc},
+                            {"val_accuracy", result.val_acc},
+                            {"test_accuracy", result.test_acc},
+                            {"ms_per_epoch", ms},
+                            {"aggregation_ms_per_epoch", agg},
+                            {"rest_ms_per_epoch", ms - agg},
+                            {"setup_seconds", result.setup_seconds},
+                            {"selection_seconds", result.selection_seconds},
+                            {"selection_net_seconds", result.selection_net_seconds},
+                            {"train_seconds", result.train_seconds},
+                            {"plans", plans_json(result.plans)},
+                            {"backward_plans", plans_json(result.backward_plans)},
+                            {"history", history},
+                            {"build", tessel::build_summary()}});
+  std::printf("results written to %s\n", path.c_str());
+}
+
+int cmd_train(tessel::CommandLine &a) {
+  TESSEL_REQUIRE_USAGE(a.has("data"), "train needs --data FILE");
+  std::string const data_path = a.get("data", "");
+  TrainOptions o = parse_train_options(a);
   bool const quiet = a.flag("quiet");
   std::string const json_path = a.get("json", "");
   a.finish();
@@ -179,296 +204,10 @@ int cmd_train(tessel::CommandLine &a) {
   };
   Exec space;
   auto const result = train(space, data, o);
-  int const n = std::max(1, static_cast<int>(result.history.size()));
-  double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
-  std::printf("finished after %d epochs%s: val accuracy %.4f, test accuracy %.4f\n", result.epochs_run,
-              result.early_stopped ? " (early stop)" : "", result.val_acc, result.test_acc);
-  double const train_s = std::max(1e-12, result.train_seconds);
-  std::printf("time per epoch %.3f ms: aggregation %.3f ms, rest %.3f ms; setup %.3f s; selection overhead %.3f s "
-              "(%.2f%% of training; %.3f s = %.2f%% net of the tuning applies' share of the aggregation)\n",
-              ms, agg, ms - agg, result.setup_seconds, result.selection_seconds,
-              100 * result.selection_seconds / train_s, result.selection_net_seconds,
-              100 * result.selection_net_seconds / train_s);
-  for (auto const &p : result.plans)
-    print_plan(p);
-  if (!json_path.empty()) {
-    tessel::OutputFile file(json_path);
-    auto &out = file.stream();
-    out << "{\n  \"command\": \"train\", \"data\": " << json_str(data_path) << ", \"dataset\": " << json_str(data.name)
-        << ", \"model\": " << json_str(name_of(o.model)) << ", \"kernel\": " << json_str(name_of(o.spmm.algorithm))
-        << ", \"features_random\": " << (random ? "true" : "false") << ",\n  \"epochs_run\": " << result.epochs_run
-        << ", \"early_stopped\": " << (result.early_stopped ? "true" : "false")
-        << ", \"train_accuracy\": " << num(result.train_acc) << ", \"val_accuracy\": " << num(result.val_acc)
-        << ", \"test_accuracy\": " << num(result.test_acc) << ",\n  \"ms_per_epoch\": " << num(ms)
-        << ", \"aggregation_ms_per_epoch\": " << num(agg) << ", \"rest_ms_per_epoch\": " << num(ms - agg)
-        << ", \"setup_seconds\": " << num(result.setup_seconds)
-        << ", \"selection_seconds\": " << num(result.selection_seconds)
-        << ", \"selection_net_seconds\": " << num(result.selection_net_seconds)
-        << ", \"train_seconds\": " << num(result.train_seconds) << ",\n  \"plans\": [";
-    for (std::size_t i = 0; i < result.plans.size(); ++i)
-      out << (i ? ",\n    " : "\n    ") << result.plans[i].to_json();
-    out << "],\n  \"backward_plans\": [";
-    for (std::size_t i = 0; i < result.backward_plans.size(); ++i)
-      out << (i ? ",\n    " : "\n    ") << result.backward_plans[i].to_json();
-    out << "],\n  \"history\": [";
-    for (std::size_t i = 0; i < result.history.size(); ++i) {
-      auto const &r = result.history[i];
-      out << (i ? ",\n    " : "\n    ") << "{\"epoch\": " << r.epoch << ", \"loss\": " << num(r.train_loss)
-          << ", \"train_acc\": " << num(r.train_acc) << ", \"val_loss\": " << num(r.val_loss)
-          << ", \"val_acc\": " << num(r.val_acc) << ", \"test_acc\": " << num(r.test_acc)
-          << ", \"ms\": " << num(1e3 * r.seconds) << ", \"aggregation_ms\": " << num(1e3 * r.aggregation_seconds)
-          << "}";
-    }
-    out << "],\n  \"build\": " << json_str(tessel::build_summary()) << "\n}\n";
-    file.commit();
-    std::printf("results written to %s\n", json_path.c_str());
-  }
+  print_train_result(result);
+  if (!json_path.empty())
+    write_train_json(json_path, data_path, data, o, random, result);
   return 0;
-}
-
-SpmmOptions fixed(SpmmAlgorithm algorithm) {
-  SpmmOptions o;
-  o.algorithm = algorithm;
-  return o;
-}
-
-int cmd_bench_cuda(tessel::CommandLine &a) {
-  CudaBenchConfig c;
-  c.data = a.get("data", "");
-  c.op_name = a.get("operator", "gcn");
-  c.json = a.get("json", "");
-  c.widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
-  c.kernels = a.get_list("kernels", {});
-  for (auto const &k : c.kernels)
-    tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm);
-  c.reps = a.get_int("reps", 20, 1, 1000000);
-  c.warmup = a.get_int("warmup", 3, 0, 1000000);
-  c.options = spmm_options(a, SpmmAlgorithm::adaptive);
-  c.allow_tf32 = get_on_off(a, "tf32", c.allow_tf32);
-  c.dense_engine = a.get("dense-engine", "automatic");
-  a.finish();
-#ifdef TESSEL_ENABLE_CUDA
-  return bench_cuda(c);
-#else
-  std::printf("tessel-gnn bench --backend cuda: skipped: this tessel-gnn was built without CUDA "
-              "(Tessel_ENABLE_CUDA=OFF)\n");
-  if (!c.json.empty())
-    tessel::write_file(c.json, "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"built without CUDA\"}\n");
-  return 0;
-#endif
-}
-
-int cmd_bench(tessel::CommandLine &a) {
-  TESSEL_REQUIRE_USAGE(a.has("data"), "bench needs --data FILE");
-  // --backend, not --device: Kokkos 3.4 takes --device (a device id) from the command line before we see it.
-  std::string const backend = a.get("backend", "host");
-  TESSEL_REQUIRE_USAGE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
-  if (backend == "cuda")
-    return cmd_bench_cuda(a);
-  TESSEL_REQUIRE_USAGE(!a.has("tf32") && !a.has("dense-engine"), "--tf32 and --dense-engine need --backend cuda");
-  std::string const data_path = a.get("data", "");
-  std::string const op_name = a.get("operator", "gcn");
-  TESSEL_REQUIRE_USAGE(op_name == "gcn" || op_name == "raw", "--operator must be gcn or raw, got '", op_name, "'");
-  std::vector<int> const widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
-  std::vector<std::string> const kernels =
-      a.get_list("kernels", {"csr", "csr_feature_tiled", "coo", "tiles", "dense", "kk", "adaptive"});
-  for (auto const &k : kernels)
-    tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm);
-  int const reps = a.get_int("reps", 15, 1, 1000000), warmup = a.get_int("warmup", 3, 0, 1000000);
-  SpmmOptions const base_options = spmm_options(a, SpmmAlgorithm::adaptive);
-  std::string const json_path = a.get("json", "");
-  a.finish();
-  tessel::require_writable(json_path);
-  tessel::require_same_file(tessel::Communicator::world(), "data set", data_path);
-  auto const data = load_dataset(data_path);
-  auto const op = op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
-  Exec space;
-  bool wrong = false;
-  auto const n = static_cast<std::size_t>(op.num_rows());
-  std::printf("tessel-gnn bench: '%s' (%zu nodes, %lld entries, operator %s), OPENBLAS_NUM_THREADS=%s, reps %d\n",
-              data.name.c_str(), n, static_cast<long long>(op.nnz()), op_name.c_str(),
-              env_or("OPENBLAS_NUM_THREADS", "unset").c_str(), reps);
-  std::ostringstream js;
-  js << "{\n  \"command\": \"bench\", \"data\": " << json_str(data_path) << ", \"dataset\": " << json_str(data.name)
-     << ", \"nodes\": " << n << ", \"nnz\": " << op.nnz() << ", \"operator\": " << json_str(op_name)
-     << ", \"reps\": " << reps << ", \"openblas_num_threads\": " << json_str(env_or("OPENBLAS_NUM_THREADS", "unset"))
-     << ", \"build\": " << json_str(tessel::build_summary()) << ",\n  \"results\": [";
-  for (std::size_t wi = 0; wi < widths.size(); ++wi) {
-    int const f = widths[wi];
-    Matrix<Mem> x("Tessel::gnn::bench::x", n, static_cast<std::size_t>(f));
-    {
-      std::mt19937 rng(7);
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (std::size_t k = 0; k < x.size(); ++k)
-        x.data()[k] = u(rng);
-    }
-    Matrix<Mem> ref("Tessel::gnn::bench::ref", n, static_cast<std::size_t>(f));
-    {
-      SpmmHandle<std::int32_t, Exec> h(space, op, fixed(SpmmAlgorithm::csr));
-      h.apply(space, x, ref);
-    }
-    double const flops = 2.0 * static_cast<double>(op.nnz()) * f;
-    std::map<std::string, double> ms;
-    std::map<std::string, std::string> notes;
-    std::string plan_json = "null";
-    std::printf("\nF = %d\n  %-22s %10s %9s %10s %12s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
-                "max rel err", "note");
-    // Every kernel is prepared (built, tuned, warmed up) first; then the timed rounds run all kernels in turn, so
-    // that drifting machine load affects them alike. Each timed sample is a batch of applies of >= 2 ms, after one
-    // untimed apply of the same kernel. All kernels of one vertex order read the same X and write the same Y: with
-    // a Y per kernel, the placement of the buffers alone made identical loops differ by up to 30% here (csr and
-    // csr_feature_tiled at F <= 32), which would be credited to the kernels. Each result is checked right after
-    // the kernel's own applies (before the rounds and after them).
-    struct Entry {
-      std::string label;
-      std::unique_ptr<SpmmHandle<std::int32_t, Exec>> handle;
-      Permutation const *perm = nullptr;
-      Matrix<Mem> xin, y;
-      double setup = 0, err = 0;
-      int tuning = 0, inner = 1;
-      std::vector<double> t;
-    };
-    std::vector<Entry> entries;
-    Permutation adaptive_perm;
-    bool have_perm = false;
-    Matrix<Mem> y_shared("Tessel::gnn::bench::y", n, static_cast<std::size_t>(f)), x_perm, y_perm;
-    // Relative error of the entry's Y (in its vertex order) against the reference; the largest seen counts.
-    auto check = [&](Entry &e) {
-      Matrix<Mem> yout = e.y;
-      if (e.perm) {
-        yout = Matrix<Mem>("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
-        unpermute_rows(space, *e.perm, ConstMatrix<Mem>(e.y), yout);
-      }
-      double err = 0, scale = 0;
-      for (std::size_t k = 0; k < ref.size(); ++k) {
-        err = std::max(err, static_cast<double>(std::abs(yout.data()[k] - ref.data()[k])));
-        scale = std::max(scale, static_cast<double>(std::abs(ref.data()[k])));
-      }
-      e.err = std::max(e.err, err / std::max(scale, 1e-30));
-    };
-    auto add = [&](std::string const &label, std::unique_ptr<SpmmHandle<std::int32_t, Exec>> h, Permutation const *perm,
-                   double setup) {
-      Entry e;
-      e.label = label;
-      e.handle = std::move(h);
-      e.perm = perm;
-      e.setup = setup;
-      e.xin = x;
-      e.y = y_shared;
-      if (perm) {
-        if (x_perm.extent(0) == 0) { // adaptive and csr(reordered) share the permutation and its buffers
-          x_perm = Matrix<Mem>("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f));
-          y_perm = Matrix<Mem>("Tessel::gnn::bench::yp", n, static_cast<std::size_t>(f));
-          permute_rows(space, *perm, ConstMatrix<Mem>(x), x_perm);
-        }
-        e.xin = x_perm;
-        e.y = y_perm;
-      }
-      while (!e.handle->tuned(f) && e.tuning < 1000) {
-        e.handle->apply(space, e.xin, e.y);
-        ++e.tuning;
-      }
-      for (int r = 0; r < warmup; ++r)
-        e.handle->apply(space, e.xin, e.y);
-      Kokkos::deep_copy(e.y, 1e30f); // the buffer is shared: nothing left over may pass for a result
-      tessel::Timer<Exec> timer(space);
-      e.handle->apply(space, e.xin, e.y);
-      e.inner = static_cast<int>(std::min(1000.0, std::max(1.0, std::ceil(2e-3 / std::max(timer.seconds(), 1e-9)))));
-      check(e);
-      entries.push_back(std::move(e));
-    };
-    for (auto const &k : kernels) {
-      auto const algorithm = parse_spmm_algorithm(k);
-      try {
-        auto const t0 = std::chrono::steady_clock::now();
-        auto options = base_options;
-        options.algorithm = algorithm;
-        options.probe_features = {f}; // this handle serves width f only
-        auto h = std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, op, options);
-        double const setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        // A handle that kept the original order reads X and writes Y in place, like the single kernels.
-        bool const permuted = algorithm == SpmmAlgorithm::adaptive && !h->permutation().is_identity();
-        if (algorithm == SpmmAlgorithm::adaptive) {
-          adaptive_perm = h->permutation();
-          have_perm = true;
-        }
-        add(k, std::move(h), permuted ? &adaptive_perm : nullptr, setup);
-      } catch (tessel::Exception const &e) {
-        std::printf("  %-22s skipped: %s\n", k.c_str(), e.what());
-        notes[k] = std::string("skipped: ") + e.what();
-      }
-    }
-    if (have_perm) // the reordering alone: plain CSR on the adaptive handle's vertex order
-      add("csr(reordered)",
-          std::make_unique<SpmmHandle<std::int32_t, Exec>>(space, permute(op, adaptive_perm),
-                                                           fixed(SpmmAlgorithm::csr)),
-          adaptive_perm.is_identity() ? nullptr : &adaptive_perm, 0.0);
-    // The kernel order changes from round to round (a fixed-seed shuffle): the first kernel of a round runs
-    // measurably slower here, and so does a kernel that follows the dense GEMM or Kokkos Kernels (their memory sweeps
-    // and wide vector code), whatever its own cost; with a plain rotation every kernel kept the same predecessor,
-    // which biased identical loops by up to 7%. Shuffling spreads both effects over all kernels.
-    std::vector<std::size_t> order(entries.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::mt19937 shuffle_rng(12345);
-    for (int r = 0; r < reps; ++r) {
-      std::shuffle(order.begin(), order.end(), shuffle_rng);
-      for (std::size_t i : order) {
-        auto &e = entries[i];
-        // One untimed apply first: the previous kernel (the dense one sweeps a huge matrix) left the caches cold,
-        // and training repeats the same aggregation back to back.
-        e.handle->apply(space, e.xin, e.y);
-        tessel::Timer<Exec> timer(space);
-        for (int k = 0; k < e.inner; ++k)
-          e.handle->apply(space, e.xin, e.y);
-        e.t.push_back(timer.seconds() / e.inner);
-      }
-    }
-    for (auto &e : entries) {
-      Kokkos::deep_copy(e.y, 1e30f); // nothing left over from the kernel before
-      e.handle->apply(space, e.xin, e.y);
-      check(e);
-      double const rel = e.err;
-      double const med = median(e.t);
-      ms[e.label] = 1e3 * med;
-      std::string note = e.tuning ? std::to_string(e.tuning) + " tuning applies" : "";
-      if (rel > 1e-4) {
-        note += " WRONG RESULT";
-        wrong = true;
-      }
-      notes[e.label] = note;
-      std::printf("  %-22s %10.4f %9.2f %10.3f %12.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9, e.setup,
-                  rel, note.c_str());
-      if (e.label == "adaptive") {
-        plan_json = e.handle->plan(f).to_json();
-        print_plan(e.handle->plan(f));
-      }
-    }
-    if (have_perm && !adaptive_perm.is_identity()) {
-      // Moving X into the handle's order and Y back, once per apply (not needed in training).
-      Matrix<Mem> xp("Tessel::gnn::bench::xp", n, static_cast<std::size_t>(f)),
-          yo("Tessel::gnn::bench::yo", n, static_cast<std::size_t>(f));
-      std::vector<double> t;
-      for (int r = 0; r < reps; ++r) {
-        tessel::Timer<Exec> timer(space);
-        permute_rows(space, adaptive_perm, ConstMatrix<Mem>(x), xp);
-        unpermute_rows(space, adaptive_perm, ConstMatrix<Mem>(xp), yo);
-        t.push_back(timer.seconds());
-      }
-      ms["permute_in_out"] = 1e3 * median(t);
-      std::printf("  %-22s %10.4f  (permuting X in and Y out; training keeps data in the handle's order)\n",
-                  "permute in+out", 1e3 * median(t));
-    }
-    std::fflush(stdout);
-    report_width(js, wi == 0, f, flops, ms, nullptr, notes, {}, plan_json);
-  }
-  js << "\n  ]\n}\n";
-  if (!json_path.empty()) {
-    tessel::write_file(json_path, js.str());
-    std::printf("results written to %s\n", json_path.c_str());
-  }
-  if (wrong)
-    std::fprintf(stderr, "tessel-gnn bench: some kernel returned a wrong result (see WRONG RESULT above)\n");
-  return wrong ? tessel::exit_failure : tessel::exit_success;
 }
 
 } // namespace
@@ -494,11 +233,10 @@ int main(int argc, char **argv) {
     }
     if (command == "train")
       return cmd_train(args);
-    if (command == "bench")
-      return cmd_bench(args);
     if (command == "info")
       return cmd_info(args);
-    TESSEL_REQUIRE_USAGE(false, "unknown command '", command, "' (expected train, bench, info or config; see --help)");
+    TESSEL_REQUIRE_USAGE(command != "bench", "the aggregation benchmark is the tool tessel-gnn-bench (see its --help)");
+    TESSEL_REQUIRE_USAGE(false, "unknown command '", command, "' (expected train, info or config; see --help)");
     return 0;
   });
 }

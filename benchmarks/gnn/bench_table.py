@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Summarizes tessel-gnn bench JSON files: median ms per kernel and the adaptive speedups, as a Markdown table.
+"""Summarizes tessel-gnn-bench JSON files: median ms per kernel and the adaptive speedups, as a Markdown table.
 `bench_table.py --runs DIR...` combines several runs of run_bench.sh (medians over the runs)."""
 import json
 import math

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs `tessel-gnn bench` over the real graphs at hand and generated community graphs, one core (Serial Kokkos,
+# Runs `tessel-gnn-bench` over the real graphs at hand and generated community graphs, one core (Serial Kokkos,
 # OPENBLAS_NUM_THREADS=1), and prints the summary table of gnn/README.md.
 #
 #   benchmarks/gnn/run_bench.sh [BUILD_DIR] [OUT_DIR]      (data from TESSEL_DATA_DIR, default ../shared/datasets)
@@ -13,7 +13,7 @@ reps=${REPS:-15}
 features=${FEATURES:-16,64,256}
 export OPENBLAS_NUM_THREADS=1
 mkdir -p "$out"
-gnn="$build/apps/gnn/tessel-gnn"
+bench="$build/benchmarks/gnn/tessel-gnn-bench"
 gen="$build/datasets/gnn/tessel-gnn-data"
 py=/usr/bin/python3
 
@@ -22,6 +22,6 @@ source "$root/benchmarks/gnn/graphs.sh"
 for g in "${graphs[@]}"; do
   base=$(basename "$g" .h5)
   echo "== $base =="
-  "$gnn" bench --data "$g" --features "$features" --reps "$reps" --json "$out/bench-$base.json" | tee "$out/bench-$base.log"
+  "$bench" --data "$g" --features "$features" --reps "$reps" --json "$out/bench-$base.json" | tee "$out/bench-$base.log"
 done
 $py "$root/benchmarks/gnn/bench_table.py" "$out"/bench-*.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Thread scaling of the host kernels on an OpenMP Kokkos (the kokkos4 preset): `tessel-gnn bench` at
+# Thread scaling of the host kernels on an OpenMP Kokkos (the kokkos4 preset): `tessel-gnn-bench` at
 # OMP_NUM_THREADS=1 and 2 (THREADS), interleaved, RUNS times each, on the graphs of run_bench.sh (graphs.sh); then
 # the table of medians and speedups (threads_table.py). OpenBLAS keeps one thread (dense runs its GEMM).
 #
@@ -15,7 +15,7 @@ features=${FEATURES:-16,64,256}
 threads=${THREADS:-1 2}
 export OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 mkdir -p "$out"
-gnn="$build/apps/gnn/tessel-gnn"
+bench="$build/benchmarks/gnn/tessel-gnn-bench"
 gen="$build/datasets/gnn/tessel-gnn-data"
 py=/usr/bin/python3
 
@@ -26,7 +26,7 @@ for run in $(seq 1 "$runs"); do
     base=$(basename "$g" .h5)
     for t in $threads; do
       echo "== run $run, $base, $t thread(s) =="
-      OMP_NUM_THREADS=$t "$gnn" bench --data "$g" --features "$features" --reps "$reps" \
+      OMP_NUM_THREADS=$t "$bench" --data "$g" --features "$features" --reps "$reps" \
         --json "$out/threads-$base-t$t-r$run.json" > "$out/threads-$base-t$t-r$run.log"
     done
   done

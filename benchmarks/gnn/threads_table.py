@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Table of `tessel-gnn bench` thread scaling: reads threads-<graph>-t<T>-r<run>.json from a folder (written by
+"""Table of `tessel-gnn-bench` thread scaling: reads threads-<graph>-t<T>-r<run>.json from a folder (written by
 run_threads.sh) and prints, per graph and feature width, each kernel's median time over the runs at every thread
 count and the speedup of the largest thread count over one thread (median of the per-run ratios)."""
 import glob

@@ -1,4 +1,4 @@
-#include "impl/Blas.hpp"
+#include "impl/KkSpmv.hpp"
 
 #include <tessel/core/Execution.hpp>
 

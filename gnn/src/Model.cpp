@@ -2,7 +2,7 @@
 #include <tessel/core/H5File.hpp>
 #include <tessel/gnn/Model.hpp>
 
-#include "impl/Blas.hpp"
+#include "impl/MatrixRef.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -130,9 +130,11 @@ template <class ExecSpace> struct ModelState {
       auto &out = h[ul + 1];
       if (aggregate_first[ul]) {
         aggregate(*fwd, input, s[ul]);
-        Impl::gemm(space, "N", "N", 1.0f, ConstMatrix<M>(s[ul]), ConstMatrix<M>(w[ul]), 0.0f, out);
+        tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
+                     Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(out));
       } else {
-        Impl::gemm(space, "N", "N", 1.0f, input, ConstMatrix<M>(w[ul]), 0.0f, s[ul]);
+        tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(input), Impl::matrix_ref(ConstMatrix<M>(w[ul])),
+                     0.0f, Impl::matrix_ref(s[ul]));
         aggregate(*fwd, s[ul], out);
       }
       if (b[ul].extent(0) > 0)
@@ -237,17 +239,21 @@ template <class ExecSpace> struct ModelState {
       bool const need_input_grad = l > 0;
       if (aggregate_first[ul]) {
         // out = (A in) W: dW = s^T dz, ds = dz W^T, din = A^T ds.
-        Impl::gemm(space, "T", "N", 1.0f, ConstMatrix<M>(s[ul]), ConstMatrix<M>(dz), 0.0f, dw[ul]);
+        tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
+                     Impl::matrix_ref(ConstMatrix<M>(dz)), 0.0f, Impl::matrix_ref(dw[ul]));
         if (need_input_grad) {
-          Impl::gemm(space, "N", "T", 1.0f, ConstMatrix<M>(dz), ConstMatrix<M>(w[ul]), 0.0f, s[ul]);
+          tessel::gemm(space, Op::none, Op::transpose, 1.0f, Impl::matrix_ref(ConstMatrix<M>(dz)),
+                       Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(s[ul]));
           aggregate(backward_handle(), s[ul], grad[ul]);
         }
       } else {
         // out = A (in W): dt = A^T dz, dW = in^T dt, din = dt W^T.
         aggregate(backward_handle(), dz, s[ul]);
-        Impl::gemm(space, "T", "N", 1.0f, input, ConstMatrix<M>(s[ul]), 0.0f, dw[ul]);
+        tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(input),
+                     Impl::matrix_ref(ConstMatrix<M>(s[ul])), 0.0f, Impl::matrix_ref(dw[ul]));
         if (need_input_grad)
-          Impl::gemm(space, "N", "T", 1.0f, ConstMatrix<M>(s[ul]), ConstMatrix<M>(w[ul]), 0.0f, grad[ul]);
+          tessel::gemm(space, Op::none, Op::transpose, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
+                       Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(grad[ul]));
       }
       if (decayed(l) && options.weight_decay > 0) {
         auto dwl = dw[ul], wl = w[ul];

@@ -2,11 +2,12 @@
 #include <tessel/core/H5File.hpp>
 #include <tessel/gnn/Spmm.hpp>
 
-#include "impl/Blas.hpp"
-#include "impl/Decomposition.hpp"
+#include "impl/Builders.hpp"
 #include "impl/HostCsr.hpp"
-#include "impl/Json.hpp"
 #include "impl/Kernels.hpp"
+#include "impl/KkSpmv.hpp"
+#include "impl/MatrixRef.hpp"
+#include "impl/Selection.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -67,34 +68,6 @@ double CostModel::seconds(BlockKernel kernel, double elements, int features) con
                       : kernel == BlockKernel::tiles ? tiles_gflops
                                                      : dense_gflops;
   return 2.0 * elements * features / (rate * 1e9);
-}
-
-std::string SpmmPlan::to_json() const {
-  using Impl::json_number;
-  using Impl::json_string;
-  std::ostringstream os;
-  os << "{\"graph\": " << json_string(graph) << ", \"rows\": " << rows << ", \"nnz\": " << nnz
-     << ", \"features\": " << features << ", \"algorithm\": " << json_string(algorithm)
-     << ", \"partition\": " << json_string(partition_method) << ", \"ordering\": " << json_string(ordering)
-     << ", \"partition_seconds\": " << json_number(partition_seconds) << ", \"parts\": " << parts
-     << ", \"intra_fraction\": " << json_number(intra_fraction) << ", \"timed\": " << (timed ? "true" : "false")
-     << ", \"frozen\": " << (frozen ? "true" : "false") << ", \"rest_kernel\": " << json_string(rest_kernel)
-     << ", \"backend\": " << json_string(backend) << ", \"dense_engine\": " << json_string(dense_engine)
-     << ", \"reason\": " << json_string(reason) << ", \"preprocess_seconds\": " << json_number(preprocess_seconds)
-     << ", \"probe_seconds\": " << json_number(probe_seconds) << ", \"tuning_seconds\": " << json_number(tuning_seconds)
-     << ", \"tuning_build_seconds\": " << json_number(tuning_build_seconds)
-     << ", \"tuning_applies\": " << tuning_applies << ", \"apply_seconds\": " << json_number(apply_seconds)
-     << ", \"final_measured\": " << Impl::json_pairs(final_measured) << ", \"classes\": [";
-  for (std::size_t c = 0; c < classes.size(); ++c) {
-    auto const &k = classes[c];
-    os << (c ? ", " : "") << "{\"intra\": " << (k.intra ? "true" : "false") << ", \"density\": ["
-       << json_number(k.density_min) << ", " << json_number(k.density_max) << "], \"blocks\": " << k.blocks
-       << ", \"nnz\": " << k.nnz << ", \"tiles\": " << k.tiles << ", \"dense_elements\": " << k.dense_elements
-       << ", \"kernel\": " << json_string(k.kernel) << ", \"predicted\": " << Impl::json_pairs(k.predicted)
-       << ", \"measured\": " << Impl::json_pairs(k.measured) << ", \"reason\": " << json_string(k.reason) << "}";
-  }
-  os << "]}";
-  return os.str();
 }
 
 namespace Impl {
@@ -234,6 +207,7 @@ template <class Index, class ExecSpace> struct SpmmState {
 
   // Adaptive.
   std::unique_ptr<Decomposition<Index>> dec;
+  std::unique_ptr<Selector<Index>> selector;
   bool structures_ready = false;
   CsrPiece<Index, M> tuning_rest; // entries of single-candidate classes, all rows
   CsrPiece<Index, M> all_csr;     // the whole reordered graph (the final check's reference)
@@ -281,10 +255,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     switch (options.algorithm) {
     case SpmmAlgorithm::coo:
     case SpmmAlgorithm::coo_atomic: {
-      std::vector<Index> edge_rows(static_cast<std::size_t>(nnz));
-      for (Index i = 0; i < rows; ++i)
-        for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
-          edge_rows[static_cast<std::size_t>(k)] = i;
+      std::vector<Index> const edge_rows = entry_rows(g);
       coo.rows = to_device<Index, M>("Tessel::gnn::Spmm::coo_rows", edge_rows);
       TESSEL_REQUIRE(options.coo_chunk >= 1, "coo: chunk size must be positive, got ", options.coo_chunk);
       std::vector<std::int64_t> edge_begin, own_begin, carry_row;
@@ -315,10 +286,7 @@ template <class Index, class ExecSpace> struct SpmmState {
           make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, /*keep_empty_windows=*/true), storage);
       break;
     case SpmmAlgorithm::dense: {
-      double const bytes = 4.0 * static_cast<double>(rows) * static_cast<double>(cols);
-      TESSEL_REQUIRE(
-          bytes <= static_cast<double>(options.dense_max_bytes), "dense: graph '", name, "' needs ", bytes / (1 << 20),
-          " MiB as a dense matrix, more than dense_max_bytes = ", options.dense_max_bytes / (1 << 20), " MiB");
+      require_dense_fits(name, rows, cols, options.dense_max_bytes);
       dense = Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::dense"), rows, cols);
       auto h = Kokkos::create_mirror_view(dense);
       Kokkos::deep_copy(space, h, 0.0f);
@@ -340,6 +308,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   void setup_adaptive(HostGraph const &g, Partition const *given) {
     HostCsrProbe<Index, ExecSpace> probe(space);
     dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe);
+    selector = std::make_unique<Selector<Index>>(*dec);
     auto const classes = static_cast<std::size_t>(dec->num_classes);
     class_csr.assign(classes, {});
     class_tiles.assign(classes, {});
@@ -373,8 +342,8 @@ template <class Index, class ExecSpace> struct SpmmState {
         }
       }
     }
-    auto pieces = d.csr_groups(csr_group, compressed);
-    auto tile_sets = d.tiles_groups(tile_group, tile_groups);
+    auto pieces = csr_groups(d, csr_group, compressed);
+    auto tile_sets = tiles_groups(d, tile_group, tile_groups);
     tuning_rest = to_memory<Index, M>(std::move(pieces[0]), storage);
     for (int c = 0; c < d.num_classes; ++c) {
       if (!d.separate(c))
@@ -401,10 +370,10 @@ template <class Index, class ExecSpace> struct SpmmState {
     if (kernel == BlockKernel::tiles && !class_tiles_ready[cc]) {
       std::vector<int> group(static_cast<std::size_t>(d.num_classes), -1);
       group[cc] = 0;
-      class_tiles[cc] = to_memory<Index, M>(std::move(d.tiles_groups(group, 1)[0]), storage);
+      class_tiles[cc] = to_memory<Index, M>(std::move(tiles_groups(d, group, 1)[0]), storage);
       class_tiles_ready[cc] = 1;
     } else if (kernel == BlockKernel::dense && !class_dense_ready[cc]) {
-      class_dense[cc] = to_memory<Index, M>(d.dense(d.class_blocks(c)), storage);
+      class_dense[cc] = to_memory<Index, M>(dense_blocks(d, d.class_blocks(c)), storage);
       class_dense_ready[cc] = 1;
     }
   }
@@ -425,7 +394,8 @@ template <class Index, class ExecSpace> struct SpmmState {
     for (auto const &d : list) {
       auto xs = Kokkos::subview(x, std::make_pair(d.col0, d.col0 + d.cols), Kokkos::ALL());
       auto ys = Kokkos::subview(y, std::make_pair(d.row0, d.row0 + d.rows), Kokkos::ALL());
-      Impl::gemm(space, "N", "N", 1.0f, ConstMatrix<M>(d.values), ConstMatrix<M>(xs), 1.0f, Matrix<M>(ys));
+      tessel::gemm(space, Op::none, Op::none, 1.0f, matrix_ref(ConstMatrix<M>(d.values)),
+                   matrix_ref(ConstMatrix<M>(xs)), 1.0f, matrix_ref(Matrix<M>(ys)));
     }
   }
 
@@ -445,7 +415,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     auto const &d = *dec;
     auto const &choice = w.sel.choice;
     w.built = true;
-    if (!d.mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
+    if (!selector->mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
       build_all_csr();
       static_cast<Final &>(w) = Final{all_csr, {}, {}};
       return;
@@ -471,7 +441,7 @@ template <class Index, class ExecSpace> struct SpmmState {
             f.dense.push_back(block);
       }
     }
-    f.rest = to_memory<Index, M>(std::move(d.csr_groups(csr_group, {0})[0]), storage);
+    f.rest = to_memory<Index, M>(std::move(csr_groups(d, csr_group, {0})[0]), storage);
     finals.emplace_back(choice, f);
     static_cast<Final &>(w) = f;
   }
@@ -490,11 +460,11 @@ template <class Index, class ExecSpace> struct SpmmState {
       return it->second;
     Width &w = widths[f];
     if (options.algorithm != SpmmAlgorithm::adaptive) {
-      w.sel.plan = fixed_plan(name, rows, nnz, f, name_of(options.algorithm));
+      w.sel.plan = fixed_plan(name, rows, nnz, f, options.algorithm);
       w.sel.stage = 2;
       return w;
     }
-    w.sel = dec->begin(f);
+    w.sel = selector->begin(f);
     if (w.sel.stage == 1)
       start_final(w);
     return w;
@@ -502,7 +472,7 @@ template <class Index, class ExecSpace> struct SpmmState {
 
   void start_final(Width &w) {
     auto const &d = *dec;
-    d.choose(w.sel);
+    selector->choose(w.sel);
     auto const t0 = std::chrono::steady_clock::now();
     build_final(w);
     add_build_seconds(t0);
@@ -511,7 +481,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     // variant only where it differs from row-parallel CSR (F > its slice width).
     bool const tiled = w.sel.plan.features > feature_tile_width;
     std::vector<std::string> names;
-    if (d.mixed(w.sel) && options.force_kernel < 0) {
+    if (selector->mixed(w.sel) && d.force_kernel < 0) {
       build_all_csr();
       names.push_back("all_csr");
       if (tiled)
@@ -520,9 +490,9 @@ template <class Index, class ExecSpace> struct SpmmState {
     names.push_back("plan");
     if (tiled)
       names.push_back("plan+feature_tiled_rest");
-    d.start_final(w.sel, names);
+    selector->start_final(w.sel, names);
     if (names.size() == 1) { // nothing to compare
-      d.freeze(w.sel);
+      selector->freeze(w.sel);
       frozen(w);
     }
   }
@@ -531,7 +501,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   void frozen(Width &w) {
     auto const &winner = w.sel.winner;
     w.rest_feature_tiled = winner.find("feature_tiled") != std::string::npos;
-    w.sel.plan.rest_kernel = w.rest_feature_tiled ? "csr_feature_tiled" : "csr";
+    w.sel.plan.rest_kernel = w.rest_feature_tiled ? SpmmAlgorithm::csr_feature_tiled : SpmmAlgorithm::csr;
     if (winner.rfind("all_csr", 0) == 0)
       static_cast<Final &>(w) = Final{all_csr, {}, {}};
   }
@@ -584,7 +554,8 @@ template <class Index, class ExecSpace> struct SpmmState {
       spmm_tiles<ExecSpace, Index, M>(space, tiles, x, y, false);
       return;
     case SpmmAlgorithm::dense:
-      Impl::gemm(space, "N", "N", 1.0f, ConstMatrix<M>(dense), x, 0.0f, y);
+      tessel::gemm(space, Op::none, Op::none, 1.0f, matrix_ref(ConstMatrix<M>(dense)), matrix_ref(x), 0.0f,
+                   matrix_ref(y));
       return;
     case SpmmAlgorithm::kk:
       kk_spmv<Index, ExecSpace>(space, graph, x, y);
@@ -619,7 +590,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       for (int c = 0; c < d.num_classes; ++c) {
         if (!d.separate(c))
           continue;
-        BlockKernel const use = d.round_kernel(sel, c, kernel);
+        BlockKernel const use = selector->round_kernel(sel, c, kernel);
         double const start = timer.seconds();
         run_class(space, c, use, x, y);
         double const t = timer.seconds() - start;
@@ -629,7 +600,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       tuning_seconds += timer.seconds();
       ++sel.plan.tuning_applies;
       ++sel.round;
-      d.after_round(sel);
+      selector->after_round(sel);
       if (sel.round >= sel.rounds.size())
         start_final(w);
       sel.plan.tuning_seconds = tuning_seconds;
@@ -637,7 +608,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       return;
     }
     // Stage 1: the final structure with either remainder kernel, interleaved.
-    std::string const variant = d.current_final(sel);
+    std::string const variant = selector->current_final(sel);
     bool const tiled = variant.find("feature_tiled") != std::string::npos;
     timer.reset();
     if (variant.rfind("all_csr", 0) == 0)
@@ -647,7 +618,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     double const t = timer.seconds();
     tuning_seconds += t;
     ++sel.plan.tuning_applies;
-    if (d.record_final(sel, t))
+    if (selector->record_final(sel, t))
       frozen(w);
     sel.plan.tuning_seconds = tuning_seconds;
     sel.plan.tuning_build_seconds = tuning_build_seconds;
@@ -661,9 +632,7 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
     : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
   auto &s = *_state;
   s.options = options;
-  TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ", options.tuning_repeats);
-  TESSEL_REQUIRE(std::is_sorted(options.class_bounds.begin(), options.class_bounds.end()),
-                 "SpmmHandle: class_bounds must be increasing");
+  Impl::check_selection_options(options);
   validate(graph);
   s.name = graph.name();
   s.rows = graph.num_rows();
@@ -733,19 +702,19 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
     auto const kernels = file.read<int>(group + "/class_kernel", {static_cast<std::size_t>(d.num_classes)}).data;
     auto &w = s.widths[f];
     auto &sel = w.sel;
-    sel.plan = d.base_plan(f);
+    sel.plan = s.selector->base_plan(f);
     sel.plan.timed = false;
-    d.predict(sel, f);
+    s.selector->predict(sel, f);
     for (int c = 0; c < d.num_classes; ++c) {
       int const k = kernels[static_cast<std::size_t>(c)];
       TESSEL_REQUIRE(k >= 0 && k < Impl::num_block_kernels, "plan file '", plan_path, "': ", group, "/class_kernel[", c,
                      "] = ", k, " is not a kernel id (0 csr, 1 tiles, 2 dense)");
       sel.choice[static_cast<std::size_t>(c)] = static_cast<BlockKernel>(k);
-      sel.plan.classes[static_cast<std::size_t>(c)].kernel = name_of(static_cast<BlockKernel>(k));
+      sel.plan.classes[static_cast<std::size_t>(c)].kernel = static_cast<BlockKernel>(k);
       sel.plan.classes[static_cast<std::size_t>(c)].reason = "loaded from " + plan_path;
     }
-    sel.plan.rest_kernel = file.read_string_attribute(group, "rest_kernel");
-    w.rest_feature_tiled = sel.plan.rest_kernel == "csr_feature_tiled";
+    sel.plan.rest_kernel = parse_spmm_algorithm(file.read_string_attribute(group, "rest_kernel"));
+    w.rest_feature_tiled = sel.plan.rest_kernel == SpmmAlgorithm::csr_feature_tiled;
     sel.plan.reason = "loaded from " + plan_path;
     sel.plan.frozen = true;
     sel.stage = 2;
@@ -777,10 +746,7 @@ template <class Index, class ExecSpace> Partition const &SpmmHandle<Index, ExecS
 }
 
 template <class Index, class ExecSpace> bool SpmmHandle<Index, ExecSpace>::tuned(int features) const {
-  if (_state->options.algorithm != SpmmAlgorithm::adaptive || !_state->options.timing)
-    return true;
-  auto it = _state->widths.find(features);
-  return it != _state->widths.end() && it->second.sel.stage == 2;
+  return Impl::width_tuned(_state->options, _state->widths, features);
 }
 
 template <class Index, class ExecSpace> SpmmPlan SpmmHandle<Index, ExecSpace>::plan(int features) const {
@@ -788,10 +754,7 @@ template <class Index, class ExecSpace> SpmmPlan SpmmHandle<Index, ExecSpace>::p
 }
 
 template <class Index, class ExecSpace> std::vector<SpmmPlan> SpmmHandle<Index, ExecSpace>::plans() const {
-  std::vector<SpmmPlan> out;
-  for (auto const &[f, w] : _state->widths)
-    out.push_back(w.sel.plan);
-  return out;
+  return Impl::width_plans(_state->widths);
 }
 
 template <class Index, class ExecSpace> double SpmmHandle<Index, ExecSpace>::overhead_seconds() const {
@@ -824,7 +787,7 @@ template <class Index, class ExecSpace> void SpmmHandle<Index, ExecSpace>::save_
       kernels.push_back(static_cast<int>(k));
     file.write(group + "/class_kernel", kernels);
     file.write_attribute(group, "features", f);
-    file.write_attribute(group, "rest_kernel", w.sel.plan.rest_kernel);
+    file.write_attribute(group, "rest_kernel", name_of(w.sel.plan.rest_kernel));
     file.write_attribute(group, "json", w.sel.plan.to_json());
   }
   file.close();

@@ -18,6 +18,8 @@
 
 #include <GnnTestGraphs.hpp>
 
+#include "impl/ForceKernel.hpp"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -72,8 +74,8 @@ struct Operands {
       : x(static_cast<std::size_t>(shift_ + std::max<std::int64_t>(cols_, 1) * (f + pad)), "Tessel::test::x"),
         y(static_cast<std::size_t>(shift_ + std::max<std::int64_t>(rows_, 1) * (f + pad)), "Tessel::test::y"),
         ld(f + pad), shift(shift_), rows(rows_), cols(cols_) {}
-  gc::DeviceMatrix<float const> xm(std::int64_t f) const { return {x.data() + shift, cols, f, ld}; }
-  gc::DeviceMatrix<float> ym(std::int64_t f) const { return {y.data() + shift, rows, f, ld}; }
+  tessel::MatrixRef<float const> xm(std::int64_t f) const { return {x.data() + shift, cols, f, ld}; }
+  tessel::MatrixRef<float> ym(std::int64_t f) const { return {y.data() + shift, rows, f, ld}; }
 };
 
 /// Y = A X with the handle (until its plan is frozen, then twice more), every result compared with the
@@ -206,7 +208,7 @@ TEST(CudaSpmm, adaptive_every_class_kernel_and_dense_engine) {
           continue;
         auto o = with(SpmmAlgorithm::adaptive);
         o.part_size = 20;
-        o.force_kernel = kernel;
+        tessel::gnn::Impl::ForceKernel const force(kernel);
         o.dense_engine = engine;
         o.timing = timing;
         o.tuning_repeats = 1;
@@ -221,7 +223,7 @@ TEST(CudaSpmm, adaptive_every_class_kernel_and_dense_engine) {
         EXPECT_EQ(plan.backend.rfind("cuda: ", 0), 0u) << plan.backend;
         for (auto const &c : plan.classes) {
           if (c.nnz > 0) {
-            EXPECT_EQ(c.kernel, name_of(static_cast<BlockKernel>(kernel))) << what;
+            EXPECT_EQ(c.kernel, static_cast<BlockKernel>(kernel)) << what;
           }
         }
         if (kernel == 2) {
@@ -266,7 +268,7 @@ TEST(CudaSpmm, adaptive_times_candidates_on_a_community_graph) {
           EXPECT_TRUE(std::isfinite(seconds) && seconds > 0) << variant << ": " << seconds;
         for (auto const &c : plan.classes)
           for (auto const &[kernel, seconds] : c.measured)
-            EXPECT_TRUE(std::isfinite(seconds) && seconds > 0) << kernel << ": " << seconds;
+            EXPECT_TRUE(std::isfinite(seconds) && seconds > 0) << name_of(kernel) << ": " << seconds;
       }
       std::printf("%s\n", plan.to_json().c_str());
     }
@@ -280,13 +282,17 @@ TEST(CudaSpmm, fp32_only_when_tf32_is_disallowed) {
   auto o = with(SpmmAlgorithm::adaptive);
   o.allow_tf32 = false;
   o.part_size = 20;
-  o.force_kernel = 2; // dense blocks through cuBLAS in full fp32
   o.tuning_repeats = 1;
-  check_algorithm<std::int32_t>(o, Precision::fp32, "adaptive dense fp32");
-  o.force_kernel = 1; // tiles need tensor cores
+  {
+    tessel::gnn::Impl::ForceKernel const force(2); // dense blocks through cuBLAS in full fp32
+    check_algorithm<std::int32_t>(o, Precision::fp32, "adaptive dense fp32");
+  }
   Stream stream;
   auto const g = test::awkward_graph<std::int32_t>(100, 1);
-  EXPECT_THROW((gc::SpmmHandle<std::int32_t>(stream, g, o)), tessel::Exception);
+  {
+    tessel::gnn::Impl::ForceKernel const force(1); // tiles need tensor cores
+    EXPECT_THROW((gc::SpmmHandle<std::int32_t>(stream, g, o)), tessel::Exception);
+  }
   EXPECT_THROW((gc::SpmmHandle<std::int32_t>(stream, g,
                                              [] {
                                                auto t = with(SpmmAlgorithm::tiles);
@@ -300,12 +306,13 @@ TEST(CudaSpmm, deterministic_kernels_repeat_bitwise) {
   TESSEL_REQUIRE_DEVICE();
   Stream stream;
   auto const g = test::awkward_graph<std::int32_t>(300, 7);
+  tessel::gnn::Impl::ForceKernel const force(
+      2); // the adaptive case's classes run dense blocks; fixed algorithms ignore it
   std::vector<gc::SpmmOptions> options{with(SpmmAlgorithm::csr), with(SpmmAlgorithm::csr_feature_tiled)};
   if (device_has_tensor_cores()) {
     options.push_back(with(SpmmAlgorithm::tiles));
     auto o = with(SpmmAlgorithm::adaptive);
     o.part_size = 20;
-    o.force_kernel = 2;
     o.dense_engine = gc::DenseEngine::wmma;
     o.timing = false;
     options.push_back(o);
@@ -326,13 +333,13 @@ TEST(CudaSpmm, strided_and_misaligned_operands) {
   TESSEL_REQUIRE_DEVICE();
   Stream stream;
   auto const g = test::awkward_graph<std::int32_t>(250, 4);
+  tessel::gnn::Impl::ForceKernel const force(2); // the adaptive cases run dense blocks; fixed algorithms ignore it
   std::vector<std::pair<gc::SpmmOptions, Precision>> cases{{with(SpmmAlgorithm::csr), Precision::fp32}};
   if (device_has_tensor_cores()) {
     cases.emplace_back(with(SpmmAlgorithm::tiles), Precision::tf32);
     for (auto engine : {gc::DenseEngine::wmma, gc::DenseEngine::cublas}) {
       auto o = with(SpmmAlgorithm::adaptive);
       o.part_size = 20;
-      o.force_kernel = 2;
       o.dense_engine = engine;
       o.timing = false;
       cases.emplace_back(o, Precision::tf32);
@@ -393,8 +400,8 @@ TEST(CudaSpmm, applies_on_different_streams_are_ordered) {
   x.copy_from_host(xh.data(), xh.size(), s1.get());
   TESSEL_CUDA_CHECK(cudaMemsetAsync(y1.data(), 0xff, y1.bytes(), s1.get()));
   auto const rows = static_cast<std::int64_t>(n);
-  h.apply(s1, gc::DeviceMatrix<float const>(x.data(), rows, f), gc::DeviceMatrix<float>(y1.data(), rows, f));
-  h.apply(s2, gc::DeviceMatrix<float const>(y1.data(), rows, f), gc::DeviceMatrix<float>(y2.data(), rows, f));
+  h.apply(s1, tessel::MatrixRef<float const>(x.data(), rows, f), tessel::MatrixRef<float>(y1.data(), rows, f));
+  h.apply(s2, tessel::MatrixRef<float const>(y1.data(), rows, f), tessel::MatrixRef<float>(y2.data(), rows, f));
   std::vector<float> out(n * f);
   y2.copy_to_host(out.data(), out.size(), s2.get());
   s2.synchronize(std::chrono::seconds(60));
@@ -412,13 +419,13 @@ TEST(CudaSpmm, rejects_bad_operands_and_host_only_algorithms) {
   gc::SpmmHandle<std::int32_t> h(stream, g, with(SpmmAlgorithm::csr));
   DeviceBuffer<float> x(50 * 4, "Tessel::test::x"), y(50 * 4, "Tessel::test::y");
   EXPECT_THROW(
-      h.apply(stream, gc::DeviceMatrix<float const>(x.data(), 49, 4), gc::DeviceMatrix<float>(y.data(), 50, 4)),
+      h.apply(stream, tessel::MatrixRef<float const>(x.data(), 49, 4), tessel::MatrixRef<float>(y.data(), 50, 4)),
       tessel::Exception);
   EXPECT_THROW(
-      h.apply(stream, gc::DeviceMatrix<float const>(x.data(), 50, 4, 2), gc::DeviceMatrix<float>(y.data(), 50, 4)),
+      h.apply(stream, tessel::MatrixRef<float const>(x.data(), 50, 4, 2), tessel::MatrixRef<float>(y.data(), 50, 4)),
       tessel::Exception);
   EXPECT_THROW(
-      h.apply(stream, gc::DeviceMatrix<float const>(x.data(), 50, 4), gc::DeviceMatrix<float>(x.data(), 50, 4)),
+      h.apply(stream, tessel::MatrixRef<float const>(x.data(), 50, 4), tessel::MatrixRef<float>(x.data(), 50, 4)),
       tessel::Exception); // in place
   for (auto algorithm : {SpmmAlgorithm::coo, SpmmAlgorithm::kk}) {
     try {

@@ -4,7 +4,7 @@
 // k-step loop, and cublasGemmGroupedBatchedEx's column-major definition with the arguments the handle passes.
 #include <tessel/gnn/Graph.hpp>
 
-#include "impl/Decomposition.hpp"
+#include "impl/Builders.hpp"
 #include "impl/DenseLayout.hpp"
 
 #include <gtest/gtest.h>

@@ -5,6 +5,8 @@
 #include <GnnTestGraphs.hpp>
 #include <TesselToolsRecorder.hpp>
 
+#include "impl/ForceKernel.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -140,7 +142,7 @@ TEST(TEST_CATEGORY, spmm_adaptive_every_block_kernel) {
     for (bool timing : {true, false}) {
       auto o = with(SpmmAlgorithm::adaptive);
       o.part_size = 20;
-      o.force_kernel = kernel;
+      tessel::gnn::Impl::ForceKernel const force(kernel);
       o.timing = timing;
       o.tuning_repeats = 1;
       check_algorithm<std::int32_t>(o, std::string("adaptive forced ") + name_of(static_cast<BlockKernel>(kernel)));
@@ -149,7 +151,7 @@ TEST(TEST_CATEGORY, spmm_adaptive_every_block_kernel) {
       auto const plan = h.plan(8);
       for (auto const &c : plan.classes)
         if (c.nnz > 0) {
-          EXPECT_EQ(c.kernel, name_of(static_cast<BlockKernel>(kernel)));
+          EXPECT_EQ(c.kernel, static_cast<BlockKernel>(kernel));
         }
     }
 }

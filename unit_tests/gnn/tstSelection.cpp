@@ -1,13 +1,14 @@
-// The decisions of the adaptive selection (src/impl/Decomposition.hpp), with timings made up by the test rather than
-// measured, so that each rule is checked exactly: the reordering probe keeps the original vertex order unless the
-// partitioned one is clearly faster than the original order's best whole-graph kernel (feature-tiled included),
-// and a burst of load in one sample does not decide it; the final whole-apply variants pick the fastest csr
+// The decisions of the adaptive selection (src/impl/Decomposition.hpp, Selection.hpp), with timings made up by the test
+// rather than measured, so that each rule is checked exactly: the reordering probe keeps the original vertex order
+// unless the partitioned one is clearly faster than the original order's best whole-graph kernel (feature-tiled
+// included), and a burst of load in one sample does not decide it; the final whole-apply variants pick the fastest csr
 // variant, and the mixed plan only by the switch margin; hopeless class candidates stop being timed; the one-pass
 // builders equal the per-mask ones; the reordering keeps duplicate entries in their order.
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Reorder.hpp>
 
-#include "impl/Decomposition.hpp"
+#include "impl/Builders.hpp"
+#include "impl/Selection.hpp"
 
 #include <GnnTestGraphs.hpp>
 
@@ -20,6 +21,7 @@ namespace {
 
 using namespace tessel::gnn;
 using Impl::Decomposition;
+using Impl::Selector;
 using Impl::WidthSelection;
 
 /// Seconds per apply = time[order][kernel] * F, except the samples listed in bursts (call number -> factor); with
@@ -172,6 +174,7 @@ TEST(gnn_selection, timing_off_or_no_probe_keeps_the_partition) {
 struct Mixed {
   Graph<std::int32_t> g = community_graph();
   Decomposition<std::int32_t> d;
+  Selector<std::int32_t> s{d};
   Mixed(int repeats = 1)
       : d(
             g,
@@ -183,8 +186,8 @@ struct Mixed {
             nullptr, nullptr) {}
   WidthSelection mixed_selection() const {
     WidthSelection w;
-    w.plan = d.base_plan(16);
-    d.predict(w, 16);
+    w.plan = s.base_plan(16);
+    s.predict(w, 16);
     std::fill(w.choice.begin(), w.choice.end(), BlockKernel::csr);
     for (int c = 0; c < d.num_classes; ++c)
       if (w.plan.classes[static_cast<std::size_t>(c)].nnz > 0) {
@@ -197,13 +200,13 @@ struct Mixed {
 
 std::string freeze_with(Mixed const &m, std::vector<double> const &seconds) {
   auto w = m.mixed_selection();
-  EXPECT_TRUE(m.d.mixed(w));
-  m.d.start_final(w, {"all_csr", "all_csr+feature_tiled", "plan", "plan+feature_tiled_rest"});
+  EXPECT_TRUE(m.s.mixed(w));
+  m.s.start_final(w, {"all_csr", "all_csr+feature_tiled", "plan", "plan+feature_tiled_rest"});
   EXPECT_EQ(w.final_levels, (std::vector<int>{0, 0, 1, 1}));
   bool frozen = false;
   for (double s : seconds) {
     EXPECT_FALSE(frozen);
-    frozen = m.d.record_final(w, s);
+    frozen = m.s.record_final(w, s);
   }
   EXPECT_TRUE(frozen);
   EXPECT_EQ(w.stage, 2);
@@ -228,29 +231,29 @@ TEST(gnn_selection, final_variants) {
   EXPECT_EQ(freeze_with(m, {3.00, 1.10, 1.10, 1.10, 1.10, 1.10, 1.10, 1.00}), "all_csr");
   // The winner overrules the class choices when it is a csr variant.
   auto w = m.mixed_selection();
-  m.d.start_final(w, {"all_csr", "plan"});
+  m.s.start_final(w, {"all_csr", "plan"});
   for (double s : {1.0, 1.2, 1.2, 1.0})
-    m.d.record_final(w, s);
+    m.s.record_final(w, s);
   EXPECT_EQ(w.winner, "all_csr");
   for (auto k : w.choice)
     EXPECT_EQ(k, BlockKernel::csr);
   // Not mixed: every variant is csr on the whole graph.
-  auto plain = m.d.base_plan(64);
+  auto plain = m.s.base_plan(64);
   WidthSelection w2;
   w2.plan = plain;
-  m.d.predict(w2, 64);
+  m.s.predict(w2, 64);
   std::fill(w2.choice.begin(), w2.choice.end(), BlockKernel::csr);
-  m.d.start_final(w2, {"plan", "plan+feature_tiled_rest"});
+  m.s.start_final(w2, {"plan", "plan+feature_tiled_rest"});
   EXPECT_EQ(w2.final_levels, (std::vector<int>{0, 0}));
   for (double s : {1.0, 0.9, 0.9, 1.0})
-    m.d.record_final(w2, s);
+    m.s.record_final(w2, s);
   EXPECT_EQ(w2.winner, "plan+feature_tiled_rest");
   // A single variant freezes without samples.
   WidthSelection w3;
   w3.plan = plain;
-  m.d.predict(w3, 64);
-  m.d.start_final(w3, {"plan"});
-  m.d.freeze(w3);
+  m.s.predict(w3, 64);
+  m.s.start_final(w3, {"plan"});
+  m.s.freeze(w3);
   EXPECT_EQ(w3.winner, "plan");
   EXPECT_TRUE(w3.plan.frozen);
   EXPECT_TRUE(w3.plan.final_measured.empty());
@@ -267,7 +270,8 @@ TEST(gnn_selection, hopeless_candidates_stop_being_timed) {
   auto const g = gcn_normalize(generate_sbm(o).graph);
   auto opts = timed({16});
   Decomposition<std::int32_t> d(g, opts, nullptr, nullptr);
-  auto w = d.begin(16);
+  Selector<std::int32_t> const sel(d);
+  auto w = sel.begin(16);
   ASSERT_EQ(w.stage, 0);
   int multi = -1;
   for (int c = 0; c < d.num_classes; ++c)
@@ -282,21 +286,21 @@ TEST(gnn_selection, hopeless_candidates_stop_being_timed) {
   for (std::size_t r = 0; r < kinds; ++r) {
     auto const kernel = w.rounds[w.round];
     for (int c = 0; c < d.num_classes; ++c)
-      if (d.multi[static_cast<std::size_t>(c)] && d.round_kernel(w, c, kernel) == kernel)
+      if (d.multi[static_cast<std::size_t>(c)] && sel.round_kernel(w, c, kernel) == kernel)
         w.class_samples[static_cast<std::size_t>(c)][static_cast<std::size_t>(kernel)].push_back(
             kernel == BlockKernel::csr ? 1e-3 : 3e-3);
     ++w.round;
-    d.after_round(w);
+    sel.after_round(w);
   }
   // Only csr rounds remain, and the dropped kernels run csr in any round.
   for (std::size_t r = w.round; r < w.rounds.size(); ++r)
     EXPECT_EQ(w.rounds[r], BlockKernel::csr);
   EXPECT_EQ(w.rounds.size(), kinds + static_cast<std::size_t>(opts.tuning_repeats) - 1);
   for (auto kernel : d.candidates[static_cast<std::size_t>(multi)])
-    EXPECT_EQ(d.round_kernel(w, multi, kernel), BlockKernel::csr);
+    EXPECT_EQ(sel.round_kernel(w, multi, kernel), BlockKernel::csr);
   EXPECT_NE(w.plan.classes[static_cast<std::size_t>(multi)].reason.find("dropped"), std::string::npos);
   // A close candidate is kept.
-  auto w2 = d.begin(16);
+  auto w2 = sel.begin(16);
   for (std::size_t r = 0; r < kinds; ++r) {
     auto const kernel = w2.rounds[w2.round];
     for (int c = 0; c < d.num_classes; ++c)
@@ -304,7 +308,7 @@ TEST(gnn_selection, hopeless_candidates_stop_being_timed) {
         w2.class_samples[static_cast<std::size_t>(c)][static_cast<std::size_t>(kernel)].push_back(
             kernel == BlockKernel::csr ? 1e-3 : 1.5e-3);
     ++w2.round;
-    d.after_round(w2);
+    sel.after_round(w2);
   }
   EXPECT_EQ(w2.rounds.size(), rounds);
 }
@@ -328,20 +332,20 @@ TEST(gnn_selection, grouped_builders_equal_per_mask_builders) {
       csr_group[static_cast<std::size_t>(c)] = c == 1 ? -1 : c % 2;
       tile_group[static_cast<std::size_t>(c)] = c == 1 ? -1 : c % 2;
     }
-    auto const pieces = d.csr_groups(csr_group, {0, 1});
-    auto const tiles = d.tiles_groups(tile_group, 2);
+    auto const pieces = Impl::csr_groups(d, csr_group, {0, 1});
+    auto const tiles = Impl::tiles_groups(d, tile_group, 2);
     for (int gi = 0; gi < 2; ++gi) {
       std::vector<char> keep(static_cast<std::size_t>(d.nnz));
       for (std::size_t e = 0; e < keep.size(); ++e)
         keep[e] = csr_group[static_cast<std::size_t>(d.entry_class[e])] == gi;
-      auto const ref = d.csr(keep, gi == 1);
+      auto const ref = Impl::csr_piece(d, keep, gi == 1);
       auto const &got = pieces[static_cast<std::size_t>(gi)];
       EXPECT_EQ(got.row_map, ref.row_map) << gi;
       EXPECT_EQ(got.entries, ref.entries) << gi;
       EXPECT_EQ(got.values, ref.values) << gi;
       EXPECT_EQ(got.row_ids, ref.row_ids) << gi;
       EXPECT_EQ(got.nnz, ref.nnz);
-      auto const tref = d.tiles(keep);
+      auto const tref = Impl::tile_set(d, keep);
       auto const &t = tiles[static_cast<std::size_t>(gi)];
       EXPECT_EQ(t.row0, tref.row0);
       EXPECT_EQ(t.nrows, tref.nrows);
@@ -351,7 +355,7 @@ TEST(gnn_selection, grouped_builders_equal_per_mask_builders) {
     }
     // Tile counts of the decomposition agree with the built tile sets, class by class.
     for (int c = 0; c < d.num_classes; ++c) {
-      auto const t = d.tiles(d.class_mask(c));
+      auto const t = Impl::tile_set(d, d.class_mask(c));
       EXPECT_EQ(t.num_tiles(), d.classes[static_cast<std::size_t>(c)].tiles) << "class " << c;
     }
   }

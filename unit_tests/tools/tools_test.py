@@ -65,7 +65,7 @@ BAD = ["99999999999999999999", "4294967299", "-1", "0", "abc", "1e400", "nan", "
 # (tool and arguments that make a valid run up to the option check, option, values of BAD that are valid)
 MISSING = os.path.join(WORK, "missing.h5")
 GNN_TRAIN = ["tessel-gnn", "train", "--data", MISSING]
-GNN_BENCH = ["tessel-gnn", "bench", "--data", MISSING]
+GNN_BENCH = ["tessel-gnn-bench", "--data", MISSING]
 GNN_DATA = ["tessel-gnn-data", "sbm", "--out", "/nonexistent/x.h5", "--nodes", "100", "--community", "10"]
 RMAT = ["tessel-gnn-data", "rmat", "--out", "/nonexistent/x.h5", "--scale", "4"]
 CSV = ["tessel-gnn-data", "csv", "--out", "/nonexistent/x.h5", "--edges", MISSING]
@@ -117,7 +117,8 @@ OPTIONS = [
 def case_options():
     # Every numeric option in every tool's --help is covered by the table above.
     helps = {
-        "tessel-gnn": [["--help"]], "tessel-gnn-data": [["--help"]], "tessel-moe": [["--help"]],
+        "tessel-gnn": [["--help"]], "tessel-gnn-bench": [["--help"]], "tessel-gnn-data": [["--help"]],
+        "tessel-moe": [["--help"]],
         "tessel-moe-gen": [["--help"]], "tessel-moe-bench": [["--help"]], "tessel-comm-bench": [["--help"]],
         "tessel-sched": [["simulate", "--help"], ["cells", "--help"]], "tessel-sched-bench": [["--help"]],
         "tessel-sched-data": [["--help"]],

@@ -1,9 +1,11 @@
-// The CUDA SpmmHandle: host-side preprocessing through the shared decomposition (src/impl/Decomposition.hpp),
-// uploads into tessel::cuda::DeviceBuffers, and the kernels of src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin
-// interface of Kernels.hpp. Compiled by the host compiler; no Kokkos in the kernels.
+// The CUDA SpmmHandle: host-side preprocessing through the shared decomposition and selection
+// (src/impl/Decomposition.hpp, Selection.hpp), uploads into tessel::cuda::DeviceBuffers, and the kernels of
+// src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin interface of Kernels.hpp. Compiled by the host compiler; no Kokkos
+// in the kernels.
 #include <tessel/gnn/cuda/Spmm.hpp>
 
-#include "../impl/Decomposition.hpp"
+#include "../impl/Builders.hpp"
+#include "../impl/Selection.hpp"
 #include "Kernels.hpp"
 
 #include <tessel/core/cuda/Blas.hpp>
@@ -51,6 +53,7 @@ using gnn::Impl::Decomposition;
 using gnn::Impl::HostCsrPiece;
 using gnn::Impl::HostDenseBlock;
 using gnn::Impl::HostTileSet;
+using gnn::Impl::Selector;
 using gnn::Impl::WidthSelection;
 using tessel::cuda::DeviceBuffer;
 using tessel::cuda::Event;
@@ -236,6 +239,7 @@ template <class Index> struct DeviceSpmmState {
   // Adaptive.
   Partition identity;
   std::unique_ptr<Decomposition<Index>> dec;
+  std::unique_ptr<Selector<Index>> selector;
   bool structures_ready = false;
   DevCsr<Index> tuning_rest, all_csr;
   bool all_csr_ready = false;
@@ -312,10 +316,7 @@ template <class Index> struct DeviceSpmmState {
   void init(tessel::cuda::Stream const &stream, Graph<Index> const &g) {
     TESSEL_REQUIRE(tessel::cuda::device_count() > 0, "tessel::gnn::cuda::SpmmHandle on graph '", g.name(),
                    "': no CUDA device is visible");
-    TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ",
-                   options.tuning_repeats);
-    TESSEL_REQUIRE(std::is_sorted(options.class_bounds.begin(), options.class_bounds.end()),
-                   "SpmmHandle: class_bounds must be increasing");
+    gnn::Impl::check_selection_options(options);
     validate(g);
     name = g.name();
     rows = g.num_rows();
@@ -349,11 +350,7 @@ template <class Index> struct DeviceSpmmState {
       break;
     case SpmmAlgorithm::coo_atomic: {
       graph = DevCsr<Index>(gnn::Impl::make_csr(g, all, false), stream);
-      std::vector<Index> er(static_cast<std::size_t>(nnz));
-      for (Index i = 0; i < rows; ++i)
-        for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
-          er[static_cast<std::size_t>(k)] = i;
-      edge_rows = upload(er, "Tessel::gnn::cuda::edge_rows", stream);
+      edge_rows = upload(gnn::Impl::entry_rows(g), "Tessel::gnn::cuda::edge_rows", stream);
       break;
     }
     case SpmmAlgorithm::tiles:
@@ -362,10 +359,7 @@ template <class Index> struct DeviceSpmmState {
       tiles = DevTiles<Index>(gnn::Impl::make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, true), stream);
       break;
     case SpmmAlgorithm::dense: {
-      double const bytes = 4.0 * static_cast<double>(rows) * static_cast<double>(cols);
-      TESSEL_REQUIRE(
-          bytes <= static_cast<double>(options.dense_max_bytes), "dense: graph '", name, "' needs ", bytes / (1 << 20),
-          " MiB as a dense matrix, more than dense_max_bytes = ", options.dense_max_bytes / (1 << 20), " MiB");
+      gnn::Impl::require_dense_fits(name, rows, cols, options.dense_max_bytes);
       std::vector<float> h(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols), 0.0f);
       for (Index i = 0; i < rows; ++i)
         for (offset_type k = g.row_map()(i); k < g.row_map()(i + 1); ++k)
@@ -429,25 +423,26 @@ template <class Index> struct DeviceSpmmState {
                    "tessel::gnn::cuda::SpmmHandle: dense_engine = cublas needs cublasGemmGroupedBatchedEx (cuBLAS "
                    "12.5 or newer); this Tessel was built against an older cuBLAS");
     dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe, available, unavailable_reason());
+    selector = std::make_unique<Selector<Index>>(*dec);
   }
 
   // ---------------------------------------------------------------------------------------------------------
   // Execution
 
-  void run_csr(cudaStream_t stream, DevCsr<Index> const &piece, DeviceMatrix<float const> const &x,
-               DeviceMatrix<float> const &y, bool accumulate, CsrSlicing slicing = CsrSlicing::automatic) const {
+  void run_csr(cudaStream_t stream, DevCsr<Index> const &piece, MatrixRef<float const> const &x,
+               MatrixRef<float> const &y, bool accumulate, CsrSlicing slicing = CsrSlicing::automatic) const {
     TESSEL_CUDA_CHECK(csr_spmm<Index>(stream, piece.args(), x.data, x.ld, y.data, y.ld, static_cast<int>(x.cols),
                                       accumulate, slicing));
   }
 
-  void run_tiles(cudaStream_t stream, DevTiles<Index> const &t, DeviceMatrix<float const> const &x,
-                 DeviceMatrix<float> const &y, bool accumulate) const {
+  void run_tiles(cudaStream_t stream, DevTiles<Index> const &t, MatrixRef<float const> const &x,
+                 MatrixRef<float> const &y, bool accumulate) const {
     TESSEL_CUDA_CHECK(
         tiles_spmm<Index>(stream, t.args(), x.data, x.ld, y.data, y.ld, static_cast<int>(x.cols), accumulate));
   }
 
   /// Y += the dense blocks times X, with cuBLAS (grouped GEMMs per wave) or with the WMMA kernel.
-  void run_dense(cudaStream_t stream, DevDense &d, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y,
+  void run_dense(cudaStream_t stream, DevDense &d, MatrixRef<float const> const &x, MatrixRef<float> const &y,
                  bool use_cublas) {
     if (d.empty())
       return;
@@ -460,8 +455,7 @@ template <class Index> struct DeviceSpmmState {
     TESSEL_CUDA_CHECK(dense_blocks_spmm(stream, d.args(), x.data, x.ld, y.data, y.ld, static_cast<int>(x.cols)));
   }
 
-  void run_dense_cublas(cudaStream_t stream, DevDense &d, DeviceMatrix<float const> const &x,
-                        DeviceMatrix<float> const &y) {
+  void run_dense_cublas(cudaStream_t stream, DevDense &d, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
 #ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
     if (d.filled_x != x.data || d.filled_y != y.data || d.filled_ldx != x.ld || d.filled_ldy != y.ld) {
       TESSEL_CUDA_CHECK(fill_gemm_pointers(stream, d.problems, d.row0.data(), d.col0.data(), x.data, x.ld, y.data, y.ld,
@@ -496,7 +490,7 @@ template <class Index> struct DeviceSpmmState {
 #endif
   }
 
-  void run_cusparse(cudaStream_t stream, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+  void run_cusparse(cudaStream_t stream, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
     int const f = static_cast<int>(x.cols);
     if (nnz == 0) {
       TESSEL_CUDA_CHECK(cudaMemset2DAsync(y.data, static_cast<std::size_t>(y.ld) * sizeof(float), 0,
@@ -556,7 +550,7 @@ template <class Index> struct DeviceSpmmState {
                                        dd.buffer.data()));
   }
 
-  void run_whole_dense(cudaStream_t stream, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+  void run_whole_dense(cudaStream_t stream, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
     // Column-major view: Y^T (F x rows) = X^T (F x cols) * A^T (cols x rows), A row-major with ld = cols.
     float const alpha = 1.0f, beta = 0.0f;
     TESSEL_CUBLAS_CHECK(cublasGemmEx(blas(stream), CUBLAS_OP_N, CUBLAS_OP_N, to_int(x.cols, "F"), to_int(rows, "rows"),
@@ -570,7 +564,7 @@ template <class Index> struct DeviceSpmmState {
       return;
     auto const t0 = std::chrono::steady_clock::now();
     auto const &d = *dec;
-    tuning_rest = DevCsr<Index>(d.csr(d.tuning_rest_mask(), false), stream);
+    tuning_rest = DevCsr<Index>(gnn::Impl::csr_piece(d, d.tuning_rest_mask(), false), stream);
     class_csr.resize(static_cast<std::size_t>(d.num_classes));
     class_tiles.resize(static_cast<std::size_t>(d.num_classes));
     class_dense.resize(static_cast<std::size_t>(d.num_classes));
@@ -581,11 +575,11 @@ template <class Index> struct DeviceSpmmState {
       auto const cc = static_cast<std::size_t>(c);
       for (auto kernel : d.candidates[cc]) {
         if (kernel == BlockKernel::csr)
-          class_csr[cc] = DevCsr<Index>(d.csr(keep, true), stream);
+          class_csr[cc] = DevCsr<Index>(gnn::Impl::csr_piece(d, keep, true), stream);
         else if (kernel == BlockKernel::tiles)
-          class_tiles[cc] = DevTiles<Index>(d.tiles(keep), stream);
+          class_tiles[cc] = DevTiles<Index>(gnn::Impl::tile_set(d, keep), stream);
         else
-          class_dense[cc] = DevDense(d.dense(d.class_blocks(c)), stream);
+          class_dense[cc] = DevDense(gnn::Impl::dense_blocks(d, d.class_blocks(c)), stream);
       }
     }
     structures_ready = true;
@@ -594,8 +588,8 @@ template <class Index> struct DeviceSpmmState {
     tuning_build_seconds += built;
   }
 
-  void run_class(cudaStream_t stream, int c, BlockKernel kernel, DeviceMatrix<float const> const &x,
-                 DeviceMatrix<float> const &y) {
+  void run_class(cudaStream_t stream, int c, BlockKernel kernel, MatrixRef<float const> const &x,
+                 MatrixRef<float> const &y) {
     auto const cc = static_cast<std::size_t>(c);
     if (kernel == BlockKernel::csr)
       run_csr(stream, class_csr[cc], x, y, true);
@@ -610,17 +604,17 @@ template <class Index> struct DeviceSpmmState {
       return;
     auto const &d = *dec;
     auto const &choice = w.sel.choice;
-    w.rest = DevCsr<Index>(d.csr(d.choice_mask(choice, BlockKernel::csr), false), stream);
+    w.rest = DevCsr<Index>(gnn::Impl::csr_piece(d, d.choice_mask(choice, BlockKernel::csr), false), stream);
     auto const tile_mask = d.choice_mask(choice, BlockKernel::tiles);
     w.has_tiles = std::find(tile_mask.begin(), tile_mask.end(), 1) != tile_mask.end();
     if (w.has_tiles)
-      w.tiles = DevTiles<Index>(d.tiles(tile_mask), stream);
-    w.dense = DevDense(d.dense(d.choice_blocks(choice, BlockKernel::dense)), stream);
+      w.tiles = DevTiles<Index>(gnn::Impl::tile_set(d, tile_mask), stream);
+    w.dense = DevDense(gnn::Impl::dense_blocks(d, d.choice_blocks(choice, BlockKernel::dense)), stream);
     w.dense_cublas = options.dense_engine == DenseEngine::cublas || !tensor_cores;
     w.built = true;
   }
 
-  void run_final(cudaStream_t stream, Width &w, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y,
+  void run_final(cudaStream_t stream, Width &w, MatrixRef<float const> const &x, MatrixRef<float> const &y,
                  bool dense_cublas) {
     if (w.use_all_csr) {
       run_csr(stream, all_csr, x, y, false);
@@ -636,7 +630,8 @@ template <class Index> struct DeviceSpmmState {
     if (all_csr_ready)
       return;
     auto const t0 = std::chrono::steady_clock::now();
-    all_csr = DevCsr<Index>(dec->csr(std::vector<char>(static_cast<std::size_t>(nnz), 1), false), stream);
+    all_csr =
+        DevCsr<Index>(gnn::Impl::csr_piece(*dec, std::vector<char>(static_cast<std::size_t>(nnz), 1), false), stream);
     all_csr_ready = true;
     double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tuning_seconds += built;
@@ -649,10 +644,10 @@ template <class Index> struct DeviceSpmmState {
       return it->second;
     Width &w = widths[f];
     if (options.algorithm != SpmmAlgorithm::adaptive) {
-      w.sel.plan = gnn::Impl::fixed_plan(name, rows, nnz, f, gnn::name_of(options.algorithm));
+      w.sel.plan = gnn::Impl::fixed_plan(name, rows, nnz, f, options.algorithm);
       w.sel.stage = 2;
     } else {
-      w.sel = dec->begin(f);
+      w.sel = selector->begin(f);
       auto const &choice = w.sel.choice;
       if (w.sel.stage == 2 && std::find(choice.begin(), choice.end(), BlockKernel::dense) != choice.end())
         w.sel.plan.dense_engine = dense_engine_name(options.dense_engine == DenseEngine::cublas || !tensor_cores);
@@ -667,26 +662,26 @@ template <class Index> struct DeviceSpmmState {
   /// the whole-apply variants to time.
   void start_final(cudaStream_t stream, Width &w) {
     auto const &d = *dec;
-    d.choose(w.sel);
+    selector->choose(w.sel);
     auto const t0 = std::chrono::steady_clock::now();
     build_final(stream, w);
     double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tuning_seconds += built;
     tuning_build_seconds += built;
     std::vector<std::string> names;
-    if (d.mixed(w.sel) && options.force_kernel < 0) {
+    if (selector->mixed(w.sel) && d.force_kernel < 0) {
       build_all_csr(stream);
       names.push_back("all_csr");
     }
     names.push_back("plan");
     if (!w.dense.empty() && options.dense_engine == DenseEngine::automatic && tensor_cores && cublas_grouped)
       names.push_back("plan+cublas_dense");
-    d.start_final(w.sel, names);
+    selector->start_final(w.sel, names);
   }
 
   void frozen(Width &w) {
     auto const &winner = w.sel.winner;
-    w.sel.plan.rest_kernel = "csr";
+    w.sel.plan.rest_kernel = SpmmAlgorithm::csr;
     if (winner == "all_csr") {
       w.use_all_csr = true;
       w.rest = {};
@@ -701,7 +696,7 @@ template <class Index> struct DeviceSpmmState {
 
   /// Runs every kernel of the coming tuning applies once (untimed), so that lazy module loading and first-launch
   /// costs do not land in the samples. Leaves Y overwritten by the next full apply.
-  void warm_up(cudaStream_t stream, Width &w, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+  void warm_up(cudaStream_t stream, Width &w, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
     auto const &d = *dec;
     if (w.sel.stage == 0) {
       run_csr(stream, tuning_rest, x, y, false);
@@ -716,8 +711,8 @@ template <class Index> struct DeviceSpmmState {
     w.warmed_stage = w.sel.stage;
   }
 
-  void run_variant(cudaStream_t stream, Width &w, std::string const &variant, DeviceMatrix<float const> const &x,
-                   DeviceMatrix<float> const &y) {
+  void run_variant(cudaStream_t stream, Width &w, std::string const &variant, MatrixRef<float const> const &x,
+                   MatrixRef<float> const &y) {
     if (variant == "all_csr")
       run_csr(stream, all_csr, x, y, false);
     else
@@ -735,7 +730,7 @@ template <class Index> struct DeviceSpmmState {
         w.sel.class_samples[static_cast<std::size_t>(p.cls)][static_cast<std::size_t>(p.kernel)].push_back(t);
       } else {
         tuning_seconds += t;
-        if (w.sel.stage == 1 && dec->record_final(w.sel, t))
+        if (w.sel.stage == 1 && selector->record_final(w.sel, t))
           frozen(w);
       }
     }
@@ -745,7 +740,7 @@ template <class Index> struct DeviceSpmmState {
     w.sel.plan.tuning_build_seconds = tuning_build_seconds;
   }
 
-  void check_operands(DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) const {
+  void check_operands(MatrixRef<float const> const &x, MatrixRef<float> const &y) const {
     TESSEL_REQUIRE(x.rows == static_cast<std::int64_t>(cols) && y.rows == static_cast<std::int64_t>(rows) &&
                        x.cols == y.cols,
                    "tessel::gnn::cuda::SpmmHandle::apply on graph '", name, "' (", rows, " x ", cols, "): X is ",
@@ -764,7 +759,7 @@ template <class Index> struct DeviceSpmmState {
     }
   }
 
-  void apply(tessel::cuda::Stream const &s, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+  void apply(tessel::cuda::Stream const &s, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
     check_operands(x, y);
     int const f = static_cast<int>(x.cols);
     if (f == 0 || rows == 0)
@@ -779,7 +774,7 @@ template <class Index> struct DeviceSpmmState {
     last_stream = stream;
   }
 
-  void run_apply(cudaStream_t stream, int f, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y) {
+  void run_apply(cudaStream_t stream, int f, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
     Width &w = width(f);
     if (options.algorithm == SpmmAlgorithm::cusparse || options.algorithm == SpmmAlgorithm::dense)
       // cuSPARSE's vector loads and cuBLAS's TF32 kernels need 16-byte aligned matrices (cudaMalloc gives 256).
@@ -833,7 +828,7 @@ template <class Index> struct DeviceSpmmState {
       for (int c = 0; c < d.num_classes; ++c) {
         if (!d.separate(c))
           continue;
-        BlockKernel const use = d.round_kernel(c, kernel);
+        BlockKernel const use = selector->round_kernel(c, kernel);
         std::size_t const e0 = w.event(), e1 = w.event();
         w.events[e0].record(stream);
         run_class(stream, c, use, x, y);
@@ -854,14 +849,14 @@ template <class Index> struct DeviceSpmmState {
     // Stage 1: the whole-apply variants in turn.
     if (w.warmed_stage != 1)
       warm_up(stream, w, x, y);
-    std::string const variant = d.final_variant(sel, w.issued);
+    std::string const variant = selector->final_variant(sel, w.issued);
     std::size_t const e0 = w.event(), e1 = w.event();
     w.events[e0].record(stream);
     run_variant(stream, w, variant, x, y);
     w.events[e1].record(stream);
     w.pending.push_back({-1, BlockKernel::csr, e0, e1});
     ++sel.plan.tuning_applies;
-    if (++w.issued == d.final_applies(sel))
+    if (++w.issued == selector->final_applies(sel))
       resolve(w);
   }
 
@@ -913,8 +908,8 @@ template <class Index> SpmmHandle<Index>::SpmmHandle(SpmmHandle &&) noexcept = d
 template <class Index> SpmmHandle<Index> &SpmmHandle<Index>::operator=(SpmmHandle &&) noexcept = default;
 
 template <class Index>
-void SpmmHandle<Index>::apply(tessel::cuda::Stream const &stream, DeviceMatrix<float const> const &x,
-                              DeviceMatrix<float> const &y) {
+void SpmmHandle<Index>::apply(tessel::cuda::Stream const &stream, MatrixRef<float const> const &x,
+                              MatrixRef<float> const &y) {
   _state->apply(stream, x, y);
 }
 
@@ -927,19 +922,13 @@ template <class Index> Permutation const &SpmmHandle<Index>::permutation() const
 template <class Index> Partition const &SpmmHandle<Index>::partition() const { return _state->partition(); }
 
 template <class Index> bool SpmmHandle<Index>::tuned(int features) const {
-  if (_state->options.algorithm != SpmmAlgorithm::adaptive || !_state->options.timing)
-    return true;
-  auto it = _state->widths.find(features);
-  return it != _state->widths.end() && it->second.sel.stage == 2;
+  return gnn::Impl::width_tuned(_state->options, _state->widths, features);
 }
 
 template <class Index> SpmmPlan SpmmHandle<Index>::plan(int features) const { return _state->width(features).sel.plan; }
 
 template <class Index> std::vector<SpmmPlan> SpmmHandle<Index>::plans() const {
-  std::vector<SpmmPlan> out;
-  for (auto const &[f, w] : _state->widths)
-    out.push_back(w.sel.plan);
-  return out;
+  return gnn::Impl::width_plans(_state->widths);
 }
 
 template <class Index> double SpmmHandle<Index>::overhead_seconds() const {

@@ -8,6 +8,7 @@
 /// candidates during the first applies, or by a cost model).
 
 #include <tessel/core/Execution.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/gnn/Graph.hpp>
 #include <tessel/gnn/Reorder.hpp>
 
@@ -44,7 +45,7 @@ enum class BlockKernel : int { csr = 0, tiles = 1, dense = 2 };
 char const *name_of(BlockKernel kernel);
 
 /// \brief Effective rates (GFLOP/s counting 2 flops per stored element) that predict kernel times when timing
-/// is off, and prune hopeless candidates when it is on. Defaults: medians measured by `tessel-gnn bench` on this
+/// is off, and prune hopeless candidates when it is on. Defaults: medians measured by `tessel-gnn-bench` on this
 /// project's CI-class machine (see gnn/README.md, "Cost model").
 struct CostModel {
   double csr_gflops = 33.0;   ///< per nonzero
@@ -76,8 +77,6 @@ struct SpmmOptions {
   std::vector<int> probe_features{64};
   /// Largest dense storage (bytes) for the dense algorithm and for the dense blocks of one class.
   std::int64_t dense_max_bytes = std::int64_t{1} << 30;
-  /// Tests: force this kernel on every class that has blocks (-1: select).
-  int force_kernel = -1;
   /// Equal-size edge chunks of the coo algorithm.
   std::int64_t coo_chunk = 4096;
   std::uint64_t seed = 1;
@@ -88,9 +87,9 @@ struct SpmmClassPlan {
   bool intra = true; ///< diagonal blocks (both ends in one part) or off-diagonal ones
   double density_min = 0, density_max = 1;
   std::int64_t blocks = 0, nnz = 0, tiles = 0, dense_elements = 0;
-  std::vector<std::pair<std::string, double>> predicted; ///< cost model seconds per kernel
-  std::vector<std::pair<std::string, double>> measured;  ///< median timed seconds per candidate kernel
-  std::string kernel = "csr";
+  std::vector<std::pair<BlockKernel, double>> predicted; ///< cost model seconds per kernel
+  std::vector<std::pair<BlockKernel, double>> measured;  ///< best timed seconds per candidate kernel
+  BlockKernel kernel = BlockKernel::csr;
   std::string reason;
 };
 
@@ -99,7 +98,7 @@ struct SpmmPlan {
   std::string graph;
   std::int64_t rows = 0, nnz = 0;
   int features = 0;
-  std::string algorithm;
+  SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive;
   std::string partition_method = "none";
   std::string ordering;         ///< how the vertex order was chosen (the reordering probe's timings)
   double partition_seconds = 0; ///< of preprocess_seconds, the partitioner's share
@@ -108,9 +107,11 @@ struct SpmmPlan {
   bool timed = false;  ///< decided by timing (false: cost model or fixed algorithm)
   bool frozen = false; ///< decided (false while candidates are still being timed)
   std::vector<SpmmClassPlan> classes;
-  std::string rest_kernel = "csr"; ///< kernel of the CSR remainder (inter-class entries and csr classes)
-  std::string backend = "host";    ///< where the plan was made and runs ("cuda: <device>" for the device handle)
-  std::string dense_engine;        ///< device handle: how dense blocks run (wmma or cublas); empty on the host
+  /// Kernel of the CSR remainder (inter-class entries and csr classes): csr or csr_feature_tiled; a fixed plan's
+  /// algorithm.
+  SpmmAlgorithm rest_kernel = SpmmAlgorithm::csr;
+  std::string backend = "host"; ///< where the plan was made and runs ("cuda: <device>" for the device handle)
+  std::string dense_engine;     ///< device handle: how dense blocks run (wmma or cublas); empty on the host
   std::vector<std::pair<std::string, double>> final_measured; ///< median seconds of the final candidates
   std::string reason;
   double preprocess_seconds = 0;   ///< partition + reordering probe + decomposition (shared by all widths)
@@ -121,8 +122,12 @@ struct SpmmPlan {
   /// Host handle, timed plans: seconds of one apply of the frozen plan (median of its first five applies; 0 until
   /// measured). tuning_applies x apply_seconds is the part of tuning_seconds that an untuned plan would spend too.
   double apply_seconds = 0;
-  /// JSON object (no trailing newline).
+  /// The plan as a JSON object (kernels by name).
+  Json json() const;
+  /// json() as compact text (no trailing newline).
   std::string to_json() const;
+  /// The plan in a few lines for people (partition, then one line per nonempty class), each ending in a newline.
+  std::string summary() const;
 };
 
 namespace Impl {

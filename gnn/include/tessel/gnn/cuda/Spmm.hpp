@@ -6,6 +6,7 @@
 /// host Graph (preprocessed on the host with the same decomposition and plan as the host path), uploads its
 /// structures once, and applies on a tessel::cuda::Stream. Needs the CUDA runtime only, not a CUDA-enabled Kokkos.
 
+#include <tessel/core/Gemm.hpp>
 #include <tessel/core/cuda/Cuda.hpp>
 #include <tessel/gnn/Graph.hpp>
 #include <tessel/gnn/Reorder.hpp>
@@ -19,19 +20,6 @@
 
 namespace tessel::gnn::cuda {
 
-/// \brief A non-owning row-major matrix in device memory: element (r, c) at data[r * ld + c], ld >= cols.
-template <class T> struct DeviceMatrix {
-  T *data = nullptr;
-  std::int64_t rows = 0, cols = 0, ld = 0;
-  DeviceMatrix() = default;
-  /// \p ld < 0 means cols (contiguous rows).
-  DeviceMatrix(T *data_, std::int64_t rows_, std::int64_t cols_, std::int64_t ld_ = -1)
-      : data(data_), rows(rows_), cols(cols_), ld(ld_ < 0 ? cols_ : ld_) {}
-  /// A read-only view of a mutable matrix.
-  template <class U, class = std::enable_if_t<std::is_same_v<T, U const>>>
-  DeviceMatrix(DeviceMatrix<U> const &m) : data(m.data), rows(m.rows), cols(m.cols), ld(m.ld) {}
-};
-
 /// \brief How dense blocks run on the device.
 enum class DenseEngine {
   automatic, ///< the adaptive handle times both and keeps the faster
@@ -42,7 +30,7 @@ char const *name_of(DenseEngine engine);
 
 /// \brief Effective rates that predict device kernel times when timing is off (and prune candidates when it is
 /// on). These are estimates from the H200's bandwidth and TF32 throughput, not measurements: calibrate them
-/// with `tessel-gnn bench --backend cuda` (see gnn/README.md, "CUDA").
+/// with `tessel-gnn-bench --backend cuda` (see gnn/README.md, "CUDA").
 CostModel device_cost_model();
 
 /// \brief Options of the device handle: the host options (algorithm, timing, partition, class bounds, ...) with
@@ -84,18 +72,18 @@ public:
   SpmmHandle(SpmmHandle const &) = delete;
   SpmmHandle &operator=(SpmmHandle const &) = delete;
 
-  /// Y = A X, enqueued on \p stream (X: num_cols x F, Y: num_rows x F, device memory). While the plan of this width
-  /// is being tuned each call runs candidate kernels between timing events (the result is always complete) and
-  /// the call that ends a tuning stage waits for the device to read the timings.
-  void apply(tessel::cuda::Stream const &stream, DeviceMatrix<float const> const &x, DeviceMatrix<float> const &y);
+  /// Y = A X, enqueued on \p stream (X: num_cols x F, Y: num_rows x F, device memory, row-major with any leading
+  /// dimension). While the plan of this width is being tuned each call runs candidate kernels between timing events
+  /// (the result is always complete) and the call that ends a tuning stage waits for the device to read the timings.
+  void apply(tessel::cuda::Stream const &stream, MatrixRef<float const> const &x, MatrixRef<float> const &y);
 
 #if defined(KOKKOS_ENABLE_CUDA)
   /// Y = A X on Kokkos views in CUDA memory (LayoutRight).
   template <class XView, class YView,
             class = std::enable_if_t<Kokkos::is_view<XView>::value && Kokkos::is_view<YView>::value>>
   void apply(tessel::cuda::Stream const &stream, XView const &x, YView const &y) {
-    apply(stream, DeviceMatrix<float const>(x.data(), x.extent(0), x.extent(1), x.stride(0)),
-          DeviceMatrix<float>(y.data(), y.extent(0), y.extent(1), y.stride(0)));
+    apply(stream, MatrixRef<float const>(x.data(), x.extent(0), x.extent(1), x.stride(0)),
+          MatrixRef<float>(y.data(), y.extent(0), y.extent(1), y.stride(0)));
   }
 #endif
 

@@ -1,10 +1,11 @@
-// `tessel-gnn bench --backend cuda`: Y = A X on the GPU with every device kernel (the adaptive handle, cuSPARSE
+// `tessel-gnn-bench --backend cuda`: Y = A X on the GPU with every device kernel (the adaptive handle, cuSPARSE
 // SpMM CSR_ALG2, Tessel's CSR and the other fixed kernels) side by side, timed with CUDA events in interleaved
 // rounds, each result checked against a double-precision host reference.
-#include "BenchCuda.hpp"
-#include "Common.hpp"
+#include "CudaBench.hpp"
+#include "Report.hpp"
 
 #include <tessel/core/Config.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/cuda/Cuda.hpp>
@@ -18,9 +19,8 @@
 #include <map>
 #include <memory>
 #include <random>
-#include <sstream>
 
-namespace tessel::gnn::app {
+namespace tessel::gnn::bench {
 
 namespace {
 
@@ -61,10 +61,9 @@ gc::DenseEngine parse_engine(std::string const &s) {
 
 int bench_cuda(CudaBenchConfig const &c) {
   if (tessel::cuda::device_count() == 0) {
-    std::printf("tessel-gnn bench --backend cuda: skipped: no CUDA device visible\n");
+    std::printf("tessel-gnn-bench --backend cuda: skipped: no CUDA device visible\n");
     if (!c.json.empty())
-      tessel::write_file(c.json,
-                         "{\"command\": \"bench\", \"device\": \"cuda\", \"skipped\": \"no CUDA device visible\"}\n");
+      tessel::write_json(c.json, {{"command", "bench"}, {"device", "cuda"}, {"skipped", "no CUDA device visible"}});
     return 0;
   }
   auto const data = load_dataset(c.data);
@@ -90,7 +89,7 @@ int bench_cuda(CudaBenchConfig const &c) {
   base.allow_tf32 = c.allow_tf32;
   base.dense_engine = parse_engine(c.dense_engine);
 
-  std::printf("tessel-gnn bench --backend cuda: '%s' (%zu nodes, %lld entries, operator %s) on %s, reps %d, TF32 %s\n",
+  std::printf("tessel-gnn-bench --backend cuda: '%s' (%zu nodes, %lld entries, operator %s) on %s, reps %d, TF32 %s\n",
               data.name.c_str(), n, static_cast<long long>(op.nnz()), c.op_name.c_str(), gpu.c_str(), c.reps,
               c.allow_tf32 ? "on" : "off");
   // One handle per kernel, built once for every width (preprocessing and uploads are its setup time).
@@ -133,12 +132,7 @@ int bench_cuda(CudaBenchConfig const &c) {
   }
 
   bool wrong = false;
-  std::ostringstream js;
-  js << "{\n  \"command\": \"bench\", \"device\": \"cuda\", \"gpu\": " << json_str(gpu)
-     << ", \"data\": " << json_str(c.data) << ", \"dataset\": " << json_str(data.name) << ", \"nodes\": " << n
-     << ", \"nnz\": " << op.nnz() << ", \"operator\": " << json_str(c.op_name) << ", \"reps\": " << c.reps
-     << ", \"tf32\": " << (c.allow_tf32 ? "true" : "false") << ", \"build\": " << json_str(tessel::build_summary())
-     << ",\n  \"results\": [";
+  auto results = Json::array();
   for (std::size_t wi = 0; wi < c.widths.size(); ++wi) {
     int const f = c.widths[wi];
     auto const fs = static_cast<std::size_t>(f);
@@ -169,9 +163,9 @@ int bench_cuda(CudaBenchConfig const &c) {
     }
     auto const rows = static_cast<std::int64_t>(n);
     auto const xin = [&](Entry const &e) {
-      return gc::DeviceMatrix<float const>(e.permuted ? xpd.data() : xd.data(), rows, f);
+      return tessel::MatrixRef<float const>(e.permuted ? xpd.data() : xd.data(), rows, f);
     };
-    auto const yout = [&](Entry &e) { return gc::DeviceMatrix<float>(e.y.data(), rows, f); };
+    auto const yout = [&](Entry &e) { return tessel::MatrixRef<float>(e.y.data(), rows, f); };
     double const flops = 2.0 * static_cast<double>(op.nnz()) * f;
     std::printf("\nF = %d\n  %-22s %10s %9s %9s %14s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
                 "err/(|A||X|)", "note");
@@ -208,7 +202,7 @@ int bench_cuda(CudaBenchConfig const &c) {
       }
     std::map<std::string, double> ms, err;
     std::map<std::string, std::string> notes = skipped;
-    std::string plan_json = "null";
+    Json plan_json = nullptr;
     std::vector<float> y(n * fs);
     for (auto &e : entries) {
       e.y.copy_to_host(y.data(), y.size(), stream.get());
@@ -241,19 +235,24 @@ int bench_cuda(CudaBenchConfig const &c) {
                   worst, note.c_str());
       if (e.algorithm == SpmmAlgorithm::adaptive && e.label == "adaptive") {
         auto const plan = e.handle->plan(f);
-        plan_json = plan.to_json();
-        print_plan(plan);
+        plan_json = plan.json();
+        std::printf("%s", plan.summary().c_str());
       }
     }
     // The named baselines first: cuSPARSE, then Tessel's CSR.
-    report_width(js, wi == 0, f, flops, ms, &err, notes, {"cusparse", "csr"}, plan_json);
+    results.push_back(report_width(f, flops, ms, &err, notes, {"cusparse", "csr"}, std::move(plan_json)));
   }
-  js << "\n  ]\n}\n";
-  if (!c.json.empty())
-    tessel::write_file(c.json, js.str());
+  if (!c.json.empty()) {
+    Json doc = {{"command", "bench"}, {"device", "cuda"}, {"gpu", gpu}};
+    add_run_fields(doc, c.data, data.name, op, c.op_name, c.reps);
+    doc["tf32"] = c.allow_tf32;
+    doc["build"] = tessel::build_summary();
+    doc["results"] = std::move(results);
+    write_json(c.json, doc);
+  }
   if (wrong)
-    std::fprintf(stderr, "tessel-gnn bench --backend cuda: some kernel returned a wrong result (see WRONG RESULT)\n");
+    std::fprintf(stderr, "tessel-gnn-bench --backend cuda: some kernel returned a wrong result (see WRONG RESULT)\n");
   return wrong ? 3 : 0;
 }
 
-} // namespace tessel::gnn::app
+} // namespace tessel::gnn::bench

@@ -1,13 +1,13 @@
-#ifndef TESSEL_APPS_GNN_BENCHCUDA_HPP
-#define TESSEL_APPS_GNN_BENCHCUDA_HPP
+#ifndef TESSEL_BENCHMARKS_GNN_CUDABENCH_HPP
+#define TESSEL_BENCHMARKS_GNN_CUDABENCH_HPP
 
-// `tessel-gnn bench --backend cuda`: every device kernel side by side (src: BenchCuda.cpp, built with CUDA).
+// `tessel-gnn-bench --backend cuda`: every device kernel side by side (src: CudaBench.cpp, built with CUDA).
 #include <tessel/gnn/Spmm.hpp>
 
 #include <string>
 #include <vector>
 
-namespace tessel::gnn::app {
+namespace tessel::gnn::bench {
 
 struct CudaBenchConfig {
   std::string data, op_name = "gcn", json;
@@ -23,6 +23,6 @@ struct CudaBenchConfig {
 /// a kernel's result is wrong.
 int bench_cuda(CudaBenchConfig const &config);
 
-} // namespace tessel::gnn::app
+} // namespace tessel::gnn::bench
 
 #endif

@@ -1,0 +1,28 @@
+#ifndef TESSEL_GNN_TOOLOPTIONS_HPP
+#define TESSEL_GNN_TOOLOPTIONS_HPP
+
+/// \file ToolOptions.hpp
+/// \brief The aggregation options that the gnn tools (tessel-gnn, tessel-gnn-bench) read from their command line,
+/// in one place so that both spell and check them alike.
+
+#include <tessel/core/CommandLine.hpp>
+#include <tessel/gnn/Spmm.hpp>
+
+#include <cstdint>
+
+namespace tessel::gnn {
+
+/// \brief Largest --part-size the tools accept.
+inline constexpr std::int64_t max_tool_part_size = std::int64_t{1} << 30;
+
+/// \brief An on/off option (on, 1, true / off, 0, false); absent: \p fallback. Other text is a usage error naming
+/// the option.
+bool get_on_off(tessel::CommandLine &args, char const *name, bool fallback);
+
+/// \brief SpmmOptions for \p algorithm with --timing on|off, --partition P and --part-size N from \p args (a usage
+/// error for --partition metis where METIS is not built in).
+SpmmOptions spmm_options(tessel::CommandLine &args, SpmmAlgorithm algorithm);
+
+} // namespace tessel::gnn
+
+#endif

@@ -1,0 +1,111 @@
+#ifndef TESSEL_GNN_IMPL_SELECTION_HPP
+#define TESSEL_GNN_IMPL_SELECTION_HPP
+
+// The selection of one feature width, the same for every backend: setup (the cost model's choice, the class-timing
+// rounds), tuning (per class the fastest candidate, then the fastest whole-apply variant), freezing. Backends build,
+// run and time the kernels and hand the samples over; the plan (SpmmPlan) and the decisions are made here.
+#include "Decomposition.hpp"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace tessel::gnn::Impl {
+
+/// A candidate other than the simplest must win by this factor, so that timing noise does not pick it.
+inline constexpr double switch_margin = 0.95;
+/// A class candidate slower than this factor times the class's fastest after one sample each is not timed again.
+inline constexpr double drop_factor = 2.5;
+
+/// The selection state of one feature width.
+struct WidthSelection {
+  SpmmPlan plan;
+  /// 0: timing class kernels, 1: timing the whole-apply variants, 2: frozen.
+  int stage = 0;
+  std::vector<BlockKernel> rounds; ///< kernel of each class-timing apply (interleaved repeats)
+  std::size_t round = 0;
+  std::vector<std::vector<std::vector<double>>> class_samples; ///< [class][kernel] -> seconds
+  std::vector<std::vector<char>> dropped; ///< [class][kernel]: no longer timed (see Selector::after_round)
+  std::vector<BlockKernel> choice;        ///< kernel of each class
+  std::vector<std::string> final_names;   ///< whole-apply variants, the simplest first
+  std::vector<int> final_levels;          ///< 0: csr on the whole graph, 1: the mixed plan (must win by switch_margin)
+  std::vector<std::vector<double>> final_samples;
+  std::size_t final_round = 0;
+  std::string winner; ///< the frozen variant
+};
+
+/// The selection rules of the adaptive algorithm on one decomposition (see gnn/README.md, "The adaptive
+/// algorithm"); the state of each width is a WidthSelection.
+template <class Index> class Selector {
+public:
+  explicit Selector(Decomposition<Index> const &d);
+
+  /// The width-independent plan of width \p f.
+  SpmmPlan base_plan(int f) const;
+  /// A new width: the cost-model choice; without timing frozen at once, with timing the class-timing rounds (stage
+  /// 0), or stage 1 when no class has a choice (the caller then builds the final structure and calls start_final).
+  WidthSelection begin(int f) const;
+  /// The kernel class \p c runs in class-timing round \p round_kernel.
+  BlockKernel round_kernel(int c, BlockKernel round_kernel) const;
+  /// The same, for a width whose hopeless candidates after_round dropped (they run csr instead).
+  BlockKernel round_kernel(WidthSelection const &w, int c, BlockKernel round_kernel) const;
+  /// After a class-timing apply: once every candidate of a class has a sample, a candidate slower than
+  /// drop_factor times the class's fastest is no longer timed, and the remaining rounds of a kernel that no class
+  /// still times are dropped (fewer slow tuning applies). Optional: a backend that never calls it times every
+  /// round.
+  void after_round(WidthSelection &w) const;
+  /// After the class rounds: per class the fastest candidate (csr unless another wins by the switch margin).
+  void choose(WidthSelection &w) const;
+  /// True when some nonempty class runs a kernel other than csr.
+  bool mixed(WidthSelection const &w) const;
+  /// Starts the whole-apply stage with \p names (the simplest first). Names starting with "all_csr", and every
+  /// name when the plan is not mixed, run csr on the whole graph (level 0); the others run the mixed plan (level 1).
+  void start_final(WidthSelection &w, std::vector<std::string> names) const;
+  /// Records one whole-apply sample of the current variant (final_round runs through final_names in mirrored
+  /// rounds); freezes the plan after tuning_repeats samples per variant and returns true then: per level the first
+  /// variant unless another beats it by switch_margin, and the mixed plan only when it beats the csr variant by
+  /// switch_margin.
+  bool record_final(WidthSelection &w, double seconds) const;
+  /// The variant the next stage-1 apply runs.
+  std::string const &current_final(WidthSelection const &w) const;
+  /// The variant of the k-th whole apply of stage 1 (backends that issue several before recording), and how many
+  /// whole applies stage 1 takes.
+  std::string const &final_variant(WidthSelection const &w, std::size_t k) const;
+  std::size_t final_applies(WidthSelection const &w) const;
+  /// The cost model's kernel per class for width \p f (w.choice and the class plans' predictions).
+  void predict(WidthSelection &w, int f) const;
+
+  /// Decides from the whole-apply samples so far (at once when there is a single variant) and freezes the plan.
+  void freeze(WidthSelection &w) const;
+
+private:
+  Decomposition<Index> const &_d;
+};
+
+/// The options both handles refuse (whatever the algorithm): tuning_repeats < 1, class_bounds not increasing.
+void check_selection_options(SpmmOptions const &options);
+
+/// True when the plan for \p f is decided: always for fixed algorithms and the cost model, else once frozen.
+/// \p widths maps each width applied so far to the backend's state of it (with its WidthSelection `sel`).
+template <class Widths> bool width_tuned(SpmmOptions const &options, Widths const &widths, int f) {
+  if (options.algorithm != SpmmAlgorithm::adaptive || !options.timing)
+    return true;
+  auto it = widths.find(f);
+  return it != widths.end() && it->second.sel.stage == 2;
+}
+
+/// The plans of every width applied so far.
+template <class Widths> std::vector<SpmmPlan> width_plans(Widths const &widths) {
+  std::vector<SpmmPlan> out;
+  for (auto const &[f, w] : widths)
+    out.push_back(w.sel.plan);
+  return out;
+}
+
+/// The plan of a non-adaptive algorithm.
+SpmmPlan fixed_plan(std::string const &graph, std::int64_t rows, std::int64_t nnz, int features,
+                    SpmmAlgorithm algorithm);
+
+} // namespace tessel::gnn::Impl
+
+#endif
