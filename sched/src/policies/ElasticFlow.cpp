@@ -5,8 +5,8 @@
 // job of the type is re-placed buddy-style (multi-node jobs on whole nodes first, the rest packed node by node).
 // Simplified: ElasticFlow's deadline-driven admission (and its drops) is not modelled; only elastic DP remains.
 
-#include "Common.hpp"
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 #include <tessel/core/Error.hpp>
 

@@ -7,8 +7,8 @@
 // Simplified against Gavel: no time-sharing rounds or lease-based preemption (Arena's variant is admission-time
 // only), no space sharing; the ILP is solved exactly by move-class enumeration (TypeAssignment.hpp).
 
-#include "Common.hpp"
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 #include <tessel/sched/TypeAssignment.hpp>
 
