@@ -45,9 +45,7 @@ Run run_once(Cluster const &cluster, Trace const &trace, ProfileTable const *tab
              ThroughputSource source, std::string const &policy, SimOptions const &opt, bool memoize) {
   ThroughputOracle oracle(cluster, table, &est, source, opt.interval);
   oracle.set_memoize(memoize);
-  PolicyOptions po;
-  po.arena_compat = opt.arena_compat;
-  auto p = make_policy(policy, po);
+  auto p = make_policy(policy);
   auto const t0 = std::chrono::steady_clock::now();
   Simulator sim(cluster, trace, oracle, *p, opt);
   SimResult const r = sim.run();
