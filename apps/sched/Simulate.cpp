@@ -1,5 +1,5 @@
 #include "Commands.hpp"
-#include "JsonWriter.hpp"
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/Tool.hpp>
 
@@ -16,8 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -71,88 +69,92 @@ std::string fmt(double v, int prec = 0) {
   return s;
 }
 
-void write_json(std::string const &path, Cluster const &cluster, std::string const &trace_path,
-                std::string const &source, SimOptions const &opt, std::vector<SimResult> const &results, double pad,
-                std::vector<std::pair<std::string, JctReduction>> const &reductions) {
-  OutputFile file(path);
-  JsonWriter w(file.stream());
-  w.begin_object();
-  w.field("tool", "tessel-sched simulate");
-  w.field("build", tessel::build_summary());
-  w.field("trace", trace_path);
-  w.field("throughput_source", source);
-  w.key("options").begin_object();
-  w.field("interval", opt.interval).field("max_rounds", opt.max_rounds).field("arena_compat", opt.arena_compat);
-  w.field("iteration_divisor", opt.iteration_divisor).field("seed", static_cast<long long>(opt.seed));
-  w.field("node_mtbf_hours", opt.node_mtbf_hours).field("job_mtbf_hours", opt.job_mtbf_hours);
-  w.field("checkpoint_interval", opt.checkpoint_interval);
-  w.end_object();
-  w.key("gpu_types").begin_array();
-  for (auto const &t : cluster.types())
-    w.value(t.name);
-  w.end_array();
-  w.field("pad_jct", pad);
-  w.key("policies").begin_object();
-  for (auto const &r : results) {
-    auto const &m = r.metrics;
-    w.key(r.policy).begin_object();
-    w.field("submitted", m.submitted).field("completed", m.completed).field("rejected", m.rejected);
-    w.field("unfinished", m.unfinished).field("avg_jct", m.avg_jct).field("p50_jct", m.p50_jct);
-    w.field("p99_jct", m.p99_jct).field("makespan", m.makespan).field("avg_queue", m.avg_queue);
-    w.field("avg_throughput", m.avg_throughput).field("peak_throughput", m.peak_throughput);
-    w.field("reschedules", m.reschedules).field("failures", m.failures).field("rounds", m.rounds);
-    w.field("sched_seconds", m.sched_seconds).field("sched_ms_per_round", m.sched_ms_per_round);
-    w.field("sched_ms_max", m.sched_ms_max).field("wall_seconds", m.wall_seconds);
-    w.field("oracle_lookups", r.oracle_lookups).field("oracle_computed", r.oracle_computed);
-    w.key("utilization").begin_object();
-    for (std::size_t t = 0; t < m.utilization.size(); ++t)
-      w.field(cluster.type(static_cast<int>(t)).name, m.utilization[t]);
-    w.end_object();
-    std::vector<double> jct, queue;
-    std::vector<std::string> rejected;
-    for (auto const &j : r.jobs) {
-      if (j.state == JobState::completed)
-        jct.push_back(j.jct);
-      if (j.state == JobState::rejected)
-        rejected.push_back(j.id + ": " + j.reject_reason);
-    }
-    w.key("jct").array(jct);
-    w.key("rejected").array(rejected);
-    w.key("round_time").array(r.round_time);
-    w.key("throughput").array(r.throughput);
-    w.key("running").array(r.running);
-    w.key("pending").array(r.pending);
-    w.key("sched_ms").array(r.sched_ms);
-    w.end_object();
+Json metrics_json(Cluster const &cluster, SimResult const &r) {
+  auto const &m = r.metrics;
+  Json out = {{"submitted", m.submitted},
+              {"completed", m.completed},
+              {"rejected", m.rejected},
+              {"unfinished", m.unfinished},
+              {"avg_jct", m.avg_jct},
+              {"p50_jct", m.p50_jct},
+              {"p99_jct", m.p99_jct},
+              {"makespan", m.makespan},
+              {"avg_queue", m.avg_queue},
+              {"avg_throughput", m.avg_throughput},
+              {"peak_throughput", m.peak_throughput},
+              {"reschedules", m.reschedules},
+              {"failures", m.failures},
+              {"rounds", m.rounds},
+              {"sched_seconds", m.sched_seconds},
+              {"sched_ms_per_round", m.sched_ms_per_round},
+              {"sched_ms_max", m.sched_ms_max},
+              {"wall_seconds", m.wall_seconds},
+              {"oracle_lookups", r.oracle_lookups},
+              {"oracle_computed", r.oracle_computed}};
+  Json &utilization = out["utilization"] = Json::object();
+  for (std::size_t t = 0; t < m.utilization.size(); ++t)
+    utilization[cluster.type(static_cast<int>(t)).name] = m.utilization[t];
+  std::vector<double> jct;
+  std::vector<std::string> rejected;
+  for (auto const &j : r.jobs) {
+    if (j.state == JobState::completed)
+      jct.push_back(j.jct);
+    if (j.state == JobState::rejected)
+      rejected.push_back(j.id + ": " + j.reject_reason);
   }
-  w.end_object();
-  w.key("crius_jct_reduction").begin_object();
-  for (auto const &[name, red] : reductions) {
-    w.key(name).begin_object();
-    w.field("raw", red.raw);
-    if (red.padded_defined)
-      w.field("padded", red.padded);
-    w.end_object();
-  }
-  w.end_object();
-  w.end_object();
-  file.stream() << '\n';
-  file.commit();
+  out["jct"] = jct;
+  out["rejected"] = rejected;
+  out["round_time"] = r.round_time;
+  out["throughput"] = r.throughput;
+  out["running"] = r.running;
+  out["pending"] = r.pending;
+  out["sched_ms"] = r.sched_ms;
+  return out;
 }
 
-} // namespace
-
-int simulate_command(tessel::CommandLine &args) {
-  if (args.flag("help")) {
-    simulate_usage();
-    return 0;
-  }
-  std::printf("%s\n", tessel::build_summary().c_str());
-  std::string const trace_path = args.require("trace");
-  std::string const cluster_path = args.get("cluster", "crius");
-  std::string const profile_path = args.get("profile", "");
-  std::string const policy_arg = args.require("policy");
+struct SimulateArgs {
+  std::string trace_path, cluster_path, profile_path, json_path, source_arg;
+  std::vector<std::string> policies;
+  ThroughputSource source = ThroughputSource::table;
   SimOptions opt;
+  int threads = 1;
+  bool quiet = false;
+};
+
+ThroughputSource parse_source(std::string const &name) {
+  if (name == "table")
+    return ThroughputSource::table;
+  if (name == "estimator")
+    return ThroughputSource::estimator;
+  if (name == "table+estimator")
+    return ThroughputSource::table_then_estimator;
+  TESSEL_REQUIRE_USAGE(false, "option --source expects table, estimator or table+estimator, got '", name, "'");
+  return ThroughputSource::table;
+}
+
+std::vector<std::string> parse_policies(std::string const &list) {
+  std::vector<std::string> policies;
+  if (list == "all") {
+    policies = policy_names();
+  } else {
+    std::stringstream ss(list);
+    std::string p;
+    while (std::getline(ss, p, ','))
+      policies.push_back(p);
+  }
+  for (auto const &p : policies)
+    (void)tessel::CommandLine::parse_value(
+        "--policy", p, [](std::string const &n) { return make_policy(n); }); // validates the name before any work
+  return policies;
+}
+
+SimulateArgs parse_simulate_args(tessel::CommandLine &args) {
+  SimulateArgs a;
+  a.trace_path = args.require("trace");
+  a.cluster_path = args.get("cluster", "crius");
+  a.profile_path = args.get("profile", "");
+  std::string const policy_arg = args.require("policy");
+  SimOptions &opt = a.opt;
   opt.max_rounds = args.get_int("rounds", 0, 0, 100000000);
   opt.interval = args.get_double("interval", 300, tessel::Range::closed(1, 1e7));
   opt.arena_compat = args.flag("arena-compat");
@@ -167,98 +169,88 @@ int simulate_command(tessel::CommandLine &args) {
   TESSEL_REQUIRE_USAGE(!args.has("checkpoint") || args.has("node-mtbf") || args.has("job-mtbf"),
                        "--checkpoint sets where failed jobs restart from: it needs --node-mtbf or --job-mtbf");
   opt.check_invariants = args.flag("check");
-  int const threads = args.get_int("parallel", 1, 1, 1024);
-  std::string const json_path = args.get("json", "");
-  bool const quiet = args.flag("quiet");
-  std::string source_name_arg = args.get("source", profile_path.empty() ? "estimator" : "table");
+  a.threads = args.get_int("parallel", 1, 1, 1024);
+  a.json_path = args.get("json", "");
+  a.quiet = args.flag("quiet");
+  a.source_arg = args.get("source", a.profile_path.empty() ? "estimator" : "table");
   args.finish();
-  tessel::require_writable(json_path);
+  tessel::require_writable(a.json_path);
+  a.source = parse_source(a.source_arg);
+  a.policies = parse_policies(policy_arg);
+  return a;
+}
 
-  ThroughputSource source;
-  if (source_name_arg == "table")
-    source = ThroughputSource::table;
-  else if (source_name_arg == "estimator")
-    source = ThroughputSource::estimator;
-  else if (source_name_arg == "table+estimator")
-    source = ThroughputSource::table_then_estimator;
-  else
-    TESSEL_REQUIRE_USAGE(false, "option --source expects table, estimator or table+estimator, got '", source_name_arg,
-                         "'");
-
-  std::vector<std::string> policies;
-  if (policy_arg == "all")
-    policies = policy_names();
-  else {
-    std::stringstream ss(policy_arg);
-    std::string p;
-    while (std::getline(ss, p, ','))
-      policies.push_back(p);
-  }
-  for (auto const &p : policies)
-    (void)tessel::CommandLine::parse_value(
-        "--policy", p, [](std::string const &n) { return make_policy(n); }); // validates the name before any work
-
-  Cluster const cluster = load_cluster(cluster_path);
-  tessel::require_same_file(tessel::Communicator::world(), "trace", trace_path);
-  Trace const trace = load_trace(trace_path, cluster);
-  ProfileTable table;
-  if (!profile_path.empty())
-    table = load_profile(profile_path);
-  TESSEL_REQUIRE_USAGE(source == ThroughputSource::estimator || !profile_path.empty(), "--source ", source_name_arg,
-                       " needs --profile");
-  Estimator estimator(cluster);
-  if (!profile_path.empty())
-    estimator.calibrate(table);
-
-  std::printf("cluster: %s, %d nodes, %d GPUs (", cluster_path.c_str(), cluster.num_nodes(), cluster.num_gpus());
+void print_setup(SimulateArgs const &a, Cluster const &cluster, Trace const &trace) {
+  std::printf("cluster: %s, %d nodes, %d GPUs (", a.cluster_path.c_str(), cluster.num_nodes(), cluster.num_gpus());
   for (int t = 0; t < cluster.num_types(); ++t)
     std::printf("%s%s %d", t ? ", " : "", cluster.type(t).name.c_str(), cluster.type_gpus(t));
-  std::printf(")\ntrace: %s, %zu jobs; throughput from %s%s\n", trace_path.c_str(), trace.jobs.size(),
-              source_name(source), opt.arena_compat ? "; Arena-compatible accounting" : "");
-  std::printf("rounds: %s of %.0f s%s\n", opt.max_rounds > 0 ? std::to_string(opt.max_rounds).c_str() : "until done",
-              opt.interval, opt.node_mtbf_hours > 0 || opt.job_mtbf_hours > 0 ? "; failure injection on" : "");
+  std::printf(")\ntrace: %s, %zu jobs; throughput from %s%s\n", a.trace_path.c_str(), trace.jobs.size(),
+              source_name(a.source), a.opt.arena_compat ? "; Arena-compatible accounting" : "");
+  std::printf("rounds: %s of %.0f s%s\n",
+              a.opt.max_rounds > 0 ? std::to_string(a.opt.max_rounds).c_str() : "until done", a.opt.interval,
+              a.opt.node_mtbf_hours > 0 || a.opt.job_mtbf_hours > 0 ? "; failure injection on" : "");
   std::fflush(stdout);
+}
 
-  bool const tty = isatty(fileno(stderr)) != 0;
-  std::vector<SimResult> results(policies.size());
-  std::mutex print_mutex;
+// Progress on stderr: on a terminal one line is rewritten in place; in a log a line is added every tenth of the run.
+class Progress {
+public:
+  Progress(bool quiet, int max_rounds) : _quiet(quiet), _max_rounds(max_rounds), _tty(isatty(fileno(stderr)) != 0) {}
+
+  void attach(SimOptions &o, std::string const &name) {
+    if (_quiet)
+      return;
+    int const every = _tty ? 25 : (_max_rounds > 0 ? std::max(1, _max_rounds / 10) : 500);
+    o.progress = [this, name, every](int round, int running, int pending, int done) {
+      if (round % every != 0)
+        return;
+      std::lock_guard<std::mutex> lock(_mutex);
+      std::fprintf(stderr, "%s  %-12s round %6d%s  running %4d  pending %4d  done %5d%s", _tty ? "\r" : "",
+                   name.c_str(), round, _max_rounds > 0 ? ("/" + std::to_string(_max_rounds)).c_str() : "", running,
+                   pending, done, _tty ? "   " : "\n");
+      std::fflush(stderr);
+    };
+  }
+
+  void done(std::string const &name, SimMetrics const &m) {
+    if (_quiet)
+      return;
+    std::lock_guard<std::mutex> lock(_mutex);
+    std::fprintf(stderr, "%s  %-12s done: %d rounds in %.2f s (scheduler %.2f ms/round)%30s\n", _tty ? "\r" : "",
+                 name.c_str(), m.rounds, m.wall_seconds, m.sched_ms_per_round, "");
+  }
+
+private:
+  bool _quiet;
+  int _max_rounds;
+  bool _tty;
+  std::mutex _mutex;
+};
+
+// Simulates every policy, `threads` of them concurrently.
+std::vector<SimResult> run_policies(SimulateArgs const &a, Cluster const &cluster, Trace const &trace,
+                                    ProfileTable const *table, Estimator const &estimator) {
+  std::vector<SimResult> results(a.policies.size());
+  Progress progress(a.quiet, a.opt.max_rounds);
   std::atomic<std::size_t> next{0};
-  auto const wall0 = std::chrono::steady_clock::now();
   auto worker = [&]() {
-    for (std::size_t i = next++; i < policies.size(); i = next++) {
-      SimOptions o = opt;
-      std::string const name = policies[i];
-      if (!quiet) {
-        // On a terminal one line is rewritten in place; in a log a line is added every tenth of the run.
-        int const every = tty ? 25 : (opt.max_rounds > 0 ? std::max(1, opt.max_rounds / 10) : 500);
-        o.progress = [&, name, every](int round, int running, int pending, int done) {
-          if (round % every != 0)
-            return;
-          std::lock_guard<std::mutex> lock(print_mutex);
-          std::fprintf(stderr, "%s  %-12s round %6d%s  running %4d  pending %4d  done %5d%s", tty ? "\r" : "",
-                       name.c_str(), round, opt.max_rounds > 0 ? ("/" + std::to_string(opt.max_rounds)).c_str() : "",
-                       running, pending, done, tty ? "   " : "\n");
-          std::fflush(stderr);
-        };
-      }
-      results[i] = simulate(cluster, trace, profile_path.empty() ? nullptr : &table, &estimator, source, name, o);
-      if (!quiet) {
-        std::lock_guard<std::mutex> lock(print_mutex);
-        std::fprintf(stderr, "%s  %-12s done: %d rounds in %.2f s (scheduler %.2f ms/round)%30s\n", tty ? "\r" : "",
-                     name.c_str(), results[i].metrics.rounds, results[i].metrics.wall_seconds,
-                     results[i].metrics.sched_ms_per_round, "");
-      }
+    for (std::size_t i = next++; i < a.policies.size(); i = next++) {
+      SimOptions o = a.opt;
+      progress.attach(o, a.policies[i]);
+      results[i] = simulate(cluster, trace, table, &estimator, a.source, a.policies[i], o);
+      progress.done(a.policies[i], results[i].metrics);
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(threads, static_cast<int>(policies.size())); ++t)
+  for (int t = 1; t < std::min<int>(a.threads, static_cast<int>(a.policies.size())); ++t)
     pool.emplace_back(worker);
   worker();
   for (auto &t : pool)
     t.join();
-  double const wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return results;
+}
 
-  // Side-by-side table.
+void print_metrics(Cluster const &cluster, SimOptions const &opt, std::vector<SimResult> const &results) {
   std::printf("\n%-26s", "metric");
   for (auto const &r : results)
     std::printf("%14s", r.policy.c_str());
@@ -266,61 +258,129 @@ int simulate_command(tessel::CommandLine &args) {
   auto row = [&](char const *label, auto get) {
     std::printf("%-26s", label);
     for (auto const &r : results)
-      std::printf("%14s", get(r).c_str());
+      std::printf("%14s", get(r.metrics).c_str());
     std::printf("\n");
   };
-  row("submitted jobs", [](SimResult const &r) { return fmt(r.metrics.submitted); });
-  row("finished jobs", [](SimResult const &r) { return fmt(r.metrics.completed); });
-  row("rejected jobs", [](SimResult const &r) { return fmt(r.metrics.rejected); });
-  row("unfinished jobs", [](SimResult const &r) { return fmt(r.metrics.unfinished); });
-  row("avg JCT, finished (s)", [](SimResult const &r) { return fmt(r.metrics.avg_jct); });
-  row("p50 JCT (s)", [](SimResult const &r) { return fmt(r.metrics.p50_jct); });
-  row("p99 JCT (s)", [](SimResult const &r) { return fmt(r.metrics.p99_jct); });
-  row("makespan (s)", [](SimResult const &r) { return fmt(r.metrics.makespan); });
-  row("avg queueing (s)", [](SimResult const &r) { return fmt(r.metrics.avg_queue); });
-  row("avg throughput (samp/s)", [](SimResult const &r) { return fmt(r.metrics.avg_throughput, 1); });
-  row("peak throughput (samp/s)", [](SimResult const &r) { return fmt(r.metrics.peak_throughput, 1); });
+  row("submitted jobs", [](SimMetrics const &m) { return fmt(m.submitted); });
+  row("finished jobs", [](SimMetrics const &m) { return fmt(m.completed); });
+  row("rejected jobs", [](SimMetrics const &m) { return fmt(m.rejected); });
+  row("unfinished jobs", [](SimMetrics const &m) { return fmt(m.unfinished); });
+  row("avg JCT, finished (s)", [](SimMetrics const &m) { return fmt(m.avg_jct); });
+  row("p50 JCT (s)", [](SimMetrics const &m) { return fmt(m.p50_jct); });
+  row("p99 JCT (s)", [](SimMetrics const &m) { return fmt(m.p99_jct); });
+  row("makespan (s)", [](SimMetrics const &m) { return fmt(m.makespan); });
+  row("avg queueing (s)", [](SimMetrics const &m) { return fmt(m.avg_queue); });
+  row("avg throughput (samp/s)", [](SimMetrics const &m) { return fmt(m.avg_throughput, 1); });
+  row("peak throughput (samp/s)", [](SimMetrics const &m) { return fmt(m.peak_throughput, 1); });
   for (int t = 0; t < cluster.num_types(); ++t) {
     std::string const label = "GPU util " + cluster.type(t).name + " (%)";
-    row(label.c_str(),
-        [t](SimResult const &r) { return fmt(100.0 * r.metrics.utilization[static_cast<std::size_t>(t)], 1); });
+    row(label.c_str(), [t](SimMetrics const &m) { return fmt(100.0 * m.utilization[static_cast<std::size_t>(t)], 1); });
   }
-  row("reschedules", [](SimResult const &r) { return fmt(static_cast<double>(r.metrics.reschedules)); });
+  row("reschedules", [](SimMetrics const &m) { return fmt(static_cast<double>(m.reschedules)); });
   if (opt.node_mtbf_hours > 0 || opt.job_mtbf_hours > 0)
-    row("failures hitting jobs", [](SimResult const &r) { return fmt(static_cast<double>(r.metrics.failures)); });
-  row("rounds", [](SimResult const &r) { return fmt(r.metrics.rounds); });
-  row("scheduler ms/round", [](SimResult const &r) { return fmt(r.metrics.sched_ms_per_round, 3); });
-  row("scheduler ms max", [](SimResult const &r) { return fmt(r.metrics.sched_ms_max, 1); });
-  row("wall time (s)", [](SimResult const &r) { return fmt(r.metrics.wall_seconds, 2); });
+    row("failures hitting jobs", [](SimMetrics const &m) { return fmt(static_cast<double>(m.failures)); });
+  row("rounds", [](SimMetrics const &m) { return fmt(m.rounds); });
+  row("scheduler ms/round", [](SimMetrics const &m) { return fmt(m.sched_ms_per_round, 3); });
+  row("scheduler ms max", [](SimMetrics const &m) { return fmt(m.sched_ms_max, 1); });
+  row("wall time (s)", [](SimMetrics const &m) { return fmt(m.wall_seconds, 2); });
+}
 
-  // Crius against the baselines.
+// The largest finished JCT over all policies (Arena pads the baselines' finished lists with it).
+double pad_jct(std::vector<SimResult> const &results) {
   double pad = 0;
   for (auto const &r : results)
     for (auto const &j : r.jobs)
       if (j.state == JobState::completed)
         pad = std::max(pad, j.jct);
+  return pad;
+}
+
+// Crius against each baseline, printed; empty when Crius did not run or ran alone.
+std::vector<std::pair<std::string, JctReduction>> crius_reductions(std::vector<SimResult> const &results, double pad) {
   std::vector<std::pair<std::string, JctReduction>> reductions;
   auto const crius =
       std::find_if(results.begin(), results.end(), [](SimResult const &r) { return r.policy == "crius"; });
-  if (crius != results.end() && results.size() > 1) {
-    std::printf("\nCrius's avg JCT reduction (raw: finished jobs only; padded: baseline padded to Crius's finished\n"
-                "count with the largest JCT over all policies, %s s):\n",
-                fmt(pad).c_str());
-    for (auto const &r : results) {
-      if (&r == &*crius)
-        continue;
-      auto const red = jct_reduction(*crius, r, pad);
-      reductions.emplace_back(r.policy, red);
-      std::printf("  vs %-12s raw %6.1f %%   padded %s\n", r.policy.c_str(), 100 * red.raw,
-                  red.padded_defined ? (fmt(100 * red.padded, 1) + " %").c_str() : "n/a (baseline finished more jobs)");
-    }
+  if (crius == results.end() || results.size() <= 1)
+    return reductions;
+  std::printf("\nCrius's avg JCT reduction (raw: finished jobs only; padded: baseline padded to Crius's finished\n"
+              "count with the largest JCT over all policies, %s s):\n",
+              fmt(pad).c_str());
+  for (auto const &r : results) {
+    if (&r == &*crius)
+      continue;
+    auto const red = jct_reduction(*crius, r, pad);
+    reductions.emplace_back(r.policy, red);
+    std::printf("  vs %-12s raw %6.1f %%   padded %s\n", r.policy.c_str(), 100 * red.raw,
+                red.padded_defined ? (fmt(100 * red.padded, 1) + " %").c_str() : "n/a (baseline finished more jobs)");
   }
+  return reductions;
+}
+
+void write_results(SimulateArgs const &a, Cluster const &cluster, std::vector<SimResult> const &results, double pad,
+                   std::vector<std::pair<std::string, JctReduction>> const &reductions) {
+  SimOptions const &opt = a.opt;
+  Json doc = {{"tool", "tessel-sched simulate"},
+              {"build", tessel::build_summary()},
+              {"trace", a.trace_path},
+              {"throughput_source", source_name(a.source)}};
+  doc["options"] = {{"interval", opt.interval},
+                    {"max_rounds", opt.max_rounds},
+                    {"arena_compat", opt.arena_compat},
+                    {"iteration_divisor", opt.iteration_divisor},
+                    {"seed", opt.seed},
+                    {"node_mtbf_hours", opt.node_mtbf_hours},
+                    {"job_mtbf_hours", opt.job_mtbf_hours},
+                    {"checkpoint_interval", opt.checkpoint_interval}};
+  Json &types = doc["gpu_types"] = Json::array();
+  for (auto const &t : cluster.types())
+    types.push_back(t.name);
+  doc["pad_jct"] = pad;
+  Json &policies = doc["policies"] = Json::object();
+  for (auto const &r : results)
+    policies[r.policy] = metrics_json(cluster, r);
+  Json &red = doc["crius_jct_reduction"] = Json::object();
+  for (auto const &[name, rd] : reductions) {
+    red[name] = {{"raw", rd.raw}};
+    if (rd.padded_defined)
+      red[name]["padded"] = rd.padded;
+  }
+  write_json(a.json_path, doc);
+  std::printf("results written to %s\n", a.json_path.c_str());
+}
+
+} // namespace
+
+int simulate_command(tessel::CommandLine &args) {
+  if (args.flag("help")) {
+    simulate_usage();
+    return 0;
+  }
+  std::printf("%s\n", tessel::build_summary().c_str());
+  SimulateArgs const a = parse_simulate_args(args);
+  Cluster const cluster = load_cluster(a.cluster_path);
+  tessel::require_same_file(tessel::Communicator::world(), "trace", a.trace_path);
+  Trace const trace = load_trace(a.trace_path, cluster);
+  ProfileTable table;
+  if (!a.profile_path.empty())
+    table = load_profile(a.profile_path);
+  TESSEL_REQUIRE_USAGE(a.source == ThroughputSource::estimator || !a.profile_path.empty(), "--source ", a.source_arg,
+                       " needs --profile");
+  Estimator estimator(cluster);
+  if (!a.profile_path.empty())
+    estimator.calibrate(table);
+  print_setup(a, cluster, trace);
+
+  auto const wall0 = std::chrono::steady_clock::now();
+  std::vector<SimResult> const results =
+      run_policies(a, cluster, trace, a.profile_path.empty() ? nullptr : &table, estimator);
+  double const wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  print_metrics(cluster, a.opt, results);
+  double const pad = pad_jct(results);
+  auto const reductions = crius_reductions(results, pad);
   std::printf("\ntotal wall time %.2f s for %zu polic%s (%d thread%s)\n", wall, results.size(),
-              results.size() == 1 ? "y" : "ies", threads, threads == 1 ? "" : "s");
-  if (!json_path.empty()) {
-    write_json(json_path, cluster, trace_path, source_name(source), opt, results, pad, reductions);
-    std::printf("results written to %s\n", json_path.c_str());
-  }
+              results.size() == 1 ? "y" : "ies", a.threads, a.threads == 1 ? "" : "s");
+  if (!a.json_path.empty())
+    write_results(a, cluster, results, pad, reductions);
   return 0;
 }
 

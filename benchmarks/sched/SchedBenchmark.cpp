@@ -13,6 +13,7 @@
 
 #include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
@@ -21,7 +22,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,9 +45,7 @@ Run run_once(Cluster const &cluster, Trace const &trace, ProfileTable const *tab
              ThroughputSource source, std::string const &policy, SimOptions const &opt, bool memoize) {
   ThroughputOracle oracle(cluster, table, &est, source, opt.interval);
   oracle.set_memoize(memoize);
-  PolicyOptions po;
-  po.arena_compat = opt.arena_compat;
-  auto p = make_policy(policy, po);
+  auto p = make_policy(policy);
   auto const t0 = std::chrono::steady_clock::now();
   Simulator sim(cluster, trace, oracle, *p, opt);
   SimResult const r = sim.run();
@@ -58,6 +56,78 @@ Run run_once(Cluster const &cluster, Trace const &trace, ProfileTable const *tab
   out.computed = r.oracle_computed;
   out.completed = r.metrics.completed;
   return out;
+}
+
+struct BenchArgs {
+  std::string cluster_path, profile_path, trace_path, json_path;
+  int jobs = 400, repeat = 3;
+  std::vector<std::string> policies;
+  SimOptions opt;
+};
+
+BenchArgs parse_args(tessel::CommandLine &args) {
+  BenchArgs a;
+  a.cluster_path = args.get("cluster", "crius");
+  a.profile_path = args.get("profile", "");
+  a.trace_path = args.get("trace", "");
+  TESSEL_REQUIRE_USAGE(!(args.has("jobs") && args.has("trace")),
+                       "--jobs sizes the synthetic trace; --trace replaces it: give one of them");
+  a.jobs = args.get_int("jobs", 400, 1, 1000000);
+  a.opt.arena_compat = args.flag("arena-compat");
+  a.opt.iteration_divisor = a.opt.arena_compat ? 5 : 1;
+  a.opt.max_rounds = args.get_int("rounds", 2000, 1, 100000000);
+  a.repeat = args.get_int("repeat", 3, 1, 1000);
+  a.policies = args.get_list("policy", policy_names());
+  for (auto const &p : a.policies)
+    (void)tessel::CommandLine::parse_value("--policy", p, [](std::string const &n) { return make_policy(n); });
+  a.json_path = args.get("json", "");
+  args.finish();
+  tessel::require_writable(a.json_path);
+  return a;
+}
+
+// The inputs of every run: the cluster, the profile table (if any), the calibrated estimator and the trace.
+struct Inputs {
+  Cluster cluster;
+  std::unique_ptr<ProfileTable> table;
+  Estimator est;
+  ThroughputSource source;
+  Trace trace;
+
+  explicit Inputs(BenchArgs const &a)
+      : cluster(load_cluster(a.cluster_path)), est(cluster), source(ThroughputSource::estimator) {
+    if (!a.profile_path.empty()) {
+      table = std::make_unique<ProfileTable>(load_profile(a.profile_path));
+      est.calibrate(*table);
+      source = ThroughputSource::table;
+    }
+    if (!a.trace_path.empty()) {
+      trace = load_trace(a.trace_path, cluster);
+    } else {
+      ThroughputOracle const gen(cluster, table.get(), &est, source);
+      SyntheticOptions s;
+      s.jobs = a.jobs;
+      s.jobs_per_hour = 20;
+      trace = generate_trace(cluster, gen, s);
+    }
+  }
+};
+
+// One policy: `repeat` memoized runs (medians) and one with the memo off; prints its row.
+tessel::Json bench_policy(BenchArgs const &a, Inputs const &in, std::string const &policy, double &median_wall) {
+  std::vector<double> walls, sched;
+  Run last;
+  for (int r = 0; r < a.repeat; ++r) {
+    last = run_once(in.cluster, in.trace, in.table.get(), in.est, in.source, policy, a.opt, true);
+    walls.push_back(last.wall);
+    sched.push_back(last.sched_ms);
+  }
+  Run const off = run_once(in.cluster, in.trace, in.table.get(), in.est, in.source, policy, a.opt, false);
+  median_wall = median(walls);
+  std::printf("%-12s %12.3f %14.3f %14zu %14zu %12.3f %16.2f\n", policy.c_str(), median_wall, median(sched),
+              last.lookups, last.computed, off.wall, off.wall / median_wall);
+  return {{"median_wall_s", median_wall}, {"sched_ms_per_round", median(sched)}, {"lookups", last.lookups},
+          {"computed", last.computed},    {"memo_off_wall_s", off.wall},         {"completed", last.completed}};
 }
 
 } // namespace
@@ -71,80 +141,26 @@ int main(int argc, char **argv) {
           "exit status: 0 success, 1 runtime error, 2 invalid option\n");
       return 0;
     }
-    std::string const cluster_path = args.get("cluster", "crius");
-    std::string const profile_path = args.get("profile", "");
-    std::string const trace_path = args.get("trace", "");
-    TESSEL_REQUIRE_USAGE(!(args.has("jobs") && args.has("trace")),
-                         "--jobs sizes the synthetic trace; --trace replaces it: give one of them");
-    int const jobs = args.get_int("jobs", 400, 1, 1000000);
-    bool const arena_compat = args.flag("arena-compat");
-    int const rounds = args.get_int("rounds", 2000, 1, 100000000);
-    int const repeat = args.get_int("repeat", 3, 1, 1000);
-    std::vector<std::string> const policies = args.get_list("policy", {"crius", "fcfs", "elasticflow", "gavel", "sia"});
-    for (auto const &p : policies)
-      (void)tessel::CommandLine::parse_value("--policy", p, [](std::string const &n) { return make_policy(n); });
-    std::string const json_path = args.get("json", "");
-    args.finish();
-    tessel::require_writable(json_path);
+    BenchArgs const a = parse_args(args);
     std::printf("%s\n", tessel::build_summary().c_str());
-    Cluster const cluster = load_cluster(cluster_path);
-    std::unique_ptr<ProfileTable> table;
-    Estimator est(cluster);
-    if (!profile_path.empty()) {
-      table = std::make_unique<ProfileTable>(load_profile(profile_path));
-      est.calibrate(*table);
-    }
-    ThroughputSource const source = table ? ThroughputSource::table : ThroughputSource::estimator;
-    Trace trace;
-    if (!trace_path.empty()) {
-      trace = load_trace(trace_path, cluster);
-    } else {
-      ThroughputOracle const gen(cluster, table.get(), &est, source);
-      SyntheticOptions s;
-      s.jobs = jobs;
-      s.jobs_per_hour = 20;
-      trace = generate_trace(cluster, gen, s);
-    }
-    SimOptions opt;
-    opt.arena_compat = arena_compat;
-    opt.iteration_divisor = opt.arena_compat ? 5 : 1;
-    opt.max_rounds = rounds;
+    Inputs const in(a);
     std::printf("trace: %s (%zu jobs), %d rounds, %d repeats, throughput from %s\n",
-                trace_path.empty() ? "synthetic" : trace_path.c_str(), trace.jobs.size(), opt.max_rounds, repeat,
-                source_name(source));
+                a.trace_path.empty() ? "synthetic" : a.trace_path.c_str(), in.trace.jobs.size(), a.opt.max_rounds,
+                a.repeat, source_name(in.source));
     std::printf("\n%-12s %12s %14s %14s %14s %12s %16s\n", "policy", "wall (s)", "sched ms/round", "lookups",
                 "computed", "memo off (s)", "memo saves (x)");
-    std::unique_ptr<tessel::OutputFile> file;
-    if (!json_path.empty()) {
-      file = std::make_unique<tessel::OutputFile>(json_path);
-      file->stream() << "{\"build\":\"" << tessel::build_summary() << "\",\"repeat\":" << repeat << ",\"policies\":{";
-    }
+    tessel::Json doc = {{"build", tessel::build_summary()}, {"repeat", a.repeat}, {"policies", tessel::Json::object()}};
     double total = 0;
-    for (std::size_t k = 0; k < policies.size(); ++k) {
-      auto const &p = policies[k];
-      std::vector<double> walls, sched;
-      Run last;
-      for (int r = 0; r < repeat; ++r) {
-        last = run_once(cluster, trace, table.get(), est, source, p, opt, true);
-        walls.push_back(last.wall);
-        sched.push_back(last.sched_ms);
-      }
-      Run const off = run_once(cluster, trace, table.get(), est, source, p, opt, false);
-      double const w = median(walls);
-      total += w;
-      std::printf("%-12s %12.3f %14.3f %14zu %14zu %12.3f %16.2f\n", p.c_str(), w, median(sched), last.lookups,
-                  last.computed, off.wall, off.wall / w);
-      if (file)
-        file->stream() << (k ? "," : "") << "\"" << p << "\":{\"median_wall_s\":" << w
-                       << ",\"sched_ms_per_round\":" << median(sched) << ",\"lookups\":" << last.lookups
-                       << ",\"computed\":" << last.computed << ",\"memo_off_wall_s\":" << off.wall
-                       << ",\"completed\":" << last.completed << "}";
+    for (auto const &p : a.policies) {
+      double wall = 0;
+      doc["policies"][p] = bench_policy(a, in, p, wall);
+      total += wall;
     }
+    doc["total_median_wall_s"] = total;
     std::printf("\nsum of median wall times: %.3f s\n", total);
-    if (file) {
-      file->stream() << "},\"total_median_wall_s\":" << total << "}\n";
-      file->commit();
-      std::printf("results written to %s\n", json_path.c_str());
+    if (!a.json_path.empty()) {
+      tessel::write_json(a.json_path, doc);
+      std::printf("results written to %s\n", a.json_path.c_str());
     }
     return 0;
   });

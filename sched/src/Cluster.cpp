@@ -1,8 +1,8 @@
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/sched/Cluster.hpp>
 
+#include "impl/CriusJson.hpp"
 #include "impl/Csv.hpp"
-#include "impl/Json.hpp"
 
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Error.hpp>
@@ -205,27 +205,23 @@ Cluster load_cluster(std::string const &path) {
 }
 
 Cluster load_crius_cluster_spec(std::string const &spec_json, std::string const &device_infos_json) {
-  auto const doc = Impl::read_json(spec_json);
-  auto const *obj = &doc;
-  if (doc.kind == Impl::JsonValue::Kind::array) {
-    TESSEL_REQUIRE(doc.array.size() == 1, spec_json, ": expected a one-element list holding an object");
-    obj = &doc.array[0];
-  }
-  TESSEL_REQUIRE(obj->kind == Impl::JsonValue::Kind::object, spec_json, ": expected {gpu_type: {\"node_num\": n}}");
+  Json const doc = read_json(spec_json);
+  Json const &obj = Impl::crius_object(doc, spec_json, "{gpu_type: {\"node_num\": n}}");
   struct Cap {
     char const *name;
     int cap;
   };
   static Cap const caps[] = {{"a100", 4},   {"v100", 16}, {"a40", 2},  {"a10", 2}, {"p100", 8},
                              {"1080ti", 8}, {"3090", 8},  {"h100", 8}, {"l20", 16}};
-  Impl::JsonValue infos;
-  if (!device_infos_json.empty())
-    infos = Impl::read_json(device_infos_json);
+  // Device entries without a usable type or bandwidth are skipped, as is a device_infos.json that is not a list.
+  Json infos = device_infos_json.empty() ? Json::array() : read_json(device_infos_json);
+  if (!infos.is_array())
+    infos = Json::array();
   std::vector<GpuSpec> types;
   std::vector<NodeGroup> groups;
-  for (auto const &[name, value] : obj->object) {
-    auto const *n = value.find("node_num");
-    TESSEL_REQUIRE(n && n->kind == Impl::JsonValue::Kind::number && n->number >= 1, spec_json, ": type '", name,
+  for (auto const &[name, value] : obj.items()) {
+    Json const *n = value.is_object() && value.contains("node_num") ? &value["node_num"] : nullptr;
+    TESSEL_REQUIRE(n && n->is_number() && n->get<double>() >= 1, spec_json, ": type '", name,
                    "' needs a positive node_num");
     int cap = 0;
     for (auto const &c : caps)
@@ -233,13 +229,16 @@ Cluster load_crius_cluster_spec(std::string const &spec_json, std::string const 
         cap = c.cap;
     TESSEL_REQUIRE(cap > 0, spec_json, ": no known node capacity for GPU type '", name, "'");
     GpuSpec spec = Cluster::known_gpu(name);
-    for (auto const &d : infos.array) {
-      auto const *t = d.find("gpu_type");
-      auto const *bw = d.find("mem_bandwidth_gb");
-      if (t && t->string == name && bw && bw->kind == Impl::JsonValue::Kind::number && bw->number > 0)
-        spec.mem_bandwidth_gbps = bw->number;
+    for (auto const &d : infos) {
+      if (!d.is_object())
+        continue;
+      auto const t = d.find("gpu_type");
+      auto const bw = d.find("mem_bandwidth_gb");
+      if (t != d.end() && t->is_string() && t->get<std::string>() == name && bw != d.end() && bw->is_number() &&
+          bw->get<double>() > 0)
+        spec.mem_bandwidth_gbps = bw->get<double>();
     }
-    groups.push_back({static_cast<int>(types.size()), static_cast<int>(n->number), cap});
+    groups.push_back({static_cast<int>(types.size()), static_cast<int>(n->get<double>()), cap});
     types.push_back(spec);
   }
   return Cluster(std::move(types), std::move(groups));

@@ -2,8 +2,8 @@
 
 #include <tessel/sched/Model.hpp>
 
+#include "impl/CriusJson.hpp"
 #include "impl/Csv.hpp"
-#include "impl/Json.hpp"
 
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Error.hpp>
@@ -159,26 +159,20 @@ void read_plans_csv(ProfileTable &table, std::string const &path) {
 }
 
 void read_dp_mem_json(ProfileTable &table, std::string const &path) {
-  auto const doc = Impl::read_json(path);
-  auto const *obj = &doc;
-  if (doc.kind == Impl::JsonValue::Kind::array) {
-    TESSEL_REQUIRE(doc.array.size() == 1, path, ": expected a one-element list holding an object");
-    obj = &doc.array[0];
-  }
-  TESSEL_REQUIRE(obj->kind == Impl::JsonValue::Kind::object, path, ": expected an object of <model>_<size>_<batch>");
-  for (auto const &[key, value] : obj->object) {
+  Json const doc = read_json(path);
+  Json const &obj = Impl::crius_object(doc, path, "an object of <model>_<size>_<batch>");
+  for (auto const &[key, value] : obj.items()) {
     auto const sep = key.rfind('_');
     TESSEL_REQUIRE(sep != std::string::npos, path, ": key '", key, "' is not <model>_<size>_<batch>");
     DpMemory m;
     m.model = ModelCatalog::builtin().find(key.substr(0, sep));
     TESSEL_REQUIRE(m.model >= 0, path, ": key '", key, "': unknown model");
     m.batch_size = std::stoi(key.substr(sep + 1));
-    TESSEL_REQUIRE(value.kind == Impl::JsonValue::Kind::array && value.array.size() == 5, path, ": key '", key,
+    TESSEL_REQUIRE(value.is_array() && value.size() == 5, path, ": key '", key,
                    "': expected 5 numbers (1, 2, 4, 8, 16 GPUs)");
     for (std::size_t i = 0; i < 5; ++i) {
-      TESSEL_REQUIRE(value.array[i].kind == Impl::JsonValue::Kind::number, path, ": key '", key, "': entry ", i,
-                     " is not a number");
-      m.gb[i] = value.array[i].number;
+      TESSEL_REQUIRE(value[i].is_number(), path, ": key '", key, "': entry ", i, " is not a number");
+      m.gb[i] = value[i].get<double>();
     }
     table.add(m);
   }

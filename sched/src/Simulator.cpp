@@ -569,9 +569,7 @@ SimResult simulate(Cluster const &cluster, Trace const &trace, ProfileTable cons
                    ThroughputSource source, std::string const &policy_name, SimOptions const &options,
                    PolicyOptions const &policy_options) {
   ThroughputOracle oracle(cluster, table, estimator, source, options.interval);
-  PolicyOptions po = policy_options;
-  po.arena_compat = options.arena_compat;
-  auto policy = make_policy(policy_name, po);
+  auto policy = make_policy(policy_name, policy_options);
   Simulator sim(cluster, trace, oracle, *policy, options);
   return sim.run();
 }

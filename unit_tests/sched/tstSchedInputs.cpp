@@ -195,6 +195,36 @@ TEST(SchedProfile, hdf5_round_trip_and_malformed_files) {
   expect_error([&] { load_crius_profile(bad, "", ""); }, {"prof.csv:2", "num_devices_per_host"});
 }
 
+TEST(SchedProfile, crius_json_files_and_their_errors) {
+  TempDir dir;
+  auto const prof = dir.write("prof.csv", "model_name,param_num,batch_size,gpu_type,num_hosts,num_devices_per_host,"
+                                          "optimal_iter_time\nmoe,690M,256,a100,1,2,1.0\n");
+  // dp_mem.json as Crius writes it: a one-element list holding {<model>_<size>_<batch>: [5 GB figures]}.
+  auto const mem = dir.write("dp_mem.json", "[{\"moe_690M_256\": [23.9, 12.9, 8.4, 6.25, -1]}]");
+  ProfileTable const t = load_crius_profile(prof, "", mem);
+  ASSERT_NE(t.dp_memory(model("moe__690M"), 256), nullptr);
+  EXPECT_EQ(t.dp_memory(model("moe__690M"), 256)->gb[3], 6.25);
+  EXPECT_EQ(t.dp_memory(model("moe__690M"), 256)->gb[4], -1);
+  expect_error([&] { load_crius_profile(prof, "", dir.write("m1.json", "[{\"moe_690M_256\": [1, 2, \"x\", 4, 5]}]")); },
+               {"m1.json", "moe_690M_256", "entry 2"});
+  expect_error([&] { load_crius_profile(prof, "", dir.write("m2.json", "{\"moe_690M_256\": [1, 2]}")); },
+               {"m2.json", "moe_690M_256", "5 numbers"});
+  expect_error([&] { load_crius_profile(prof, "", dir.write("m3.json", "[{\"moe_690M_256\": [1,")); },
+               {"m3.json", "JSON"});
+  // sim_cluster_spec.json and device_infos.json.
+  auto const spec = dir.write("spec.json", "[{\"a100\": {\"node_num\": 2}, \"a40\": {\"node_num\": 3}}]");
+  auto const infos = dir.write("infos.json", "[{\"gpu_type\": \"a40\", \"mem_bandwidth_gb\": 700}, 7]");
+  Cluster const c = load_crius_cluster_spec(spec, infos);
+  EXPECT_EQ(c.num_gpus(), 2 * 4 + 3 * 2);
+  EXPECT_EQ(c.type(c.find_type("a40")).mem_bandwidth_gbps, 700);
+  EXPECT_EQ(c.type(c.find_type("a100")).mem_bandwidth_gbps, Cluster::known_gpu("a100").mem_bandwidth_gbps);
+  expect_error([&] { load_crius_cluster_spec(dir.write("s1.json", "[{\"a100\": {\"nodes\": 2}}]"), ""); },
+               {"s1.json", "a100", "node_num"});
+  expect_error([&] { load_crius_cluster_spec(dir.write("s2.json", "[{\"xpu\": {\"node_num\": 2}}]"), ""); },
+               {"s2.json", "xpu"});
+  expect_error([&] { load_crius_cluster_spec(dir.write("s3.json", "[1, 2]"), ""); }, {"s3.json", "one-element list"});
+}
+
 TEST(SchedSynthetic, generator_is_deterministic_and_feasible) {
   Cluster const c = Cluster::crius_simulated();
   Estimator est(c);

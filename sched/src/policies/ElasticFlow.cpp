@@ -5,8 +5,8 @@
 // job of the type is re-placed buddy-style (multi-node jobs on whole nodes first, the rest packed node by node).
 // Simplified: ElasticFlow's deadline-driven admission (and its drops) is not modelled; only elastic DP remains.
 
-#include "Common.hpp"
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 #include <tessel/core/Error.hpp>
 
@@ -18,7 +18,7 @@ constexpr int kMaxGpus = 16; // Arena's MAX_SUPPORTED_GPU_NUM
 
 class ElasticFlow final : public Policy {
 public:
-  explicit ElasticFlow(PolicyOptions const &o) : _opt(o) {}
+  explicit ElasticFlow(PolicyOptions const &) {}
   std::string name() const override { return "elasticflow"; }
   ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
 
@@ -28,7 +28,7 @@ public:
     if (!ctx.ended().empty() || !ctx.evicted().empty())
       restart_pending(ctx);
     for (int id : ctx.arrived()) {
-      if (!_opt.arena_compat && min_share(ctx, id) == 0) {
+      if (!ctx.arena_compat() && min_share(ctx, id) == 0) {
         auto const &j = ctx.job(id);
         ctx.reject(id, "data parallelism does not fit in " + ctx.cluster().type(j.quota_type).name +
                            " memory on up to 16 GPUs");
@@ -176,7 +176,6 @@ private:
     restart_pending_fifo(ctx, _pending, [&](int id) { return fit(ctx, id); });
   }
 
-  PolicyOptions _opt;
   std::vector<int> _pending;
   std::vector<int> _running; // running jobs in start order (Arena's running queue)
 };

@@ -2,8 +2,8 @@
 // (one node, or full nodes), scattered over the nodes with the most free GPUs; strict first-come-first-served per
 // GPU type (a job waits while an earlier job of its type waits); pending jobs are retried only when a job ends.
 
-#include "Common.hpp"
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 namespace tessel::sched::Impl {
 

@@ -7,8 +7,8 @@
 // Simplified against Gavel: no time-sharing rounds or lease-based preemption (Arena's variant is admission-time
 // only), no space sharing; the ILP is solved exactly by move-class enumeration (TypeAssignment.hpp).
 
-#include "Common.hpp"
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 #include <tessel/sched/TypeAssignment.hpp>
 
@@ -20,7 +20,7 @@ constexpr int kMaxMoves = 3; // Arena's MAX_MGRT_JOB_NUM
 
 class Gavel final : public Policy {
 public:
-  explicit Gavel(PolicyOptions const &o) : _opt(o) {}
+  explicit Gavel(PolicyOptions const &) {}
   std::string name() const override { return "gavel"; }
   ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
 
@@ -49,7 +49,7 @@ public:
         ctx.reject(id, "no feasible plan for " + std::to_string(j.quota_gpus) + " GPUs of any type");
         continue;
       }
-      if (!any_dp && !_opt.arena_compat) {
+      if (!any_dp && !ctx.arena_compat()) {
         ctx.reject(id, "data parallelism does not fit in memory on " + std::to_string(j.quota_gpus) +
                            " GPUs of any type (Gavel schedules with DP throughput)");
         continue;
@@ -130,7 +130,7 @@ private:
       ok = ok && place(ctx, alloc, _admitted[static_cast<std::size_t>(mv.first)].job, mv.second);
     ok = ok && place(ctx, alloc, target, sol.new_type);
     if (!ok) {
-      if (!_opt.arena_compat)
+      if (!ctx.arena_compat())
         _admitted = before;
       return false;
     }
@@ -143,7 +143,6 @@ private:
     restart_pending_fifo(ctx, _pending, [&](int id) { return fit(ctx, id); });
   }
 
-  PolicyOptions _opt;
   std::vector<Admitted> _admitted;
   std::vector<int> _pending;
 };

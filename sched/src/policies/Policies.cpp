@@ -1,4 +1,4 @@
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
 
 #include <tessel/core/Error.hpp>
 

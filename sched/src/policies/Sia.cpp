@@ -9,8 +9,8 @@
 // water-filling over the jobs waiting in a round; the throughput model is the profile (or estimator) itself rather
 // than Sia's bootstrapped, online-refined model.
 
-#include "Common.hpp"
-#include "Policies.hpp"
+#include "../impl/Policies.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 #include <array>
 #include <cmath>

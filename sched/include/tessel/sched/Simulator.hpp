@@ -96,9 +96,9 @@ public:
   virtual void schedule(SchedContext &ctx) = 0;
 };
 
-/// \brief Options of policies (Arena quirks and Crius's search bounds).
+/// \brief Options of policies: Crius's search bounds. Arena's behaviour where it differs from ours is
+/// SimOptions::arena_compat, which policies read through SchedContext::arena_compat().
 struct PolicyOptions {
-  bool arena_compat = false;  ///< reproduce Arena's behaviour where it differs from ours (see README)
   int crius_search_depth = 0; ///< 0: Arena's rule (3, or 2 with more than 150 running jobs)
   int crius_upgrade_steps = 10;
   int crius_restart_trials = 100;

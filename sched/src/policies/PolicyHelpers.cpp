@@ -1,4 +1,4 @@
-#include "Common.hpp"
+#include "../impl/PolicyHelpers.hpp"
 
 namespace tessel::sched::Impl {
 

@@ -1,5 +1,5 @@
-#ifndef TESSEL_SCHED_POLICIES_POLICIES_HPP
-#define TESSEL_SCHED_POLICIES_POLICIES_HPP
+#ifndef TESSEL_SCHED_IMPL_POLICIES_HPP
+#define TESSEL_SCHED_IMPL_POLICIES_HPP
 
 // Constructors of the built-in policies (one translation unit each).
 

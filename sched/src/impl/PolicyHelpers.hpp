@@ -1,5 +1,5 @@
-#ifndef TESSEL_SCHED_POLICIES_COMMON_HPP
-#define TESSEL_SCHED_POLICIES_COMMON_HPP
+#ifndef TESSEL_SCHED_IMPL_POLICYHELPERS_HPP
+#define TESSEL_SCHED_IMPL_POLICYHELPERS_HPP
 
 // Helpers shared by the policies: layouts, scatter placement, and queue ordering.
 
