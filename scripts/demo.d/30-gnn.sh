@@ -5,5 +5,5 @@ export OPENBLAS_NUM_THREADS=1
   --classes 8 --features 32 --signal 0.5 --out "$out/gnn-sbm.h5"
 "$TESSEL_BUILD/apps/gnn/tessel-gnn" train --data "$out/gnn-sbm.h5" --model gcn --kernel adaptive --epochs 100 \
   --quiet --json "$out/gnn-train.json"
-"$TESSEL_BUILD/apps/gnn/tessel-gnn" bench --data "$out/gnn-sbm.h5" --features 64 --reps 5 \
+"$TESSEL_BUILD/benchmarks/gnn/tessel-gnn-bench" --data "$out/gnn-sbm.h5" --features 64 --reps 5 \
   --kernels csr,coo,kk,adaptive --json "$out/gnn-bench.json" | grep -E "^F|speedup|best|  (csr|coo|kk|adaptive) "

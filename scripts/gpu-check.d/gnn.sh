@@ -1,11 +1,11 @@
 # gnn part of scripts/gpu-check, sourced on a machine with a CUDA GPU after a CUDA build (variables: TESSEL_ROOT,
 # TESSEL_BUILD, out). Runs the gnn GPU tests (every CUDA path against the host reference; they must run, not skip),
-# then `tessel-gnn bench --backend cuda` (adaptive vs cuSPARSE SpMM CSR_ALG2 vs Tessel's CSR and the other device
+# then `tessel-gnn-bench --backend cuda` (adaptive vs cuSPARSE SpMM CSR_ALG2 vs Tessel's CSR and the other device
 # kernels, each result checked) on generated community graphs, R-MAT and the real graphs at hand, and prints the
 # summary table (also in $out/gnn-gpu/table.md). About 2 minutes on an H200; fails on any failed or skipped GPU
 # test or wrong kernel result.
 gnn_gpu_check() {
-  local bin="$TESSEL_BUILD/apps/gnn/tessel-gnn" gen="$TESSEL_BUILD/datasets/gnn/tessel-gnn-data"
+  local bin="$TESSEL_BUILD/benchmarks/gnn/tessel-gnn-bench" gen="$TESSEL_BUILD/datasets/gnn/tessel-gnn-data"
   local dir="${out:-$TESSEL_BUILD/gpu-check}/gnn-gpu" data="${TESSEL_DATA_DIR:-$TESSEL_ROOT/../shared/datasets}"
   mkdir -p "$dir"
   echo "== gnn: GPU tests and the register-spill check =="
@@ -17,7 +17,7 @@ gnn_gpu_check() {
     echo "gnn: GPU tests were skipped: no CUDA device visible to them" >&2
     return 1
   fi
-  echo "== gnn: tessel-gnn bench --backend cuda =="
+  echo "== gnn: tessel-gnn-bench --backend cuda =="
   local graphs=()
   [ -f "$dir/sbm-dense.h5" ] || "$gen" sbm --nodes 16384 --community 128 --p-in 0.5 --inter-degree 4 --features 0 \
     --out "$dir/sbm-dense.h5" > /dev/null
@@ -41,11 +41,11 @@ gnn_gpu_check() {
   for g in "${graphs[@]}"; do
     base=$(basename "$g" .h5)
     echo "-- $base"
-    "$bin" bench --backend cuda --data "$g" --features 16,64,256 --reps 20 --json "$dir/bench-$base.json" \
+    "$bin" --backend cuda --data "$g" --features 16,64,256 --reps 20 --json "$dir/bench-$base.json" \
       | tee "$dir/bench-$base.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gnn: tessel-gnn bench --backend cuda failed on $base" >&2; return 1; }
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gnn: tessel-gnn-bench --backend cuda failed on $base" >&2; return 1; }
     if grep -q "skipped: no CUDA device" "$dir/bench-$base.log"; then
-      echo "gnn: no CUDA device visible to tessel-gnn" >&2
+      echo "gnn: no CUDA device visible to tessel-gnn-bench" >&2
       return 1
     fi
   done
