@@ -2,6 +2,7 @@
 #include <tessel/core/H5File.hpp>
 #include <tessel/gnn/Spmm.hpp>
 
+#include "impl/AdaptiveDriver.hpp"
 #include "impl/Builders.hpp"
 #include "impl/HostCsr.hpp"
 #include "impl/Kernels.hpp"
@@ -185,12 +186,42 @@ private:
   Matrix<M> _x, _y;
 };
 
+/// The structure of a final plan: the CSR remainder (all rows), then the tile sets and the dense blocks of the
+/// classes that run those kernels (the classes' own structures, shared with tuning).
+template <class Index, class M> struct HostFinal {
+  CsrPiece<Index, M> rest;
+  std::vector<TileSet<Index, M>> tiles;
+  std::vector<DenseBlock<Index, M>> dense;
+};
+
+/// What the host executor keeps per feature width.
+template <class Index, class M> struct HostWidth : HostFinal<Index, M> {
+  bool rest_feature_tiled = false;
+  std::vector<std::chrono::steady_clock::time_point> stamps;
+};
+
+/// The host handle: the whole-graph algorithms, and the executor of the adaptive driver on a host execution space.
 template <class Index, class ExecSpace> struct SpmmState {
   using M = typename ExecSpace::memory_space;
   using HostGraph = Graph<Index>;
+  using Final = HostFinal<Index, M>;
+  using Driver = AdaptiveDriver<Index, HostWidth<Index, M>>;
+  using Width = typename Driver::Width;
 
-  explicit SpmmState(ExecSpace const &s) : space(s) {}
-  /// The instance given at construction: preprocessing, probing and tuning structures run on it.
+  // The executor's interface (AdaptiveDriver.hpp).
+  using instance_type = ExecSpace;
+  using input_type = ConstMatrix<M>;
+  using output_type = Matrix<M>;
+  static constexpr bool synchronous_timing = true;
+  static constexpr bool warm_up = false;
+  static constexpr bool time_frozen = true;
+
+  SpmmState(ExecSpace const &s, HostGraph const &g, SpmmOptions const &o)
+      : space(s), options(o), name(g.name()), rows(g.num_rows()), cols(g.num_cols()), nnz(g.nnz()),
+        driver(g, o, "host") {
+    validate(g);
+  }
+  /// The instance given at construction: preprocessing, probing and the structures of plan() run on it.
   ExecSpace space;
 
   SpmmOptions options;
@@ -203,11 +234,9 @@ template <class Index, class ExecSpace> struct SpmmState {
   CooChunks<Index, M> coo;
   TileSet<Index, M> tiles;
   Matrix<M> dense;
-  Partition identity; // the partition of a non-adaptive handle
 
   // Adaptive.
-  std::unique_ptr<Decomposition<Index>> dec;
-  std::unique_ptr<Selector<Index>> selector;
+  Driver driver;
   bool structures_ready = false;
   CsrPiece<Index, M> tuning_rest; // entries of single-candidate classes, all rows
   CsrPiece<Index, M> all_csr;     // the whole reordered graph (the final check's reference)
@@ -217,70 +246,21 @@ template <class Index, class ExecSpace> struct SpmmState {
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
   std::vector<char> class_tiles_ready, class_dense_ready;
   HostStorage storage; // host vectors behind the views above (host memory space only)
-
-  /// The structure of a final plan: the CSR remainder (all rows), then the tile sets and the dense blocks of the
-  /// classes that run those kernels (the classes' own structures, shared with tuning).
-  struct Final {
-    CsrPiece<Index, M> rest;
-    std::vector<TileSet<Index, M>> tiles;
-    std::vector<DenseBlock<Index, M>> dense;
-  };
-  struct Width : Final {
-    WidthSelection sel;
-    bool built = false;
-    bool rest_feature_tiled = false;
-    std::vector<double> frozen_samples; ///< the first applies after tuning (plan.apply_seconds)
-  };
-  std::map<int, Width> widths;
-  double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
   /// Final structures already built, by class choice: widths that choose alike share one.
   std::vector<std::pair<std::vector<BlockKernel>, Final>> finals;
-  double tuning_seconds = 0;
 
-  Partition const &partition() const { return dec ? dec->partition : identity; }
-
-  void add_build_seconds(std::chrono::steady_clock::time_point t0) {
-    double const t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tuning_seconds += t;
-    tuning_build_seconds += t;
-  }
+  Width &width(int f) { return driver.width(*this, f, &space); }
 
   // ---------------------------------------------------------------------------------------------------------
   // Setup
 
   void setup_fixed(HostGraph const &g) {
-    identity.permutation = Permutation::identity(g.num_rows());
-    identity.part_offsets = {0, static_cast<std::int64_t>(g.num_rows())};
     graph = g.to(space);
     switch (options.algorithm) {
     case SpmmAlgorithm::coo:
-    case SpmmAlgorithm::coo_atomic: {
-      std::vector<Index> const edge_rows = entry_rows(g);
-      coo.rows = to_device<Index, M>("Tessel::gnn::Spmm::coo_rows", edge_rows);
-      TESSEL_REQUIRE(options.coo_chunk >= 1, "coo: chunk size must be positive, got ", options.coo_chunk);
-      std::vector<std::int64_t> edge_begin, own_begin, carry_row;
-      std::int64_t const chunks = std::max<std::int64_t>(1, (nnz + options.coo_chunk - 1) / options.coo_chunk);
-      for (std::int64_t c = 0; c <= chunks; ++c)
-        edge_begin.push_back(std::min<std::int64_t>(nnz, c * options.coo_chunk));
-      // Chunk c owns the rows whose first edge lies in it (empty rows: whose offset lies in it; the last chunk
-      // also owns the trailing empty rows).
-      Index r = 0;
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        own_begin.push_back(r);
-        while (r < rows && (g.row_map()(r) < edge_begin[c + 1] || c + 1 == chunks))
-          ++r;
-        std::int64_t const e0 = edge_begin[c];
-        std::int64_t carry = -1;
-        if (e0 < edge_begin[c + 1] && edge_rows[static_cast<std::size_t>(e0)] < own_begin[c])
-          carry = edge_rows[static_cast<std::size_t>(e0)];
-        carry_row.push_back(carry);
-      }
-      own_begin.push_back(rows);
-      coo.edge_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::coo_edge_begin", edge_begin);
-      coo.own_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::coo_own_begin", own_begin);
-      coo.carry_row = to_device<std::int64_t, M>("Tessel::gnn::Spmm::coo_carry_row", carry_row);
+    case SpmmAlgorithm::coo_atomic:
+      setup_coo(g);
       break;
-    }
     case SpmmAlgorithm::tiles:
       tiles = to_memory<Index, M>(
           make_tiles(g, nullptr, {0, static_cast<std::int64_t>(rows)}, /*keep_empty_windows=*/true), storage);
@@ -305,11 +285,37 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
   }
 
+  void setup_coo(HostGraph const &g) {
+    std::vector<Index> const edge_rows = entry_rows(g);
+    coo.rows = to_device<Index, M>("Tessel::gnn::Spmm::coo_rows", edge_rows);
+    TESSEL_REQUIRE(options.coo_chunk >= 1, "coo: chunk size must be positive, got ", options.coo_chunk);
+    std::vector<std::int64_t> edge_begin, own_begin, carry_row;
+    std::int64_t const chunks = std::max<std::int64_t>(1, (nnz + options.coo_chunk - 1) / options.coo_chunk);
+    for (std::int64_t c = 0; c <= chunks; ++c)
+      edge_begin.push_back(std::min<std::int64_t>(nnz, c * options.coo_chunk));
+    // Chunk c owns the rows whose first edge lies in it (empty rows: whose offset lies in it; the last chunk also
+    // owns the trailing empty rows).
+    Index r = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      own_begin.push_back(r);
+      while (r < rows && (g.row_map()(r) < edge_begin[c + 1] || c + 1 == chunks))
+        ++r;
+      std::int64_t const e0 = edge_begin[c];
+      std::int64_t carry = -1;
+      if (e0 < edge_begin[c + 1] && edge_rows[static_cast<std::size_t>(e0)] < own_begin[c])
+        carry = edge_rows[static_cast<std::size_t>(e0)];
+      carry_row.push_back(carry);
+    }
+    own_begin.push_back(rows);
+    coo.edge_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::coo_edge_begin", edge_begin);
+    coo.own_begin = to_device<std::int64_t, M>("Tessel::gnn::Spmm::coo_own_begin", own_begin);
+    coo.carry_row = to_device<std::int64_t, M>("Tessel::gnn::Spmm::coo_carry_row", carry_row);
+  }
+
   void setup_adaptive(HostGraph const &g, Partition const *given) {
     HostCsrProbe<Index, ExecSpace> probe(space);
-    dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe);
-    selector = std::make_unique<Selector<Index>>(*dec);
-    auto const classes = static_cast<std::size_t>(dec->num_classes);
+    driver.decompose(g, given, &probe);
+    auto const classes = static_cast<std::size_t>(driver.decomposition().num_classes);
     class_csr.assign(classes, {});
     class_tiles.assign(classes, {});
     class_dense.assign(classes, {});
@@ -317,11 +323,13 @@ template <class Index, class ExecSpace> struct SpmmState {
     class_dense_ready.assign(classes, 0);
   }
 
-  void build_tuning_structures() {
+  // ---------------------------------------------------------------------------------------------------------
+  // Structures of the adaptive executor
+
+  void build_tuning(ExecSpace const &) {
     if (structures_ready)
       return;
-    auto const t0 = std::chrono::steady_clock::now();
-    auto const &d = *dec;
+    auto const &d = driver.decomposition();
     // One pass over the entries for every CSR piece (group 0: the classes without a choice, all rows; then one
     // compressed piece per class timed apart), one for every tile set.
     std::vector<int> csr_group(static_cast<std::size_t>(d.num_classes), -1), tile_group = csr_group;
@@ -360,12 +368,11 @@ template <class Index, class ExecSpace> struct SpmmState {
         ensure_class(c, BlockKernel::dense);
     }
     structures_ready = true;
-    add_build_seconds(t0);
   }
 
   /// The tile set or the dense blocks of class \p c, built once (for tuning, or for a plan decided without it).
   void ensure_class(int c, BlockKernel kernel) {
-    auto const &d = *dec;
+    auto const &d = driver.decomposition();
     auto const cc = static_cast<std::size_t>(c);
     if (kernel == BlockKernel::tiles && !class_tiles_ready[cc]) {
       std::vector<int> group(static_cast<std::size_t>(d.num_classes), -1);
@@ -378,45 +385,11 @@ template <class Index, class ExecSpace> struct SpmmState {
     }
   }
 
-  // ---------------------------------------------------------------------------------------------------------
-  // Execution
-
-  void run_csr(ExecSpace const &space, CsrPiece<Index, M> const &piece, ConstMatrix<M> const &x, Matrix<M> const &y,
-               bool accumulate, bool feature_tiled) const {
-    if (feature_tiled)
-      spmm_csr_feature_tiled<ExecSpace, Index, M>(space, piece.row_map, piece.entries, piece.values, x, y, accumulate);
-    else
-      spmm_csr<ExecSpace, Index, M>(space, piece.row_map, piece.entries, piece.values, piece.row_ids, x, y, accumulate);
-  }
-
-  void run_dense(ExecSpace const &space, std::vector<DenseBlock<Index, M>> const &list, ConstMatrix<M> const &x,
-                 Matrix<M> const &y) const {
-    for (auto const &d : list) {
-      auto xs = Kokkos::subview(x, std::make_pair(d.col0, d.col0 + d.cols), Kokkos::ALL());
-      auto ys = Kokkos::subview(y, std::make_pair(d.row0, d.row0 + d.rows), Kokkos::ALL());
-      tessel::gemm(space, Op::none, Op::none, 1.0f, matrix_ref(ConstMatrix<M>(d.values)),
-                   matrix_ref(ConstMatrix<M>(xs)), 1.0f, matrix_ref(Matrix<M>(ys)));
-    }
-  }
-
-  void run_class(ExecSpace const &space, int c, BlockKernel kernel, ConstMatrix<M> const &x, Matrix<M> const &y) const {
-    auto const cc = static_cast<std::size_t>(c);
-    if (kernel == BlockKernel::csr)
-      run_csr(space, class_csr[cc], x, y, /*accumulate=*/true, false);
-    else if (kernel == BlockKernel::tiles)
-      spmm_tiles<ExecSpace, Index, M>(space, class_tiles[cc], x, y, /*accumulate=*/true);
-    else
-      run_dense(space, class_dense[cc], x, y);
-  }
-
-  void build_final(Width &w) {
-    if (w.built)
-      return;
-    auto const &d = *dec;
+  void build_final(ExecSpace const &in, Width &w) {
+    auto const &d = driver.decomposition();
     auto const &choice = w.sel.choice;
-    w.built = true;
-    if (!selector->mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
-      build_all_csr();
+    if (!driver.selector().mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
+      build_all_csr(in);
       static_cast<Final &>(w) = Final{all_csr, {}, {}};
       return;
     }
@@ -446,43 +419,23 @@ template <class Index, class ExecSpace> struct SpmmState {
     static_cast<Final &>(w) = f;
   }
 
-  void run_final(ExecSpace const &space, Width const &w, ConstMatrix<M> const &x, Matrix<M> const &y,
-                 bool feature_tiled) const {
-    run_csr(space, w.rest, x, y, /*accumulate=*/false, feature_tiled);
-    for (auto const &t : w.tiles)
-      spmm_tiles<ExecSpace, Index, M>(space, t, x, y, /*accumulate=*/true);
-    run_dense(space, w.dense, x, y);
+  void build_all_csr(ExecSpace const &in) {
+    if (all_csr_ready)
+      return;
+    // The reordered graph itself (no copy where the handle's memory space is the host's).
+    auto const g = driver.decomposition().permuted.to(in);
+    all_csr.row_map = g.row_map();
+    all_csr.entries = g.entries();
+    all_csr.values = g.values();
+    all_csr.nnz = g.nnz();
+    all_csr_ready = true;
   }
 
-  Width &width(int f) {
-    auto it = widths.find(f);
-    if (it != widths.end())
-      return it->second;
-    Width &w = widths[f];
-    if (options.algorithm != SpmmAlgorithm::adaptive) {
-      w.sel.plan = fixed_plan(name, rows, nnz, f, options.algorithm);
-      w.sel.stage = 2;
-      return w;
-    }
-    w.sel = selector->begin(f);
-    if (w.sel.stage == 1)
-      start_final(w);
-    return w;
-  }
-
-  void start_final(Width &w) {
-    auto const &d = *dec;
-    selector->choose(w.sel);
-    auto const t0 = std::chrono::steady_clock::now();
-    build_final(w);
-    add_build_seconds(t0);
-    // The mixed plan must also beat plain CSR on the handle's vertex order as a whole: class timings of small
-    // classes are dominated by call overheads that only the whole apply shows. The feature-tiled remainder is a
-    // variant only where it differs from row-parallel CSR (F > its slice width).
+  /// The feature-tiled remainder is a variant only where it differs from row-parallel CSR (F > its slice width).
+  std::vector<std::string> final_variants(Width const &w, bool with_all_csr) const {
     bool const tiled = w.sel.plan.features > feature_tile_width;
     std::vector<std::string> names;
-    if (selector->mixed(w.sel) && d.force_kernel < 0) {
-      build_all_csr();
+    if (with_all_csr) {
       names.push_back("all_csr");
       if (tiled)
         names.push_back("all_csr+feature_tiled");
@@ -490,14 +443,10 @@ template <class Index, class ExecSpace> struct SpmmState {
     names.push_back("plan");
     if (tiled)
       names.push_back("plan+feature_tiled_rest");
-    selector->start_final(w.sel, names);
-    if (names.size() == 1) { // nothing to compare
-      selector->freeze(w.sel);
-      frozen(w);
-    }
+    return names;
   }
 
-  /// The backend's part of freezing: the remainder kernel, and the structures of an all-csr winner.
+  /// The remainder kernel of the decided plan, and the structures of an all-csr winner.
   void frozen(Width &w) {
     auto const &winner = w.sel.winner;
     w.rest_feature_tiled = winner.find("feature_tiled") != std::string::npos;
@@ -506,21 +455,77 @@ template <class Index, class ExecSpace> struct SpmmState {
       static_cast<Final &>(w) = Final{all_csr, {}, {}};
   }
 
-  void build_all_csr() {
-    if (all_csr_ready)
-      return;
-    auto const t0 = std::chrono::steady_clock::now();
-    // The reordered graph itself (no copy where the handle's memory space is the host's).
-    auto const g = dec->permuted.to(space);
-    all_csr.row_map = g.row_map();
-    all_csr.entries = g.entries();
-    all_csr.values = g.values();
-    all_csr.nnz = g.nnz();
-    all_csr_ready = true;
-    add_build_seconds(t0);
+  // ---------------------------------------------------------------------------------------------------------
+  // Execution
+
+  void run_csr(ExecSpace const &in, CsrPiece<Index, M> const &piece, ConstMatrix<M> const &x, Matrix<M> const &y,
+               bool accumulate, bool feature_tiled) const {
+    if (feature_tiled)
+      spmm_csr_feature_tiled<ExecSpace, Index, M>(in, piece.row_map, piece.entries, piece.values, x, y, accumulate);
+    else
+      spmm_csr<ExecSpace, Index, M>(in, piece.row_map, piece.entries, piece.values, piece.row_ids, x, y, accumulate);
   }
 
-  void apply(ExecSpace const &space, ConstMatrix<M> const &x, Matrix<M> const &y) {
+  void run_dense(ExecSpace const &in, std::vector<DenseBlock<Index, M>> const &list, ConstMatrix<M> const &x,
+                 Matrix<M> const &y) const {
+    for (auto const &d : list) {
+      auto xs = Kokkos::subview(x, std::make_pair(d.col0, d.col0 + d.cols), Kokkos::ALL());
+      auto ys = Kokkos::subview(y, std::make_pair(d.row0, d.row0 + d.rows), Kokkos::ALL());
+      tessel::gemm(in, Op::none, Op::none, 1.0f, matrix_ref(ConstMatrix<M>(d.values)), matrix_ref(ConstMatrix<M>(xs)),
+                   1.0f, matrix_ref(Matrix<M>(ys)));
+    }
+  }
+
+  void run_rest(ExecSpace const &in, ConstMatrix<M> const &x, Matrix<M> const &y) const {
+    run_csr(in, tuning_rest, x, y, /*accumulate=*/false, false);
+  }
+
+  void run_class(ExecSpace const &in, int c, BlockKernel kernel, ConstMatrix<M> const &x, Matrix<M> const &y) const {
+    auto const cc = static_cast<std::size_t>(c);
+    if (kernel == BlockKernel::csr)
+      run_csr(in, class_csr[cc], x, y, /*accumulate=*/true, false);
+    else if (kernel == BlockKernel::tiles)
+      spmm_tiles<ExecSpace, Index, M>(in, class_tiles[cc], x, y, /*accumulate=*/true);
+    else
+      run_dense(in, class_dense[cc], x, y);
+  }
+
+  void run_final(ExecSpace const &in, Final const &w, ConstMatrix<M> const &x, Matrix<M> const &y,
+                 bool feature_tiled) const {
+    run_csr(in, w.rest, x, y, /*accumulate=*/false, feature_tiled);
+    for (auto const &t : w.tiles)
+      spmm_tiles<ExecSpace, Index, M>(in, t, x, y, /*accumulate=*/true);
+    run_dense(in, w.dense, x, y);
+  }
+
+  void run_variant(ExecSpace const &in, Width const &w, std::string const &variant, ConstMatrix<M> const &x,
+                   Matrix<M> const &y) const {
+    bool const tiled = variant.find("feature_tiled") != std::string::npos;
+    if (variant.rfind("all_csr", 0) == 0)
+      run_csr(in, all_csr, x, y, /*accumulate=*/false, tiled);
+    else
+      run_final(in, w, x, y, tiled);
+  }
+
+  void run_frozen(ExecSpace const &in, Width const &w, ConstMatrix<M> const &x, Matrix<M> const &y) const {
+    run_final(in, w, x, y, w.rest_feature_tiled);
+  }
+
+  // Timing marks: the work so far has completed (fence), then the clock.
+  std::size_t stamp(ExecSpace const &in, Width &w) const {
+    compat::fence(in, "Tessel::gnn::Spmm::tuning");
+    w.stamps.push_back(std::chrono::steady_clock::now());
+    return w.stamps.size() - 1;
+  }
+  double seconds(Width const &w, std::size_t a, std::size_t b) const {
+    return std::chrono::duration<double>(w.stamps[b] - w.stamps[a]).count();
+  }
+  void wait(Width const &, std::size_t) const {}
+  void reset(Width &w) const { w.stamps.clear(); }
+
+  // ---------------------------------------------------------------------------------------------------------
+
+  void apply(ExecSpace const &in, ConstMatrix<M> const &x, Matrix<M> const &y) {
     TESSEL_REQUIRE(x.extent(0) == static_cast<std::size_t>(cols) && y.extent(0) == static_cast<std::size_t>(rows) &&
                        x.extent(1) == y.extent(1),
                    "SpmmHandle::apply on graph '", name, "' (", rows, " x ", cols, "): X is ", x.extent(0), " x ",
@@ -528,100 +533,48 @@ template <class Index, class ExecSpace> struct SpmmState {
     int const f = static_cast<int>(x.extent(1));
     if (f == 0 || rows == 0)
       return;
-    if (options.algorithm != SpmmAlgorithm::adaptive && widths.find(f) == widths.end())
-      width(f); // records the (fixed) plan of this width for plans()
+    if (options.algorithm == SpmmAlgorithm::adaptive) {
+      driver.apply(*this, in, x, y, f);
+      return;
+    }
+    width(f); // records the (fixed) plan of this width for plans()
+    apply_fixed(in, x, y);
+  }
+
+  void apply_fixed(ExecSpace const &in, ConstMatrix<M> const &x, Matrix<M> const &y) {
     switch (options.algorithm) {
     case SpmmAlgorithm::csr:
-      spmm_csr<ExecSpace, Index, M>(space, graph.row_map(), graph.entries(), graph.values(), {}, x, y, false);
+      spmm_csr<ExecSpace, Index, M>(in, graph.row_map(), graph.entries(), graph.values(), {}, x, y, false);
       return;
     case SpmmAlgorithm::csr_feature_tiled:
-      spmm_csr_feature_tiled<ExecSpace, Index, M>(space, graph.row_map(), graph.entries(), graph.values(), x, y, false);
+      spmm_csr_feature_tiled<ExecSpace, Index, M>(in, graph.row_map(), graph.entries(), graph.values(), x, y, false);
       return;
     case SpmmAlgorithm::coo:
       if (coo.carry.extent(1) != x.extent(1))
-        coo.carry = decltype(coo.carry)(Kokkos::view_alloc(space, "Tessel::gnn::Spmm::coo_carry"),
+        coo.carry = decltype(coo.carry)(Kokkos::view_alloc(in, "Tessel::gnn::Spmm::coo_carry"),
                                         coo.edge_begin.extent(0) - 1, x.extent(1));
       if (nnz == 0) {
-        Kokkos::deep_copy(space, y, 0.0f);
+        Kokkos::deep_copy(in, y, 0.0f);
         return;
       }
-      spmm_coo<ExecSpace, Index, M>(space, coo, graph.entries(), graph.values(), x, y, false);
+      spmm_coo<ExecSpace, Index, M>(in, coo, graph.entries(), graph.values(), x, y, false);
       return;
     case SpmmAlgorithm::coo_atomic:
-      spmm_coo_atomic<ExecSpace, Index, M>(space, coo.rows, graph.entries(), graph.values(), x, y, false);
+      spmm_coo_atomic<ExecSpace, Index, M>(in, coo.rows, graph.entries(), graph.values(), x, y, false);
       return;
     case SpmmAlgorithm::tiles:
-      spmm_tiles<ExecSpace, Index, M>(space, tiles, x, y, false);
+      spmm_tiles<ExecSpace, Index, M>(in, tiles, x, y, false);
       return;
     case SpmmAlgorithm::dense:
-      tessel::gemm(space, Op::none, Op::none, 1.0f, matrix_ref(ConstMatrix<M>(dense)), matrix_ref(x), 0.0f,
-                   matrix_ref(y));
+      tessel::gemm(in, Op::none, Op::none, 1.0f, matrix_ref(ConstMatrix<M>(dense)), matrix_ref(x), 0.0f, matrix_ref(y));
       return;
     case SpmmAlgorithm::kk:
-      kk_spmv<Index, ExecSpace>(space, graph, x, y);
+      kk_spmv<Index, ExecSpace>(in, graph, x, y);
       return;
     case SpmmAlgorithm::cusparse: // refused at construction
     case SpmmAlgorithm::adaptive:
-      break;
-    }
-    auto const &d = *dec;
-    Width &w = width(f);
-    auto &sel = w.sel;
-    if (sel.stage == 2) {
-      build_final(w);
-      if (sel.plan.tuning_applies > 0 && w.frozen_samples.size() < 5) {
-        Timer<ExecSpace> timer(space, "Tessel::gnn::Spmm::frozen");
-        run_final(space, w, x, y, w.rest_feature_tiled);
-        w.frozen_samples.push_back(timer.seconds());
-        auto sorted = w.frozen_samples;
-        std::sort(sorted.begin(), sorted.end());
-        sel.plan.apply_seconds = sorted[sorted.size() / 2];
-        return;
-      }
-      run_final(space, w, x, y, w.rest_feature_tiled);
       return;
     }
-    Timer<ExecSpace> timer(space, "Tessel::gnn::Spmm::tuning");
-    if (sel.stage == 0) {
-      build_tuning_structures();
-      BlockKernel const kernel = sel.rounds[sel.round];
-      timer.reset();
-      run_csr(space, tuning_rest, x, y, /*accumulate=*/false, false);
-      for (int c = 0; c < d.num_classes; ++c) {
-        if (!d.separate(c))
-          continue;
-        BlockKernel const use = selector->round_kernel(sel, c, kernel);
-        double const start = timer.seconds();
-        run_class(space, c, use, x, y);
-        double const t = timer.seconds() - start;
-        if (use == kernel)
-          sel.class_samples[static_cast<std::size_t>(c)][static_cast<std::size_t>(kernel)].push_back(t);
-      }
-      tuning_seconds += timer.seconds();
-      ++sel.plan.tuning_applies;
-      ++sel.round;
-      selector->after_round(sel);
-      if (sel.round >= sel.rounds.size())
-        start_final(w);
-      sel.plan.tuning_seconds = tuning_seconds;
-      sel.plan.tuning_build_seconds = tuning_build_seconds;
-      return;
-    }
-    // Stage 1: the final structure with either remainder kernel, interleaved.
-    std::string const variant = selector->current_final(sel);
-    bool const tiled = variant.find("feature_tiled") != std::string::npos;
-    timer.reset();
-    if (variant.rfind("all_csr", 0) == 0)
-      run_csr(space, all_csr, x, y, /*accumulate=*/false, tiled);
-    else
-      run_final(space, w, x, y, tiled);
-    double const t = timer.seconds();
-    tuning_seconds += t;
-    ++sel.plan.tuning_applies;
-    if (selector->record_final(sel, t))
-      frozen(w);
-    sel.plan.tuning_seconds = tuning_seconds;
-    sel.plan.tuning_build_seconds = tuning_build_seconds;
   }
 };
 
@@ -629,49 +582,34 @@ template <class Index, class ExecSpace> struct SpmmState {
 
 template <class Index, class ExecSpace>
 SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options)
-    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
-  auto &s = *_state;
-  s.options = options;
-  Impl::check_selection_options(options);
-  validate(graph);
-  s.name = graph.name();
-  s.rows = graph.num_rows();
-  s.cols = graph.num_cols();
-  s.nnz = graph.nnz();
+    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space, graph, options)) {
   if (options.algorithm == SpmmAlgorithm::adaptive)
-    s.setup_adaptive(graph, nullptr);
+    _state->setup_adaptive(graph, nullptr);
   else
-    s.setup_fixed(graph);
+    _state->setup_fixed(graph);
 }
 
 template <class Index, class ExecSpace>
 SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
-                                         Partition const &partition)
-    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
-  auto &s = *_state;
-  s.options = options;
+                                         Partition const &partition) {
   TESSEL_REQUIRE(options.algorithm == SpmmAlgorithm::adaptive,
                  "SpmmHandle: a given partition needs the adaptive algorithm, got ", name_of(options.algorithm));
-  validate(graph);
-  s.name = graph.name();
-  s.rows = graph.num_rows();
-  s.cols = graph.num_cols();
-  s.nnz = graph.nnz();
-  s.setup_adaptive(graph, &partition);
+  _state = std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space, graph, options);
+  _state->setup_adaptive(graph, &partition);
 }
+
+namespace {
+SpmmOptions adaptive(SpmmOptions options) {
+  options.algorithm = SpmmAlgorithm::adaptive;
+  return options;
+}
+} // namespace
 
 template <class Index, class ExecSpace>
 SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
                                          std::string const &plan_path)
-    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space)) {
+    : _state(std::make_unique<Impl::SpmmState<Index, ExecSpace>>(space, graph, adaptive(options))) {
   auto &s = *_state;
-  s.options = options;
-  s.options.algorithm = SpmmAlgorithm::adaptive;
-  validate(graph);
-  s.name = graph.name();
-  s.rows = graph.num_rows();
-  s.cols = graph.num_cols();
-  s.nnz = graph.nnz();
   h5::File file(plan_path, h5::Mode::read);
   TESSEL_REQUIRE(file.has_attribute("/", "schema") &&
                      file.read_string_attribute("/", "schema") == "tessel.gnn.spmm_plan",
@@ -695,16 +633,17 @@ SpmmHandle<Index, ExecSpace>::SpmmHandle(ExecSpace const &space, Graph<Index> co
                  "plan file '", plan_path, "': partition/part_offsets must rise from 0 to ", rows);
   partition.intra_fraction = file.read_attribute<double>("/partition", "intra_fraction");
   s.setup_adaptive(graph, &partition);
+  auto const &d = s.driver.decomposition();
+  auto const &selector = s.driver.selector();
   for (auto const &entry : file.list("plans")) {
     std::string const group = "plans/" + entry;
     int const f = file.read_attribute<int>(group, "features");
-    auto const &d = *s.dec;
     auto const kernels = file.read<int>(group + "/class_kernel", {static_cast<std::size_t>(d.num_classes)}).data;
-    auto &w = s.widths[f];
+    auto &w = s.driver.widths[f];
     auto &sel = w.sel;
-    sel.plan = s.selector->base_plan(f);
+    sel.plan = selector.base_plan(f);
     sel.plan.timed = false;
-    s.selector->predict(sel, f);
+    selector.predict(sel, f);
     for (int c = 0; c < d.num_classes; ++c) {
       int const k = kernels[static_cast<std::size_t>(c)];
       TESSEL_REQUIRE(k >= 0 && k < Impl::num_block_kernels, "plan file '", plan_path, "': ", group, "/class_kernel[", c,
@@ -738,15 +677,15 @@ template <class Index, class ExecSpace> SpmmAlgorithm SpmmHandle<Index, ExecSpac
 }
 
 template <class Index, class ExecSpace> Permutation const &SpmmHandle<Index, ExecSpace>::permutation() const {
-  return _state->partition().permutation;
+  return _state->driver.partition().permutation;
 }
 
 template <class Index, class ExecSpace> Partition const &SpmmHandle<Index, ExecSpace>::partition() const {
-  return _state->partition();
+  return _state->driver.partition();
 }
 
 template <class Index, class ExecSpace> bool SpmmHandle<Index, ExecSpace>::tuned(int features) const {
-  return Impl::width_tuned(_state->options, _state->widths, features);
+  return _state->driver.tuned(features);
 }
 
 template <class Index, class ExecSpace> SpmmPlan SpmmHandle<Index, ExecSpace>::plan(int features) const {
@@ -754,11 +693,11 @@ template <class Index, class ExecSpace> SpmmPlan SpmmHandle<Index, ExecSpace>::p
 }
 
 template <class Index, class ExecSpace> std::vector<SpmmPlan> SpmmHandle<Index, ExecSpace>::plans() const {
-  return Impl::width_plans(_state->widths);
+  return _state->driver.plans();
 }
 
 template <class Index, class ExecSpace> double SpmmHandle<Index, ExecSpace>::overhead_seconds() const {
-  return (_state->dec ? _state->dec->preprocess_seconds : 0.0) + _state->tuning_seconds;
+  return _state->driver.overhead_seconds();
 }
 
 template <class Index, class ExecSpace> void SpmmHandle<Index, ExecSpace>::save_plans(std::string const &path) const {
@@ -772,13 +711,13 @@ template <class Index, class ExecSpace> void SpmmHandle<Index, ExecSpace>::save_
   file.write_attribute("/", "rows", static_cast<std::int64_t>(s.rows));
   file.write_attribute("/", "nnz", static_cast<std::int64_t>(s.nnz));
   file.write("class_bounds", s.options.class_bounds);
-  auto const &partition = s.partition();
+  auto const &partition = s.driver.partition();
   file.write("partition/old_of_new", partition.permutation.old_of_new);
   file.write("partition/part_offsets", partition.part_offsets);
   file.write_attribute("/partition", "method", name_of(partition.method));
   file.write_attribute("/partition", "intra_fraction", partition.intra_fraction);
   file.create_group("plans");
-  for (auto const &[f, w] : s.widths) {
+  for (auto const &[f, w] : s.driver.widths) {
     if (w.sel.stage != 2)
       continue;
     std::string const group = "plans/F" + std::to_string(f);

@@ -4,8 +4,8 @@
 // in the kernels.
 #include <tessel/gnn/cuda/Spmm.hpp>
 
+#include "../impl/AdaptiveDriver.hpp"
 #include "../impl/Builders.hpp"
-#include "../impl/Selection.hpp"
 #include "Kernels.hpp"
 
 #include <tessel/core/cuda/Blas.hpp>
@@ -53,8 +53,6 @@ using gnn::Impl::Decomposition;
 using gnn::Impl::HostCsrPiece;
 using gnn::Impl::HostDenseBlock;
 using gnn::Impl::HostTileSet;
-using gnn::Impl::Selector;
-using gnn::Impl::WidthSelection;
 using tessel::cuda::DeviceBuffer;
 using tessel::cuda::Event;
 
@@ -203,12 +201,45 @@ private:
   Event _start{true}, _stop{true};
 };
 
+/// What the device executor keeps per feature width: the final structure, and the timing events of its tuning
+/// applies.
+template <class Index> struct DeviceWidth {
+  bool use_all_csr = false, dense_cublas = false, has_tiles = false;
+  DevCsr<Index> rest;
+  DevTiles<Index> tiles;
+  DevDense dense;
+  std::vector<Event> events;
+  std::size_t used_events = 0;
+};
+
+/// "cuda: <device>", once a device is known to be visible.
+template <class Index> std::string device_backend(Graph<Index> const &g) {
+  TESSEL_REQUIRE(tessel::cuda::device_count() > 0, "tessel::gnn::cuda::SpmmHandle on graph '", g.name(),
+                 "': no CUDA device is visible");
+  int device = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&device));
+  return "cuda: " + tessel::cuda::device_name(device);
+}
+
+/// The device handle: the whole-graph algorithms, and the executor of the adaptive driver on CUDA streams.
 template <class Index> struct DeviceSpmmState {
+  using Driver = gnn::Impl::AdaptiveDriver<Index, DeviceWidth<Index>>;
+  using Width = typename Driver::Width;
+
+  // The executor's interface (AdaptiveDriver.hpp).
+  using instance_type = cudaStream_t;
+  using input_type = MatrixRef<float const>;
+  using output_type = MatrixRef<float>;
+  static constexpr bool synchronous_timing = false;
+  static constexpr bool warm_up = true;
+  static constexpr bool time_frozen = false;
+
   cuda::SpmmOptions options;
   std::string name;
   Index rows = 0, cols = 0;
   offset_type nnz = 0;
   std::string backend;
+  Driver driver;
   bool tensor_cores = false; // the WMMA kernels run (allow_tf32 and an sm_80+ image for this device)
   bool cublas_grouped = false;
   double setup_seconds = 0; // uploads and host-side structure building outside the decomposition
@@ -237,9 +268,6 @@ template <class Index> struct DeviceSpmmState {
   std::optional<tessel::cuda::CusparseHandle> cusparse;
 
   // Adaptive.
-  Partition identity;
-  std::unique_ptr<Decomposition<Index>> dec;
-  std::unique_ptr<Selector<Index>> selector;
   bool structures_ready = false;
   DevCsr<Index> tuning_rest, all_csr;
   bool all_csr_ready = false;
@@ -247,37 +275,19 @@ template <class Index> struct DeviceSpmmState {
   std::vector<DevTiles<Index>> class_tiles;
   std::vector<DevDense> class_dense;
 
-  struct Pending {
-    int cls; // -1: a whole apply
-    BlockKernel kernel;
-    std::size_t start, stop;
-  };
-  struct Width {
-    WidthSelection sel;
-    bool built = false, use_all_csr = false, dense_cublas = false, has_tiles = false;
-    int warmed_stage = -1; // the tuning stage whose kernels have run once
-    DevCsr<Index> rest;
-    DevTiles<Index> tiles;
-    DevDense dense;
-    std::size_t issued = 0; // whole-apply variants issued in stage 1
-    std::vector<Pending> pending;
-    std::vector<Event> events;
-    std::size_t used_events = 0;
-    std::size_t event() {
-      if (used_events == events.size())
-        events.emplace_back(true);
-      return used_events++;
-    }
-  };
-  std::map<int, Width> widths;
-  double tuning_seconds = 0;
-  double tuning_build_seconds = 0; // of tuning_seconds, building the candidates' structures (host side + upload)
-
   // Applies are ordered among themselves, also across streams (created with the first apply).
   std::unique_ptr<Event> last_apply;
   cudaStream_t last_stream = nullptr;
 
-  DeviceSpmmState() = default;
+  DeviceSpmmState(Graph<Index> const &g, cuda::SpmmOptions const &o)
+      : options(o), name(g.name()), rows(g.num_rows()), cols(g.num_cols()), nnz(g.nnz()), backend(device_backend(g)),
+        driver(g, o, backend) {
+    validate(g);
+    tensor_cores = options.allow_tf32 && tensor_core_kernels_available();
+#ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
+    cublas_grouped = true;
+#endif
+  }
   DeviceSpmmState(DeviceSpmmState const &) = delete;
   DeviceSpmmState &operator=(DeviceSpmmState const &) = delete;
   ~DeviceSpmmState() {
@@ -289,7 +299,6 @@ template <class Index> struct DeviceSpmmState {
       cusparseDestroySpMat(sp_matrix);
   }
 
-  Partition const &partition() const { return dec ? dec->partition : identity; }
   bool dense_available() const { return tensor_cores || cublas_grouped; }
 
   cublasHandle_t blas(cudaStream_t stream) {
@@ -312,27 +321,6 @@ template <class Index> struct DeviceSpmmState {
 
   // ---------------------------------------------------------------------------------------------------------
   // Setup
-
-  void init(tessel::cuda::Stream const &stream, Graph<Index> const &g) {
-    TESSEL_REQUIRE(tessel::cuda::device_count() > 0, "tessel::gnn::cuda::SpmmHandle on graph '", g.name(),
-                   "': no CUDA device is visible");
-    gnn::Impl::check_selection_options(options);
-    validate(g);
-    name = g.name();
-    rows = g.num_rows();
-    cols = g.num_cols();
-    nnz = g.nnz();
-    int device = 0;
-    TESSEL_CUDA_CHECK(cudaGetDevice(&device));
-    backend = "cuda: " + tessel::cuda::device_name(device);
-    tensor_cores = options.allow_tf32 && tensor_core_kernels_available();
-#ifdef TESSEL_CUBLAS_HAS_GROUPED_GEMM
-    cublas_grouped = true;
-#endif
-    identity.permutation = Permutation::identity(g.num_rows());
-    identity.part_offsets = {0, static_cast<std::int64_t>(g.num_rows())};
-    (void)stream;
-  }
 
   std::string unavailable_reason() const {
     if (!options.allow_tf32)
@@ -422,8 +410,7 @@ template <class Index> struct DeviceSpmmState {
     TESSEL_REQUIRE(options.dense_engine != DenseEngine::cublas || cublas_grouped,
                    "tessel::gnn::cuda::SpmmHandle: dense_engine = cublas needs cublasGemmGroupedBatchedEx (cuBLAS "
                    "12.5 or newer); this Tessel was built against an older cuBLAS");
-    dec = std::make_unique<Decomposition<Index>>(g, options, given, &probe, available, unavailable_reason());
-    selector = std::make_unique<Selector<Index>>(*dec);
+    driver.decompose(g, given, &probe, available, unavailable_reason());
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -530,9 +517,10 @@ template <class Index> struct DeviceSpmmState {
       } else {
         TESSEL_CUSPARSE_CHECK(rc);
       }
-      widths[f].sel.plan.reason = dd.algorithm == CUSPARSE_SPMM_CSR_ALG2
-                                      ? "cusparseSpMM, CUSPARSE_SPMM_CSR_ALG2, row-major X and Y"
-                                      : "cusparseSpMM refused CSR_ALG2 for these operands: CUSPARSE_SPMM_ALG_DEFAULT";
+      driver.widths[f].sel.plan.reason =
+          dd.algorithm == CUSPARSE_SPMM_CSR_ALG2
+              ? "cusparseSpMM, CUSPARSE_SPMM_CSR_ALG2, row-major X and Y"
+              : "cusparseSpMM refused CSR_ALG2 for these operands: CUSPARSE_SPMM_ALG_DEFAULT";
       if (bytes > dd.buffer.size())
         dd.buffer = DeviceBuffer<char>(bytes, "Tessel::gnn::cuda::cusparse_buffer");
     }
@@ -559,11 +547,13 @@ template <class Index> struct DeviceSpmmState {
                                      to_int(y.ld, "Y ld"), gemm_compute(), CUBLAS_GEMM_DEFAULT));
   }
 
-  void build_tuning_structures(cudaStream_t stream) {
+  // ---------------------------------------------------------------------------------------------------------
+  // Structures of the adaptive executor
+
+  void build_tuning(cudaStream_t const &stream) {
     if (structures_ready)
       return;
-    auto const t0 = std::chrono::steady_clock::now();
-    auto const &d = *dec;
+    auto const &d = driver.decomposition();
     tuning_rest = DevCsr<Index>(gnn::Impl::csr_piece(d, d.tuning_rest_mask(), false), stream);
     class_csr.resize(static_cast<std::size_t>(d.num_classes));
     class_tiles.resize(static_cast<std::size_t>(d.num_classes));
@@ -583,12 +573,70 @@ template <class Index> struct DeviceSpmmState {
       }
     }
     structures_ready = true;
-    double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tuning_seconds += built;
-    tuning_build_seconds += built;
   }
 
-  void run_class(cudaStream_t stream, int c, BlockKernel kernel, MatrixRef<float const> const &x,
+  bool default_dense_cublas() const { return options.dense_engine == DenseEngine::cublas || !tensor_cores; }
+
+  void build_final(cudaStream_t const &stream, Width &w) {
+    auto const &d = driver.decomposition();
+    auto const &choice = w.sel.choice;
+    w.rest = DevCsr<Index>(gnn::Impl::csr_piece(d, d.choice_mask(choice, BlockKernel::csr), false), stream);
+    auto const tile_mask = d.choice_mask(choice, BlockKernel::tiles);
+    w.has_tiles = std::find(tile_mask.begin(), tile_mask.end(), 1) != tile_mask.end();
+    if (w.has_tiles)
+      w.tiles = DevTiles<Index>(gnn::Impl::tile_set(d, tile_mask), stream);
+    w.dense = DevDense(gnn::Impl::dense_blocks(d, d.choice_blocks(choice, BlockKernel::dense)), stream);
+    w.dense_cublas = default_dense_cublas();
+  }
+
+  void build_all_csr(cudaStream_t const &stream) {
+    if (all_csr_ready)
+      return;
+    all_csr = DevCsr<Index>(
+        gnn::Impl::csr_piece(driver.decomposition(), std::vector<char>(static_cast<std::size_t>(nnz), 1), false),
+        stream);
+    all_csr_ready = true;
+  }
+
+  std::vector<std::string> final_variants(Width const &w, bool with_all_csr) const {
+    std::vector<std::string> names;
+    if (with_all_csr)
+      names.push_back("all_csr");
+    names.push_back("plan");
+    if (!w.dense.empty() && options.dense_engine == DenseEngine::automatic && tensor_cores && cublas_grouped)
+      names.push_back("plan+cublas_dense");
+    return names;
+  }
+
+  static char const *dense_engine_name(bool cublas_engine) { return cublas_engine ? "cublas" : "wmma"; }
+
+  void frozen(Width &w) {
+    auto const &winner = w.sel.winner;
+    w.sel.plan.rest_kernel = SpmmAlgorithm::csr;
+    if (winner == "all_csr") {
+      w.use_all_csr = true;
+      w.rest = {};
+      w.tiles = {};
+      w.dense = {};
+      w.has_tiles = false;
+    } else if (winner == "plan+cublas_dense") {
+      w.dense_cublas = true;
+    } else if (!w.built) { // decided by the cost model: built with the first apply
+      w.dense_cublas = default_dense_cublas();
+    }
+    auto const &choice = w.sel.choice;
+    bool const dense = std::find(choice.begin(), choice.end(), BlockKernel::dense) != choice.end();
+    w.sel.plan.dense_engine = dense ? dense_engine_name(w.dense_cublas) : "";
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Execution of the adaptive executor
+
+  void run_rest(cudaStream_t const &stream, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
+    run_csr(stream, tuning_rest, x, y, false);
+  }
+
+  void run_class(cudaStream_t const &stream, int c, BlockKernel kernel, MatrixRef<float const> const &x,
                  MatrixRef<float> const &y) {
     auto const cc = static_cast<std::size_t>(c);
     if (kernel == BlockKernel::csr)
@@ -597,21 +645,6 @@ template <class Index> struct DeviceSpmmState {
       run_tiles(stream, class_tiles[cc], x, y, true);
     else
       run_dense(stream, class_dense[cc], x, y, options.dense_engine == DenseEngine::cublas);
-  }
-
-  void build_final(cudaStream_t stream, Width &w) {
-    if (w.built)
-      return;
-    auto const &d = *dec;
-    auto const &choice = w.sel.choice;
-    w.rest = DevCsr<Index>(gnn::Impl::csr_piece(d, d.choice_mask(choice, BlockKernel::csr), false), stream);
-    auto const tile_mask = d.choice_mask(choice, BlockKernel::tiles);
-    w.has_tiles = std::find(tile_mask.begin(), tile_mask.end(), 1) != tile_mask.end();
-    if (w.has_tiles)
-      w.tiles = DevTiles<Index>(gnn::Impl::tile_set(d, tile_mask), stream);
-    w.dense = DevDense(gnn::Impl::dense_blocks(d, d.choice_blocks(choice, BlockKernel::dense)), stream);
-    w.dense_cublas = options.dense_engine == DenseEngine::cublas || !tensor_cores;
-    w.built = true;
   }
 
   void run_final(cudaStream_t stream, Width &w, MatrixRef<float const> const &x, MatrixRef<float> const &y,
@@ -626,92 +659,7 @@ template <class Index> struct DeviceSpmmState {
     run_dense(stream, w.dense, x, y, dense_cublas);
   }
 
-  void build_all_csr(cudaStream_t stream) {
-    if (all_csr_ready)
-      return;
-    auto const t0 = std::chrono::steady_clock::now();
-    all_csr =
-        DevCsr<Index>(gnn::Impl::csr_piece(*dec, std::vector<char>(static_cast<std::size_t>(nnz), 1), false), stream);
-    all_csr_ready = true;
-    double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tuning_seconds += built;
-    tuning_build_seconds += built;
-  }
-
-  Width &width(int f) {
-    auto it = widths.find(f);
-    if (it != widths.end())
-      return it->second;
-    Width &w = widths[f];
-    if (options.algorithm != SpmmAlgorithm::adaptive) {
-      w.sel.plan = gnn::Impl::fixed_plan(name, rows, nnz, f, options.algorithm);
-      w.sel.stage = 2;
-    } else {
-      w.sel = selector->begin(f);
-      auto const &choice = w.sel.choice;
-      if (w.sel.stage == 2 && std::find(choice.begin(), choice.end(), BlockKernel::dense) != choice.end())
-        w.sel.plan.dense_engine = dense_engine_name(options.dense_engine == DenseEngine::cublas || !tensor_cores);
-    }
-    w.sel.plan.backend = backend;
-    return w;
-  }
-
-  static char const *dense_engine_name(bool cublas_engine) { return cublas_engine ? "cublas" : "wmma"; }
-
-  /// After the class rounds (or at once when no class has a choice): the class kernels, the final structure and
-  /// the whole-apply variants to time.
-  void start_final(cudaStream_t stream, Width &w) {
-    auto const &d = *dec;
-    selector->choose(w.sel);
-    auto const t0 = std::chrono::steady_clock::now();
-    build_final(stream, w);
-    double const built = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tuning_seconds += built;
-    tuning_build_seconds += built;
-    std::vector<std::string> names;
-    if (selector->mixed(w.sel) && d.force_kernel < 0) {
-      build_all_csr(stream);
-      names.push_back("all_csr");
-    }
-    names.push_back("plan");
-    if (!w.dense.empty() && options.dense_engine == DenseEngine::automatic && tensor_cores && cublas_grouped)
-      names.push_back("plan+cublas_dense");
-    selector->start_final(w.sel, names);
-  }
-
-  void frozen(Width &w) {
-    auto const &winner = w.sel.winner;
-    w.sel.plan.rest_kernel = SpmmAlgorithm::csr;
-    if (winner == "all_csr") {
-      w.use_all_csr = true;
-      w.rest = {};
-      w.tiles = {};
-      w.dense = {};
-      w.has_tiles = false;
-    } else if (winner == "plan+cublas_dense") {
-      w.dense_cublas = true;
-    }
-    w.sel.plan.dense_engine = w.dense.empty() ? "" : dense_engine_name(w.dense_cublas);
-  }
-
-  /// Runs every kernel of the coming tuning applies once (untimed), so that lazy module loading and first-launch
-  /// costs do not land in the samples. Leaves Y overwritten by the next full apply.
-  void warm_up(cudaStream_t stream, Width &w, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
-    auto const &d = *dec;
-    if (w.sel.stage == 0) {
-      run_csr(stream, tuning_rest, x, y, false);
-      for (int c = 0; c < d.num_classes; ++c)
-        if (d.separate(c))
-          for (auto kernel : d.candidates[static_cast<std::size_t>(c)])
-            run_class(stream, c, kernel, x, y);
-    } else {
-      for (auto const &variant : w.sel.final_names)
-        run_variant(stream, w, variant, x, y);
-    }
-    w.warmed_stage = w.sel.stage;
-  }
-
-  void run_variant(cudaStream_t stream, Width &w, std::string const &variant, MatrixRef<float const> const &x,
+  void run_variant(cudaStream_t const &stream, Width &w, std::string const &variant, MatrixRef<float const> const &x,
                    MatrixRef<float> const &y) {
     if (variant == "all_csr")
       run_csr(stream, all_csr, x, y, false);
@@ -719,26 +667,24 @@ template <class Index> struct DeviceSpmmState {
       run_final(stream, w, x, y, variant == "plan+cublas_dense" || w.dense_cublas);
   }
 
-  /// Waits for the timing events of the stage just issued and hands the samples to the selection.
-  void resolve(Width &w) {
-    if (w.pending.empty())
-      return;
-    w.events[w.pending.back().stop].synchronize(options.sync_timeout);
-    for (auto const &p : w.pending) {
-      double const t = 1e-3 * Event::elapsed_ms(w.events[p.start], w.events[p.stop]);
-      if (p.cls >= 0) {
-        w.sel.class_samples[static_cast<std::size_t>(p.cls)][static_cast<std::size_t>(p.kernel)].push_back(t);
-      } else {
-        tuning_seconds += t;
-        if (w.sel.stage == 1 && selector->record_final(w.sel, t))
-          frozen(w);
-      }
-    }
-    w.pending.clear();
-    w.used_events = 0;
-    w.sel.plan.tuning_seconds = tuning_seconds;
-    w.sel.plan.tuning_build_seconds = tuning_build_seconds;
+  void run_frozen(cudaStream_t const &stream, Width &w, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
+    run_final(stream, w, x, y, w.dense_cublas);
   }
+
+  // Timing marks: CUDA events, read once the stage's applies are issued.
+  std::size_t stamp(cudaStream_t const &stream, Width &w) const {
+    if (w.used_events == w.events.size())
+      w.events.emplace_back(true);
+    w.events[w.used_events].record(stream);
+    return w.used_events++;
+  }
+  double seconds(Width const &w, std::size_t a, std::size_t b) const {
+    return 1e-3 * Event::elapsed_ms(w.events[a], w.events[b]);
+  }
+  void wait(Width const &w, std::size_t last) const { w.events[last].synchronize(options.sync_timeout); }
+  void reset(Width &w) const { w.used_events = 0; }
+
+  // ---------------------------------------------------------------------------------------------------------
 
   void check_operands(MatrixRef<float const> const &x, MatrixRef<float> const &y) const {
     TESSEL_REQUIRE(x.rows == static_cast<std::int64_t>(cols) && y.rows == static_cast<std::int64_t>(rows) &&
@@ -775,7 +721,11 @@ template <class Index> struct DeviceSpmmState {
   }
 
   void run_apply(cudaStream_t stream, int f, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
-    Width &w = width(f);
+    if (options.algorithm == SpmmAlgorithm::adaptive) {
+      driver.apply(*this, stream, x, y, f);
+      return;
+    }
+    driver.width(*this, f, nullptr); // records the (fixed) plan of this width for plans()
     if (options.algorithm == SpmmAlgorithm::cusparse || options.algorithm == SpmmAlgorithm::dense)
       // cuSPARSE's vector loads and cuBLAS's TF32 kernels need 16-byte aligned matrices (cudaMalloc gives 256).
       TESSEL_REQUIRE(aligned16(x.data) && aligned16(y.data), "tessel::gnn::cuda::SpmmHandle::apply on graph '", name,
@@ -806,58 +756,8 @@ template <class Index> struct DeviceSpmmState {
     case SpmmAlgorithm::coo: // refused at construction
     case SpmmAlgorithm::kk:
     case SpmmAlgorithm::adaptive:
-      break;
-    }
-    auto const &d = *dec;
-    auto &sel = w.sel;
-    if (sel.stage == 2) {
-      build_final(stream, w);
-      run_final(stream, w, x, y, w.dense_cublas);
       return;
     }
-    if (sel.stage == 1 && sel.final_names.empty())
-      start_final(stream, w); // no class had a choice
-    if (sel.stage == 0) {
-      build_tuning_structures(stream);
-      if (w.warmed_stage != 0)
-        warm_up(stream, w, x, y);
-      BlockKernel const kernel = sel.rounds[sel.round];
-      std::size_t const all0 = w.event();
-      w.events[all0].record(stream);
-      run_csr(stream, tuning_rest, x, y, false);
-      for (int c = 0; c < d.num_classes; ++c) {
-        if (!d.separate(c))
-          continue;
-        BlockKernel const use = selector->round_kernel(c, kernel);
-        std::size_t const e0 = w.event(), e1 = w.event();
-        w.events[e0].record(stream);
-        run_class(stream, c, use, x, y);
-        w.events[e1].record(stream);
-        if (use == kernel)
-          w.pending.push_back({c, kernel, e0, e1});
-      }
-      std::size_t const all1 = w.event();
-      w.events[all1].record(stream);
-      w.pending.push_back({-1, kernel, all0, all1});
-      ++sel.plan.tuning_applies;
-      if (++sel.round == sel.rounds.size()) {
-        resolve(w);
-        start_final(stream, w);
-      }
-      return;
-    }
-    // Stage 1: the whole-apply variants in turn.
-    if (w.warmed_stage != 1)
-      warm_up(stream, w, x, y);
-    std::string const variant = selector->final_variant(sel, w.issued);
-    std::size_t const e0 = w.event(), e1 = w.event();
-    w.events[e0].record(stream);
-    run_variant(stream, w, variant, x, y);
-    w.events[e1].record(stream);
-    w.pending.push_back({-1, BlockKernel::csr, e0, e1});
-    ++sel.plan.tuning_applies;
-    if (++w.issued == selector->final_applies(sel))
-      resolve(w);
   }
 
   std::int64_t device_bytes() const {
@@ -870,7 +770,7 @@ template <class Index> struct DeviceSpmmState {
       b += t.bytes();
     for (auto const &t : class_dense)
       b += t.bytes();
-    for (auto const &[f, w] : widths)
+    for (auto const &[f, w] : driver.widths)
       b += w.rest.bytes() + w.tiles.bytes() + w.dense.bytes();
     return b;
   }
@@ -880,27 +780,21 @@ template <class Index> struct DeviceSpmmState {
 
 template <class Index>
 SpmmHandle<Index>::SpmmHandle(tessel::cuda::Stream const &stream, Graph<Index> const &graph, SpmmOptions const &options)
-    : _state(std::make_unique<Impl::DeviceSpmmState<Index>>()) {
-  auto &s = *_state;
-  s.options = options;
-  s.init(stream, graph);
+    : _state(std::make_unique<Impl::DeviceSpmmState<Index>>(graph, options)) {
   if (options.algorithm == SpmmAlgorithm::adaptive)
-    s.setup_adaptive(stream.get(), graph, nullptr);
+    _state->setup_adaptive(stream.get(), graph, nullptr);
   else
-    s.setup_fixed(stream.get(), graph);
+    _state->setup_fixed(stream.get(), graph);
 }
 
 template <class Index>
 SpmmHandle<Index>::SpmmHandle(tessel::cuda::Stream const &stream, Graph<Index> const &graph, SpmmOptions const &options,
-                              Partition const &partition)
-    : _state(std::make_unique<Impl::DeviceSpmmState<Index>>()) {
-  auto &s = *_state;
-  s.options = options;
+                              Partition const &partition) {
   TESSEL_REQUIRE(options.algorithm == SpmmAlgorithm::adaptive,
                  "tessel::gnn::cuda::SpmmHandle: a given partition needs the adaptive algorithm, got ",
                  gnn::name_of(options.algorithm));
-  s.init(stream, graph);
-  s.setup_adaptive(stream.get(), graph, &partition);
+  _state = std::make_unique<Impl::DeviceSpmmState<Index>>(graph, options);
+  _state->setup_adaptive(stream.get(), graph, &partition);
 }
 
 template <class Index> SpmmHandle<Index>::~SpmmHandle() = default;
@@ -916,23 +810,21 @@ void SpmmHandle<Index>::apply(tessel::cuda::Stream const &stream, MatrixRef<floa
 template <class Index> SpmmAlgorithm SpmmHandle<Index>::algorithm() const { return _state->options.algorithm; }
 
 template <class Index> Permutation const &SpmmHandle<Index>::permutation() const {
-  return _state->partition().permutation;
+  return _state->driver.partition().permutation;
 }
 
-template <class Index> Partition const &SpmmHandle<Index>::partition() const { return _state->partition(); }
+template <class Index> Partition const &SpmmHandle<Index>::partition() const { return _state->driver.partition(); }
 
-template <class Index> bool SpmmHandle<Index>::tuned(int features) const {
-  return gnn::Impl::width_tuned(_state->options, _state->widths, features);
+template <class Index> bool SpmmHandle<Index>::tuned(int features) const { return _state->driver.tuned(features); }
+
+template <class Index> SpmmPlan SpmmHandle<Index>::plan(int features) const {
+  return _state->driver.width(*_state, features, nullptr).sel.plan;
 }
 
-template <class Index> SpmmPlan SpmmHandle<Index>::plan(int features) const { return _state->width(features).sel.plan; }
-
-template <class Index> std::vector<SpmmPlan> SpmmHandle<Index>::plans() const {
-  return gnn::Impl::width_plans(_state->widths);
-}
+template <class Index> std::vector<SpmmPlan> SpmmHandle<Index>::plans() const { return _state->driver.plans(); }
 
 template <class Index> double SpmmHandle<Index>::overhead_seconds() const {
-  return (_state->dec ? _state->dec->preprocess_seconds : 0.0) + _state->setup_seconds + _state->tuning_seconds;
+  return _state->driver.overhead_seconds() + _state->setup_seconds;
 }
 
 template <class Index> std::int64_t SpmmHandle<Index>::device_bytes() const { return _state->device_bytes(); }

@@ -85,23 +85,6 @@ private:
 /// The options both handles refuse (whatever the algorithm): tuning_repeats < 1, class_bounds not increasing.
 void check_selection_options(SpmmOptions const &options);
 
-/// True when the plan for \p f is decided: always for fixed algorithms and the cost model, else once frozen.
-/// \p widths maps each width applied so far to the backend's state of it (with its WidthSelection `sel`).
-template <class Widths> bool width_tuned(SpmmOptions const &options, Widths const &widths, int f) {
-  if (options.algorithm != SpmmAlgorithm::adaptive || !options.timing)
-    return true;
-  auto it = widths.find(f);
-  return it != widths.end() && it->second.sel.stage == 2;
-}
-
-/// The plans of every width applied so far.
-template <class Widths> std::vector<SpmmPlan> width_plans(Widths const &widths) {
-  std::vector<SpmmPlan> out;
-  for (auto const &[f, w] : widths)
-    out.push_back(w.sel.plan);
-  return out;
-}
-
 /// The plan of a non-adaptive algorithm.
 SpmmPlan fixed_plan(std::string const &graph, std::int64_t rows, std::int64_t nnz, int features,
                     SpmmAlgorithm algorithm);
