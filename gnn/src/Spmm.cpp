@@ -215,6 +215,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   static constexpr bool synchronous_timing = true;
   static constexpr bool warm_up = false;
   static constexpr bool time_frozen = true;
+  static constexpr bool time_single_variant = false;
 
   SpmmState(ExecSpace const &s, HostGraph const &g, SpmmOptions const &o)
       : space(s), options(o), name(g.name()), rows(g.num_rows()), cols(g.num_cols()), nnz(g.nnz()),

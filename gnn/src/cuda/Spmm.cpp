@@ -233,6 +233,7 @@ template <class Index> struct DeviceSpmmState {
   static constexpr bool synchronous_timing = false;
   static constexpr bool warm_up = true;
   static constexpr bool time_frozen = false;
+  static constexpr bool time_single_variant = true;
 
   cuda::SpmmOptions options;
   std::string name;

@@ -9,6 +9,7 @@
 //   synchronous_timing  samples can be read right after each apply (then hopeless class candidates are dropped)
 //   warm_up             run every kernel of a tuning stage once, untimed, before its samples (first-launch costs)
 //   time_frozen         time the first applies of a frozen plan (SpmmPlan::apply_seconds)
+//   time_single_variant time stage 1 even with a single variant (its samples are SpmmPlan::final_measured)
 //   build_tuning(i), build_final(i, w), build_all_csr(i)     structures (each idempotent)
 //   final_variants(w, with_all_csr)                          the whole-apply variants of stage 1, simplest first
 //   run_rest(i, x, y), run_class(i, c, kernel, x, y), run_variant(i, w, name, x, y), run_frozen(i, w, x, y)
@@ -161,7 +162,7 @@ private:
     if (with_all_csr)
       timed_build([&] { ex.build_all_csr(in); });
     auto names = ex.final_variants(w, with_all_csr);
-    bool const single = names.size() == 1;
+    bool const single = names.size() == 1 && !Executor::time_single_variant;
     _selector->start_final(w.sel, std::move(names));
     if (single) { // nothing to compare
       _selector->freeze(w.sel);
