@@ -51,6 +51,84 @@ std::int64_t parse_id(std::string const &s, std::string const &file, std::size_t
   return v;
 }
 
+/// The edges of a CSV edge list (a header line, then "a,b" per line) and the largest node id.
+std::vector<std::pair<std::int32_t, std::int32_t>> read_edge_list(std::string const &path, std::int64_t &max_id) {
+  std::ifstream in(path);
+  TESSEL_REQUIRE(in.good(), "cannot open '", path, "'");
+  std::string line;
+  std::getline(in, line); // header
+  std::vector<std::pair<std::int32_t, std::int32_t>> edges;
+  max_id = -1;
+  std::size_t line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line == "\r")
+      continue;
+    auto const f = csv_fields(line, path, line_no);
+    TESSEL_REQUIRE(f.size() >= 2, "file '", path, "' line ", line_no, ": expected two columns, got ", f.size());
+    auto const a = parse_id(f[0], path, line_no), b = parse_id(f[1], path, line_no);
+    TESSEL_REQUIRE(a < (std::int64_t{1} << 31) - 1 && b < (std::int64_t{1} << 31) - 1, "file '", path, "' line ",
+                   line_no, ": node id too large for 32-bit indices");
+    max_id = std::max({max_id, a, b});
+    edges.emplace_back(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
+  }
+  return edges;
+}
+
+/// The target of every node id below \p n (empty where the table has none) from a CSV table with a header; \p n
+/// grows to cover the ids of the table.
+std::vector<std::string> read_targets(std::string const &path, std::string const &id_column,
+                                      std::string const &target_column, std::int64_t &n) {
+  std::ifstream tin(path);
+  TESSEL_REQUIRE(tin.good(), "cannot open '", path, "'");
+  std::string line;
+  std::getline(tin, line);
+  auto const header = csv_fields(line, path, 1);
+  auto column = [&](std::string const &name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    TESSEL_REQUIRE(it != header.end(), "file '", path, "': no column '", name, "' in the header");
+    return static_cast<std::size_t>(it - header.begin());
+  };
+  std::size_t const id_col = column(id_column);
+  std::size_t const target_col = column(target_column);
+  std::vector<std::pair<std::int64_t, std::string>> rows;
+  std::size_t line_no = 1;
+  while (std::getline(tin, line)) {
+    ++line_no;
+    if (line.empty())
+      continue;
+    auto const f = csv_fields(line, path, line_no);
+    TESSEL_REQUIRE(f.size() == header.size(), "file '", path, "' line ", line_no, ": ", f.size(),
+                   " fields, the header has ", header.size());
+    rows.emplace_back(parse_id(f[id_col], path, line_no), f[target_col]);
+    n = std::max(n, rows.back().first + 1);
+  }
+  std::vector<std::string> target_of(static_cast<std::size_t>(n), "");
+  for (auto const &[id, t] : rows)
+    target_of[static_cast<std::size_t>(id)] = t;
+  return target_of;
+}
+
+/// Labels from the targets (classes numbered in sorted order; -1 where a node has none); returns the classes.
+std::vector<std::string> label_by_target(Dataset &d, std::vector<std::string> const &target_of,
+                                         std::string const &path) {
+  std::vector<std::string> classes;
+  for (auto const &t : target_of)
+    if (!t.empty())
+      classes.push_back(t);
+  std::sort(classes.begin(), classes.end());
+  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  TESSEL_REQUIRE(classes.size() <= 1000, "file '", path, "': column has ", classes.size(),
+                 " distinct values; a class column is expected (at most 1000 classes)");
+  d.num_classes = static_cast<int>(classes.size());
+  d.labels.assign(target_of.size(), -1);
+  for (std::size_t i = 0; i < target_of.size(); ++i)
+    if (!target_of[i].empty())
+      d.labels[i] =
+          static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), target_of[i]) - classes.begin());
+  return classes;
+}
+
 int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   std::string const edges_path = v.get("edges", "");
   TESSEL_REQUIRE_USAGE(!edges_path.empty(), "csv needs --edges FILE");
@@ -65,78 +143,21 @@ int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   auto const seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
   v.finish();
   tessel::require_writable(out);
-  std::ifstream in(edges_path);
-  TESSEL_REQUIRE(in.good(), "cannot open '", edges_path, "'");
-  std::string line;
-  std::getline(in, line); // header
-  std::vector<std::pair<std::int32_t, std::int32_t>> edges;
   std::int64_t max_id = -1;
-  std::size_t line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty() || line == "\r")
-      continue;
-    auto const f = csv_fields(line, edges_path, line_no);
-    TESSEL_REQUIRE(f.size() >= 2, "file '", edges_path, "' line ", line_no, ": expected two columns, got ", f.size());
-    auto const a = parse_id(f[0], edges_path, line_no), b = parse_id(f[1], edges_path, line_no);
-    TESSEL_REQUIRE(a < (std::int64_t{1} << 31) - 1 && b < (std::int64_t{1} << 31) - 1, "file '", edges_path, "' line ",
-                   line_no, ": node id too large for 32-bit indices");
-    max_id = std::max({max_id, a, b});
-    edges.emplace_back(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
-  }
+  auto const edges = read_edge_list(edges_path, max_id);
   Dataset d;
   d.name = name;
   d.source = source;
   d.directed = directed;
   std::int64_t n = max_id + 1;
-
   std::vector<std::string> target_of;
-  if (!targets.empty()) {
-    std::ifstream tin(targets);
-    TESSEL_REQUIRE(tin.good(), "cannot open '", targets, "'");
-    std::getline(tin, line);
-    auto const header = csv_fields(line, targets, 1);
-    auto column = [&](std::string const &name) {
-      auto it = std::find(header.begin(), header.end(), name);
-      TESSEL_REQUIRE(it != header.end(), "file '", targets, "': no column '", name, "' in the header");
-      return static_cast<std::size_t>(it - header.begin());
-    };
-    std::size_t const id_col = column(id_column);
-    std::size_t const target_col = column(target_column);
-    std::vector<std::pair<std::int64_t, std::string>> rows;
-    line_no = 1;
-    while (std::getline(tin, line)) {
-      ++line_no;
-      if (line.empty())
-        continue;
-      auto const f = csv_fields(line, targets, line_no);
-      TESSEL_REQUIRE(f.size() == header.size(), "file '", targets, "' line ", line_no, ": ", f.size(),
-                     " fields, the header has ", header.size());
-      rows.emplace_back(parse_id(f[id_col], targets, line_no), f[target_col]);
-      n = std::max(n, rows.back().first + 1);
-    }
-    target_of.assign(static_cast<std::size_t>(n), "");
-    for (auto const &[id, t] : rows)
-      target_of[static_cast<std::size_t>(id)] = t;
-  }
+  if (!targets.empty())
+    target_of = read_targets(targets, id_column, target_column, n);
   d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(n), edges, !directed,
                                            /*merge_duplicates=*/true, /*drop_self_loops=*/false);
   d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::features", static_cast<std::size_t>(n), 0);
   if (!targets.empty()) {
-    std::vector<std::string> classes;
-    for (auto const &t : target_of)
-      if (!t.empty())
-        classes.push_back(t);
-    std::sort(classes.begin(), classes.end());
-    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-    TESSEL_REQUIRE(classes.size() <= 1000, "file '", targets, "': column has ", classes.size(),
-                   " distinct values; a class column is expected (at most 1000 classes)");
-    d.num_classes = static_cast<int>(classes.size());
-    d.labels.assign(static_cast<std::size_t>(n), -1);
-    for (std::size_t i = 0; i < target_of.size(); ++i)
-      if (!target_of[i].empty())
-        d.labels[i] =
-            static_cast<std::int32_t>(std::lower_bound(classes.begin(), classes.end(), target_of[i]) - classes.begin());
+    auto const classes = label_by_target(d, target_of, targets);
     make_split(d, static_cast<int>(split[0]), split[1], split[2], seed);
     std::printf("classes:");
     for (std::size_t k = 0; k < classes.size(); ++k)
