@@ -69,121 +69,143 @@ void validate(Dataset const &d) {
   }
 }
 
+namespace {
+/// The root attributes: schema, version, name, source, classes, directedness.
+void read_header(h5::File const &file, std::string const &path, Dataset &d) {
+  TESSEL_REQUIRE(file.has_attribute("/", "schema"), "root attribute 'schema' is missing (expected '", schema_name,
+                 "')");
+  auto const schema = file.read_string_attribute("/", "schema");
+  TESSEL_REQUIRE(schema == schema_name, "root attribute schema = '", schema, "', expected '", schema_name, "'");
+  auto const version = file.read_attribute<int>("/", "schema_version");
+  TESSEL_REQUIRE(version == schema_version, "schema_version = ", version, ", this Tessel reads version ",
+                 schema_version);
+  d.name = file.has_attribute("/", "name") ? file.read_string_attribute("/", "name") : path;
+  d.source = file.has_attribute("/", "source") ? file.read_string_attribute("/", "source") : "";
+  d.num_classes = file.has_attribute("/", "num_classes") ? file.read_attribute<int>("/", "num_classes") : 0;
+  d.directed = file.has_attribute("/", "directed") && file.read_attribute<int>("/", "directed") != 0;
+  d.features_random =
+      file.has_attribute("/", "features_random") && file.read_attribute<int>("/", "features_random") != 0;
+}
+
+/// The graph (CSR), checked before anything indexes with it; returns the number of nodes.
+std::int64_t read_graph(h5::File const &file, Dataset &d) {
+  auto const indptr = read_index(file, "graph/indptr");
+  auto const indices = read_index(file, "graph/indices");
+  TESSEL_REQUIRE(!indptr.empty(), "dataset '", d.name, "': graph/indptr is empty (expected num_nodes + 1 entries)");
+  std::int64_t const n = file.has_attribute("/graph", "num_nodes")
+                             ? file.read_attribute<std::int64_t>("/graph", "num_nodes")
+                             : static_cast<std::int64_t>(indptr.size()) - 1;
+  TESSEL_REQUIRE(n >= 0 && n < std::numeric_limits<std::int32_t>::max(), "dataset '", d.name, "': num_nodes = ", n,
+                 " does not fit 32-bit indices");
+  TESSEL_REQUIRE(static_cast<std::int64_t>(indptr.size()) == n + 1, "dataset '", d.name, "': graph/indptr has ",
+                 indptr.size(), " entries, expected num_nodes + 1 = ", n + 1);
+  std::vector<std::int32_t> cols(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    if (indices[k] < 0 || indices[k] >= n) {
+      auto const row =
+          std::upper_bound(indptr.begin(), indptr.end(), static_cast<std::int64_t>(k)) - indptr.begin() - 1;
+      TESSEL_THROW("dataset '", d.name, "': graph/indices[", k, "] = ", indices[k], " (row ", row,
+                   ") is out of range [0, ", n, ")");
+    }
+    cols[k] = static_cast<std::int32_t>(indices[k]);
+  }
+  Impl::HostCsr<std::int32_t> csr;
+  csr.row_map.assign(indptr.begin(), indptr.end());
+  csr.entries = std::move(cols);
+  if (file.has("graph/values"))
+    csr.values = file.read<float>("graph/values", {indices.size()}).data;
+  // Sizes first, so that a short indptr or indices is reported before anything indexes with them.
+  d.graph = Graph<std::int32_t>(d.name, static_cast<std::int32_t>(n), static_cast<std::int32_t>(n), {}, {}, {});
+  {
+    for (std::size_t i = 0; i + 1 < csr.row_map.size(); ++i)
+      TESSEL_REQUIRE(csr.row_map[i + 1] >= csr.row_map[i], "dataset '", d.name,
+                     "': graph/indptr is not monotone at row ", i, ": indptr[", i, "] = ", csr.row_map[i], " > indptr[",
+                     i + 1, "] = ", csr.row_map[i + 1]);
+    TESSEL_REQUIRE(csr.row_map.front() == 0, "dataset '", d.name, "': graph/indptr[0] = ", csr.row_map.front(),
+                   ", expected 0");
+    TESSEL_REQUIRE(csr.row_map.back() == static_cast<std::int64_t>(csr.entries.size()), "dataset '", d.name,
+                   "': graph/indptr[", n, "] = ", csr.row_map.back(), " but graph/indices has ", csr.entries.size(),
+                   " entries");
+  }
+  d.graph = Impl::to_graph(d.name, static_cast<std::int32_t>(n), static_cast<std::int32_t>(n), std::move(csr));
+  return n;
+}
+
+/// The features, dense or CSR (none: zero columns).
+void read_features(h5::File const &file, Dataset &d, std::int64_t n) {
+  auto const un = static_cast<std::size_t>(n);
+  if (file.has("features/dense")) {
+    auto const shape = file.shape("features/dense");
+    TESSEL_REQUIRE(shape.size() == 2, "dataset '", d.name, "': features/dense has rank ", shape.size(),
+                   ", expected 2 (num_nodes x num_features)");
+    TESSEL_REQUIRE(shape[0] == un, "dataset '", d.name, "': features/dense has ", shape[0], " rows but the graph has ",
+                   n, " nodes");
+    d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", shape[0], shape[1]);
+    file.read("features/dense", d.features);
+  } else if (file.has("features/indptr")) {
+    auto const fptr = read_index(file, "features/indptr");
+    auto const fidx = read_index(file, "features/indices");
+    auto const fval = file.read<float>("features/data", {fidx.size()}).data;
+    auto const width = file.read_attribute<std::int64_t>("/features", "num_features");
+    TESSEL_REQUIRE(fptr.size() == un + 1, "dataset '", d.name, "': features/indptr has ", fptr.size(),
+                   " entries; feature rows (", fptr.size() == 0 ? 0 : fptr.size() - 1, ") != nodes (", n, ")");
+    TESSEL_REQUIRE(fptr.front() == 0 && fptr.back() == static_cast<std::int64_t>(fidx.size()), "dataset '", d.name,
+                   "': features/indptr must run from 0 to the ", fidx.size(), " entries of features/indices");
+    d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", un, static_cast<std::size_t>(width));
+    for (std::size_t i = 0; i < un; ++i) {
+      TESSEL_REQUIRE(fptr[i + 1] >= fptr[i], "dataset '", d.name, "': features/indptr is not monotone at row ", i);
+      for (auto k = fptr[i]; k < fptr[i + 1]; ++k) {
+        auto const c = fidx[static_cast<std::size_t>(k)];
+        TESSEL_REQUIRE(c >= 0 && c < width, "dataset '", d.name, "': features/indices[", k, "] = ", c, " (row ", i,
+                       ") is out of range [0, ", width, ")");
+        d.features(i, static_cast<std::size_t>(c)) += fval[static_cast<std::size_t>(k)];
+      }
+    }
+  } else {
+    d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", un, 0);
+  }
+}
+
+/// The labels and the train / val / test masks.
+void read_labels(h5::File const &file, Dataset &d, std::int64_t n) {
+  auto const un = static_cast<std::size_t>(n);
+  if (file.has("labels")) {
+    auto const labels = file.read<std::int64_t>("labels").data;
+    TESSEL_REQUIRE(labels.size() == un, "dataset '", d.name, "': labels has ", labels.size(),
+                   " entries but the graph has ", n, " nodes");
+    d.labels.resize(un);
+    for (std::size_t i = 0; i < un; ++i) {
+      TESSEL_REQUIRE(labels[i] >= -1 && labels[i] < d.num_classes, "dataset '", d.name, "': labels[", i,
+                     "] = ", labels[i], " is out of range [-1, ", d.num_classes, ") (num_classes = ", d.num_classes,
+                     ")");
+      d.labels[i] = static_cast<std::int32_t>(labels[i]);
+    }
+  }
+  char const *mask_names[] = {"train", "val", "test"};
+  std::vector<std::uint8_t> *masks[] = {&d.train_mask, &d.val_mask, &d.test_mask};
+  for (int m = 0; m < 3; ++m) {
+    std::string const ds = std::string("masks/") + mask_names[m];
+    if (file.has(ds)) {
+      auto const v = file.read<std::int64_t>(ds).data;
+      masks[m]->assign(v.size(), 0);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        TESSEL_REQUIRE(v[i] == 0 || v[i] == 1, "dataset '", d.name, "': ", ds, "[", i, "] = ", v[i],
+                       ", expected 0 or 1");
+        (*masks[m])[i] = static_cast<std::uint8_t>(v[i]);
+      }
+    }
+  }
+}
+} // namespace
+
 Dataset load_dataset(std::string const &path) {
   h5::File file(path, h5::Mode::read);
   Dataset d;
   try {
-    TESSEL_REQUIRE(file.has_attribute("/", "schema"), "root attribute 'schema' is missing (expected '", schema_name,
-                   "')");
-    auto const schema = file.read_string_attribute("/", "schema");
-    TESSEL_REQUIRE(schema == schema_name, "root attribute schema = '", schema, "', expected '", schema_name, "'");
-    auto const version = file.read_attribute<int>("/", "schema_version");
-    TESSEL_REQUIRE(version == schema_version, "schema_version = ", version, ", this Tessel reads version ",
-                   schema_version);
-    d.name = file.has_attribute("/", "name") ? file.read_string_attribute("/", "name") : path;
-    d.source = file.has_attribute("/", "source") ? file.read_string_attribute("/", "source") : "";
-    d.num_classes = file.has_attribute("/", "num_classes") ? file.read_attribute<int>("/", "num_classes") : 0;
-    d.directed = file.has_attribute("/", "directed") && file.read_attribute<int>("/", "directed") != 0;
-    d.features_random =
-        file.has_attribute("/", "features_random") && file.read_attribute<int>("/", "features_random") != 0;
-
-    auto const indptr = read_index(file, "graph/indptr");
-    auto const indices = read_index(file, "graph/indices");
-    TESSEL_REQUIRE(!indptr.empty(), "dataset '", d.name, "': graph/indptr is empty (expected num_nodes + 1 entries)");
-    std::int64_t const n = file.has_attribute("/graph", "num_nodes")
-                               ? file.read_attribute<std::int64_t>("/graph", "num_nodes")
-                               : static_cast<std::int64_t>(indptr.size()) - 1;
-    TESSEL_REQUIRE(n >= 0 && n < std::numeric_limits<std::int32_t>::max(), "dataset '", d.name, "': num_nodes = ", n,
-                   " does not fit 32-bit indices");
-    TESSEL_REQUIRE(static_cast<std::int64_t>(indptr.size()) == n + 1, "dataset '", d.name, "': graph/indptr has ",
-                   indptr.size(), " entries, expected num_nodes + 1 = ", n + 1);
-    std::vector<std::int32_t> cols(indices.size());
-    for (std::size_t k = 0; k < indices.size(); ++k) {
-      if (indices[k] < 0 || indices[k] >= n) {
-        auto const row =
-            std::upper_bound(indptr.begin(), indptr.end(), static_cast<std::int64_t>(k)) - indptr.begin() - 1;
-        TESSEL_THROW("dataset '", d.name, "': graph/indices[", k, "] = ", indices[k], " (row ", row,
-                     ") is out of range [0, ", n, ")");
-      }
-      cols[k] = static_cast<std::int32_t>(indices[k]);
-    }
-    Impl::HostCsr<std::int32_t> csr;
-    csr.row_map.assign(indptr.begin(), indptr.end());
-    csr.entries = std::move(cols);
-    if (file.has("graph/values"))
-      csr.values = file.read<float>("graph/values", {indices.size()}).data;
-    // Sizes first, so that a short indptr or indices is reported before anything indexes with them.
-    d.graph = Graph<std::int32_t>(d.name, static_cast<std::int32_t>(n), static_cast<std::int32_t>(n), {}, {}, {});
-    {
-      for (std::size_t i = 0; i + 1 < csr.row_map.size(); ++i)
-        TESSEL_REQUIRE(csr.row_map[i + 1] >= csr.row_map[i], "dataset '", d.name,
-                       "': graph/indptr is not monotone at row ", i, ": indptr[", i, "] = ", csr.row_map[i],
-                       " > indptr[", i + 1, "] = ", csr.row_map[i + 1]);
-      TESSEL_REQUIRE(csr.row_map.front() == 0, "dataset '", d.name, "': graph/indptr[0] = ", csr.row_map.front(),
-                     ", expected 0");
-      TESSEL_REQUIRE(csr.row_map.back() == static_cast<std::int64_t>(csr.entries.size()), "dataset '", d.name,
-                     "': graph/indptr[", n, "] = ", csr.row_map.back(), " but graph/indices has ", csr.entries.size(),
-                     " entries");
-    }
-    d.graph = Impl::to_graph(d.name, static_cast<std::int32_t>(n), static_cast<std::int32_t>(n), std::move(csr));
-
-    auto const un = static_cast<std::size_t>(n);
-    if (file.has("features/dense")) {
-      auto const shape = file.shape("features/dense");
-      TESSEL_REQUIRE(shape.size() == 2, "dataset '", d.name, "': features/dense has rank ", shape.size(),
-                     ", expected 2 (num_nodes x num_features)");
-      TESSEL_REQUIRE(shape[0] == un, "dataset '", d.name, "': features/dense has ", shape[0],
-                     " rows but the graph has ", n, " nodes");
-      d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", shape[0], shape[1]);
-      file.read("features/dense", d.features);
-    } else if (file.has("features/indptr")) {
-      auto const fptr = read_index(file, "features/indptr");
-      auto const fidx = read_index(file, "features/indices");
-      auto const fval = file.read<float>("features/data", {fidx.size()}).data;
-      auto const width = file.read_attribute<std::int64_t>("/features", "num_features");
-      TESSEL_REQUIRE(fptr.size() == un + 1, "dataset '", d.name, "': features/indptr has ", fptr.size(),
-                     " entries; feature rows (", fptr.size() == 0 ? 0 : fptr.size() - 1, ") != nodes (", n, ")");
-      TESSEL_REQUIRE(fptr.front() == 0 && fptr.back() == static_cast<std::int64_t>(fidx.size()), "dataset '", d.name,
-                     "': features/indptr must run from 0 to the ", fidx.size(), " entries of features/indices");
-      d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", un, static_cast<std::size_t>(width));
-      for (std::size_t i = 0; i < un; ++i) {
-        TESSEL_REQUIRE(fptr[i + 1] >= fptr[i], "dataset '", d.name, "': features/indptr is not monotone at row ", i);
-        for (auto k = fptr[i]; k < fptr[i + 1]; ++k) {
-          auto const c = fidx[static_cast<std::size_t>(k)];
-          TESSEL_REQUIRE(c >= 0 && c < width, "dataset '", d.name, "': features/indices[", k, "] = ", c, " (row ", i,
-                         ") is out of range [0, ", width, ")");
-          d.features(i, static_cast<std::size_t>(c)) += fval[static_cast<std::size_t>(k)];
-        }
-      }
-    } else {
-      d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", un, 0);
-    }
-    if (file.has("labels")) {
-      auto const labels = file.read<std::int64_t>("labels").data;
-      TESSEL_REQUIRE(labels.size() == un, "dataset '", d.name, "': labels has ", labels.size(),
-                     " entries but the graph has ", n, " nodes");
-      d.labels.resize(un);
-      for (std::size_t i = 0; i < un; ++i) {
-        TESSEL_REQUIRE(labels[i] >= -1 && labels[i] < d.num_classes, "dataset '", d.name, "': labels[", i,
-                       "] = ", labels[i], " is out of range [-1, ", d.num_classes, ") (num_classes = ", d.num_classes,
-                       ")");
-        d.labels[i] = static_cast<std::int32_t>(labels[i]);
-      }
-    }
-    char const *mask_names[] = {"train", "val", "test"};
-    std::vector<std::uint8_t> *masks[] = {&d.train_mask, &d.val_mask, &d.test_mask};
-    for (int m = 0; m < 3; ++m) {
-      std::string const ds = std::string("masks/") + mask_names[m];
-      if (file.has(ds)) {
-        auto const v = file.read<std::int64_t>(ds).data;
-        masks[m]->assign(v.size(), 0);
-        for (std::size_t i = 0; i < v.size(); ++i) {
-          TESSEL_REQUIRE(v[i] == 0 || v[i] == 1, "dataset '", d.name, "': ", ds, "[", i, "] = ", v[i],
-                         ", expected 0 or 1");
-          (*masks[m])[i] = static_cast<std::uint8_t>(v[i]);
-        }
-      }
-    }
+    read_header(file, path, d);
+    std::int64_t const n = read_graph(file, d);
+    read_features(file, d, n);
+    read_labels(file, d, n);
     validate(d);
   } catch (Exception const &e) {
     throw Exception("file '" + path + "': " + e.what());
