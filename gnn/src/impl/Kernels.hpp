@@ -82,6 +82,24 @@ KOKKOS_FORCEINLINE_FUNCTION void csr_row_chunk(offset_type b, offset_type e, Ind
       y[c0 + w] = acc[w];
 }
 
+/// Columns c0 .. f of one output row (fewer than 2W of them): a chunk of W columns where they fit, then the rest in
+/// chunks of W/2, ..., 4, then single columns.
+template <int W, class Index>
+KOKKOS_FORCEINLINE_FUNCTION void csr_row_rest(offset_type b, offset_type e, Index const *cols, float const *vals,
+                                              float const *x, std::int64_t ldx, std::int64_t c0, std::int64_t f,
+                                              float *y, bool accumulate) {
+  if constexpr (W < 4) {
+    for (; c0 < f; ++c0)
+      csr_row_chunk<1>(b, e, cols, vals, x, ldx, c0, y, accumulate);
+  } else {
+    if (c0 + W <= f) {
+      csr_row_chunk<W>(b, e, cols, vals, x, ldx, c0, y, accumulate);
+      c0 += W;
+    }
+    csr_row_rest<W / 2>(b, e, cols, vals, x, ldx, c0, f, y, accumulate);
+  }
+}
+
 /// One output row over all F features, in chunks of 64, 32, 16, 8, 4, 1.
 template <class Index>
 KOKKOS_INLINE_FUNCTION void csr_row(offset_type b, offset_type e, Index const *cols, float const *vals, float const *x,
@@ -89,24 +107,7 @@ KOKKOS_INLINE_FUNCTION void csr_row(offset_type b, offset_type e, Index const *c
   std::int64_t c0 = 0;
   for (; c0 + 64 <= f; c0 += 64)
     csr_row_chunk<64>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-  if (c0 + 32 <= f) {
-    csr_row_chunk<32>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 32;
-  }
-  if (c0 + 16 <= f) {
-    csr_row_chunk<16>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 16;
-  }
-  if (c0 + 8 <= f) {
-    csr_row_chunk<8>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 8;
-  }
-  if (c0 + 4 <= f) {
-    csr_row_chunk<4>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 4;
-  }
-  for (; c0 < f; ++c0)
-    csr_row_chunk<1>(b, e, cols, vals, x, ldx, c0, y, accumulate);
+  csr_row_rest<32>(b, e, cols, vals, x, ldx, c0, f, y, accumulate);
 }
 
 /// Row-parallel CSR: Y(i, :) = (accumulate ? Y(i, :) : 0) + sum_k A(i, k) X(k, :).
