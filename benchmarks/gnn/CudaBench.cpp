@@ -57,6 +57,210 @@ gc::DenseEngine parse_engine(std::string const &s) {
   return gc::DenseEngine::automatic;
 }
 
+/// What the runs of every width share: the operator, its row degrees (for the error bound), one handle per kernel
+/// and the vertex order of the adaptive handle (permuted entries read X and write Y in that order).
+struct Bench {
+  Bench(CudaBenchConfig const &config, Graph<std::int32_t> const &graph)
+      : c(config), op(graph), n(static_cast<std::size_t>(graph.num_rows())), degree(n) {
+    for (std::size_t i = 0; i < n; ++i)
+      degree[i] = op.row_map()(i + 1) - op.row_map()(i);
+  }
+
+  CudaBenchConfig const &c;
+  Graph<std::int32_t> const &op;
+  std::size_t n;
+  std::vector<std::int64_t> degree;
+  Stream stream;
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> skipped;
+  Permutation adaptive_perm;
+  bool have_perm = false;
+};
+
+/// One handle per kernel, built once for every width (preprocessing and uploads are its setup time); a kernel that
+/// cannot serve the graph is listed in b.skipped. With a reordering adaptive handle, also Tessel's CSR on its
+/// vertex order ("csr(reordered)": the reordering alone).
+void make_entries(Bench &b, std::vector<std::string> const &kernels, gc::SpmmOptions const &base) {
+  auto const &c = b.c;
+  for (auto const &k : kernels) {
+    auto const algorithm = parse_spmm_algorithm(k);
+    try {
+      auto o = base;
+      o.algorithm = algorithm;
+      auto const t0 = std::chrono::steady_clock::now();
+      Entry e;
+      e.label = k;
+      e.algorithm = algorithm;
+      e.handle = std::make_unique<gc::SpmmHandle<std::int32_t>>(b.stream, b.op, o);
+      e.setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      e.tf32 = c.allow_tf32 && (algorithm == SpmmAlgorithm::tiles || algorithm == SpmmAlgorithm::dense ||
+                                algorithm == SpmmAlgorithm::adaptive);
+      if (algorithm == SpmmAlgorithm::adaptive) {
+        b.adaptive_perm = e.handle->permutation();
+        b.have_perm = !b.adaptive_perm.is_identity();
+        e.permuted = b.have_perm;
+      }
+      b.entries.push_back(std::move(e));
+    } catch (tessel::Exception const &ex) {
+      std::printf("  %-22s skipped: %s\n", k.c_str(), ex.what());
+      b.skipped[k] = std::string("skipped: ") + ex.what();
+    }
+  }
+  if (b.have_perm) {
+    auto o = base;
+    o.algorithm = SpmmAlgorithm::csr;
+    Entry e;
+    e.label = "csr(reordered)";
+    e.handle = std::make_unique<gc::SpmmHandle<std::int32_t>>(b.stream, permute(b.op, b.adaptive_perm), o);
+    e.permuted = true;
+    b.entries.push_back(std::move(e));
+  }
+}
+
+/// The input of one width (uniform in [-1, 1), seed 7) and, in double precision, A X and |A| |X|.
+struct Reference {
+  std::vector<float> x;
+  std::vector<double> y, scale;
+};
+
+Reference make_reference(Bench const &b, std::size_t fs) {
+  auto const n = b.n;
+  auto const &op = b.op;
+  Reference r;
+  r.x.resize(n * fs);
+  {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto &v : r.x)
+      v = u(rng);
+  }
+  r.y.assign(n * fs, 0.0);
+  r.scale.assign(n * fs, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (offset_type k = op.row_map()(i); k < op.row_map()(i + 1); ++k) {
+      double const a = op.values()(k);
+      auto const col = static_cast<std::size_t>(op.entries()(k));
+      for (std::size_t j = 0; j < fs; ++j) {
+        r.y[i * fs + j] += a * r.x[col * fs + j];
+        r.scale[i * fs + j] += std::abs(a * r.x[col * fs + j]);
+      }
+    }
+  return r;
+}
+
+/// Prepares every kernel (tunes, warms up, sizes its batches), then times all of them in rounds whose order rotates;
+/// \p apply(e) runs entry e once on the stream.
+template <class Apply> void time_entries(Bench &b, int f, Apply const &apply) {
+  auto const &c = b.c;
+  auto &stream = b.stream;
+  Event start(true), stop(true);
+  for (auto &e : b.entries) {
+    e.y = DeviceBuffer<float>(b.n * static_cast<std::size_t>(f), "Tessel::gnn::bench::y");
+    e.tuning = 0;
+    e.t.clear();
+    while (!e.handle->tuned(f) && e.tuning < 1000) {
+      apply(e);
+      ++e.tuning;
+    }
+    for (int r = 0; r < c.warmup; ++r)
+      apply(e);
+    start.record(stream.get());
+    apply(e);
+    stop.record(stream.get());
+    stop.synchronize(60s);
+    double const one = 1e-3 * Event::elapsed_ms(start, stop);
+    // Batches of >= 1 ms: event resolution and launch jitter stay small against them.
+    e.inner = static_cast<int>(std::min(1000.0, std::max(1.0, std::ceil(1e-3 / std::max(one, 1e-7)))));
+  }
+  auto &entries = b.entries;
+  for (int r = 0; r < c.reps; ++r)
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      auto &e = entries[(i + static_cast<std::size_t>(r)) % entries.size()];
+      apply(e); // untimed: the previous kernel left other data in L2
+      start.record(stream.get());
+      for (int k = 0; k < e.inner; ++k)
+        apply(e);
+      stop.record(stream.get());
+      stop.synchronize(60s);
+      e.t.push_back(1e-3 * Event::elapsed_ms(start, stop) / e.inner);
+    }
+}
+
+/// The largest error of entry e's Y relative to |A| |X| (over the nonzero bounds); \p bad is set when an element
+/// exceeds the tolerance.
+double check_entry(Bench &b, Entry &e, Reference const &ref, std::size_t fs, bool &bad) {
+  std::vector<float> y(b.n * fs);
+  e.y.copy_to_host(y.data(), y.size(), b.stream.get());
+  b.stream.synchronize(60s);
+  double worst = 0;
+  bad = false;
+  for (std::size_t k = 0; k < b.n; ++k) {
+    std::size_t const i = e.permuted ? static_cast<std::size_t>(b.adaptive_perm.old_of_new[k]) : k;
+    double const tol = tolerance(e.tf32, b.degree[i]);
+    for (std::size_t j = 0; j < fs; ++j) {
+      double const d = std::abs(static_cast<double>(y[k * fs + j]) - ref.y[i * fs + j]), s = ref.scale[i * fs + j];
+      if (!(d <= tol * s + 1e-30))
+        bad = true;
+      if (s > 0)
+        worst = std::max(worst, d / s);
+    }
+  }
+  return worst;
+}
+
+/// Times and checks every kernel at width \p f, prints its table and returns its report; \p wrong is set when a
+/// kernel's result is wrong.
+Json bench_width(Bench &b, int f, bool &wrong) {
+  auto const n = b.n;
+  auto const fs = static_cast<std::size_t>(f);
+  auto &stream = b.stream;
+  Reference const ref = make_reference(b, fs);
+  DeviceBuffer<float> xd(n * fs, "Tessel::gnn::bench::x"), xpd(b.have_perm ? n * fs : 0, "Tessel::gnn::bench::xp");
+  xd.copy_from_host(ref.x.data(), ref.x.size(), stream.get());
+  if (b.have_perm) {
+    std::vector<float> xp(n * fs);
+    for (std::size_t k = 0; k < n; ++k)
+      std::memcpy(&xp[k * fs], &ref.x[static_cast<std::size_t>(b.adaptive_perm.old_of_new[k]) * fs],
+                  fs * sizeof(float));
+    xpd.copy_from_host(xp.data(), xp.size(), stream.get());
+  }
+  auto const rows = static_cast<std::int64_t>(n);
+  double const flops = 2.0 * static_cast<double>(b.op.nnz()) * f;
+  std::printf("\nF = %d\n  %-22s %10s %9s %9s %14s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
+              "err/(|A||X|)", "note");
+  time_entries(b, f, [&](Entry &e) {
+    e.handle->apply(stream, tessel::MatrixRef<float const>(e.permuted ? xpd.data() : xd.data(), rows, f),
+                    tessel::MatrixRef<float>(e.y.data(), rows, f));
+  });
+  std::map<std::string, double> ms, err;
+  std::map<std::string, std::string> notes = b.skipped;
+  Json plan_json = nullptr;
+  for (auto &e : b.entries) {
+    bool bad = false;
+    double const worst = check_entry(b, e, ref, fs, bad);
+    double const med = median(e.t);
+    ms[e.label] = 1e3 * med;
+    err[e.label] = worst;
+    std::string note = e.tuning ? std::to_string(e.tuning) + " tuning applies" : "";
+    if (e.tf32)
+      note += std::string(note.empty() ? "" : ", ") + "TF32";
+    if (bad) {
+      note += " WRONG RESULT";
+      wrong = true;
+    }
+    notes[e.label] = note;
+    std::printf("  %-22s %10.4f %9.1f %9.3f %14.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9, e.setup,
+                worst, note.c_str());
+    if (e.algorithm == SpmmAlgorithm::adaptive && e.label == "adaptive") {
+      auto const plan = e.handle->plan(f);
+      plan_json = plan.json();
+      std::printf("%s", plan.summary().c_str());
+    }
+  }
+  // The named baselines first: cuSPARSE, then Tessel's CSR.
+  return report_width(f, flops, ms, &err, notes, {"cusparse", "csr"}, std::move(plan_json));
+}
+
 } // namespace
 
 int bench_cuda(CudaBenchConfig const &c) {
@@ -72,15 +276,10 @@ int bench_cuda(CudaBenchConfig const &c) {
   int device = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&device));
   std::string const gpu = tessel::cuda::device_name(device);
-  auto const n = static_cast<std::size_t>(op.num_rows());
-  std::vector<std::int64_t> degree(n);
-  for (std::size_t i = 0; i < n; ++i)
-    degree[i] = op.row_map()(i + 1) - op.row_map()(i);
+  Bench b(c, op);
   std::vector<std::string> kernels = c.kernels;
   if (kernels.empty())
     kernels = {"csr", "csr_feature_tiled", "coo_atomic", "tiles", "dense", "cusparse", "adaptive"};
-
-  Stream stream;
   gc::SpmmOptions base;
   base.timing = c.options.timing;
   base.partition = c.options.partition;
@@ -88,160 +287,15 @@ int bench_cuda(CudaBenchConfig const &c) {
   base.probe_features = c.widths; // the handles serve every benched width
   base.allow_tf32 = c.allow_tf32;
   base.dense_engine = parse_engine(c.dense_engine);
-
   std::printf("tessel-gnn-bench --backend cuda: '%s' (%zu nodes, %lld entries, operator %s) on %s, reps %d, TF32 %s\n",
-              data.name.c_str(), n, static_cast<long long>(op.nnz()), c.op_name.c_str(), gpu.c_str(), c.reps,
+              data.name.c_str(), b.n, static_cast<long long>(op.nnz()), c.op_name.c_str(), gpu.c_str(), c.reps,
               c.allow_tf32 ? "on" : "off");
-  // One handle per kernel, built once for every width (preprocessing and uploads are its setup time).
-  std::vector<Entry> entries;
-  std::map<std::string, std::string> skipped;
-  Permutation adaptive_perm;
-  bool have_perm = false;
-  for (auto const &k : kernels) {
-    auto const algorithm = parse_spmm_algorithm(k);
-    try {
-      auto o = base;
-      o.algorithm = algorithm;
-      auto const t0 = std::chrono::steady_clock::now();
-      Entry e;
-      e.label = k;
-      e.algorithm = algorithm;
-      e.handle = std::make_unique<gc::SpmmHandle<std::int32_t>>(stream, op, o);
-      e.setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      e.tf32 = c.allow_tf32 && (algorithm == SpmmAlgorithm::tiles || algorithm == SpmmAlgorithm::dense ||
-                                algorithm == SpmmAlgorithm::adaptive);
-      if (algorithm == SpmmAlgorithm::adaptive) {
-        adaptive_perm = e.handle->permutation();
-        have_perm = !adaptive_perm.is_identity();
-        e.permuted = have_perm;
-      }
-      entries.push_back(std::move(e));
-    } catch (tessel::Exception const &ex) {
-      std::printf("  %-22s skipped: %s\n", k.c_str(), ex.what());
-      skipped[k] = std::string("skipped: ") + ex.what();
-    }
-  }
-  if (have_perm) { // the reordering alone: Tessel's CSR on the adaptive handle's vertex order
-    auto o = base;
-    o.algorithm = SpmmAlgorithm::csr;
-    Entry e;
-    e.label = "csr(reordered)";
-    e.handle = std::make_unique<gc::SpmmHandle<std::int32_t>>(stream, permute(op, adaptive_perm), o);
-    e.permuted = true;
-    entries.push_back(std::move(e));
-  }
+  make_entries(b, kernels, base);
 
   bool wrong = false;
   auto results = Json::array();
-  for (std::size_t wi = 0; wi < c.widths.size(); ++wi) {
-    int const f = c.widths[wi];
-    auto const fs = static_cast<std::size_t>(f);
-    std::vector<float> x(n * fs);
-    {
-      std::mt19937 rng(7);
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (auto &v : x)
-        v = u(rng);
-    }
-    std::vector<double> ref(n * fs, 0.0), scale(n * fs, 0.0);
-    for (std::size_t i = 0; i < n; ++i)
-      for (offset_type k = op.row_map()(i); k < op.row_map()(i + 1); ++k) {
-        double const a = op.values()(k);
-        auto const col = static_cast<std::size_t>(op.entries()(k));
-        for (std::size_t j = 0; j < fs; ++j) {
-          ref[i * fs + j] += a * x[col * fs + j];
-          scale[i * fs + j] += std::abs(a * x[col * fs + j]);
-        }
-      }
-    DeviceBuffer<float> xd(n * fs, "Tessel::gnn::bench::x"), xpd(have_perm ? n * fs : 0, "Tessel::gnn::bench::xp");
-    xd.copy_from_host(x.data(), x.size(), stream.get());
-    if (have_perm) {
-      std::vector<float> xp(n * fs);
-      for (std::size_t k = 0; k < n; ++k)
-        std::memcpy(&xp[k * fs], &x[static_cast<std::size_t>(adaptive_perm.old_of_new[k]) * fs], fs * sizeof(float));
-      xpd.copy_from_host(xp.data(), xp.size(), stream.get());
-    }
-    auto const rows = static_cast<std::int64_t>(n);
-    auto const xin = [&](Entry const &e) {
-      return tessel::MatrixRef<float const>(e.permuted ? xpd.data() : xd.data(), rows, f);
-    };
-    auto const yout = [&](Entry &e) { return tessel::MatrixRef<float>(e.y.data(), rows, f); };
-    double const flops = 2.0 * static_cast<double>(op.nnz()) * f;
-    std::printf("\nF = %d\n  %-22s %10s %9s %9s %14s  %s\n", f, "kernel", "median ms", "GFLOP/s", "setup s",
-                "err/(|A||X|)", "note");
-    // Prepare every kernel (tune, warm up, size its batches), then time all of them in rounds whose order rotates.
-    Event start(true), stop(true);
-    for (auto &e : entries) {
-      e.y = DeviceBuffer<float>(n * fs, "Tessel::gnn::bench::y");
-      e.tuning = 0;
-      e.t.clear();
-      while (!e.handle->tuned(f) && e.tuning < 1000) {
-        e.handle->apply(stream, xin(e), yout(e));
-        ++e.tuning;
-      }
-      for (int r = 0; r < c.warmup; ++r)
-        e.handle->apply(stream, xin(e), yout(e));
-      start.record(stream.get());
-      e.handle->apply(stream, xin(e), yout(e));
-      stop.record(stream.get());
-      stop.synchronize(60s);
-      double const one = 1e-3 * Event::elapsed_ms(start, stop);
-      // Batches of >= 1 ms: event resolution and launch jitter stay small against them.
-      e.inner = static_cast<int>(std::min(1000.0, std::max(1.0, std::ceil(1e-3 / std::max(one, 1e-7)))));
-    }
-    for (int r = 0; r < c.reps; ++r)
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        auto &e = entries[(i + static_cast<std::size_t>(r)) % entries.size()];
-        e.handle->apply(stream, xin(e), yout(e)); // untimed: the previous kernel left other data in L2
-        start.record(stream.get());
-        for (int k = 0; k < e.inner; ++k)
-          e.handle->apply(stream, xin(e), yout(e));
-        stop.record(stream.get());
-        stop.synchronize(60s);
-        e.t.push_back(1e-3 * Event::elapsed_ms(start, stop) / e.inner);
-      }
-    std::map<std::string, double> ms, err;
-    std::map<std::string, std::string> notes = skipped;
-    Json plan_json = nullptr;
-    std::vector<float> y(n * fs);
-    for (auto &e : entries) {
-      e.y.copy_to_host(y.data(), y.size(), stream.get());
-      stream.synchronize(60s);
-      double worst = 0;
-      bool bad = false;
-      for (std::size_t k = 0; k < n; ++k) {
-        std::size_t const i = e.permuted ? static_cast<std::size_t>(adaptive_perm.old_of_new[k]) : k;
-        double const tol = tolerance(e.tf32, degree[i]);
-        for (std::size_t j = 0; j < fs; ++j) {
-          double const d = std::abs(static_cast<double>(y[k * fs + j]) - ref[i * fs + j]), s = scale[i * fs + j];
-          if (!(d <= tol * s + 1e-30))
-            bad = true;
-          if (s > 0)
-            worst = std::max(worst, d / s);
-        }
-      }
-      double const med = median(e.t);
-      ms[e.label] = 1e3 * med;
-      err[e.label] = worst;
-      std::string note = e.tuning ? std::to_string(e.tuning) + " tuning applies" : "";
-      if (e.tf32)
-        note += std::string(note.empty() ? "" : ", ") + "TF32";
-      if (bad) {
-        note += " WRONG RESULT";
-        wrong = true;
-      }
-      notes[e.label] = note;
-      std::printf("  %-22s %10.4f %9.1f %9.3f %14.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9, e.setup,
-                  worst, note.c_str());
-      if (e.algorithm == SpmmAlgorithm::adaptive && e.label == "adaptive") {
-        auto const plan = e.handle->plan(f);
-        plan_json = plan.json();
-        std::printf("%s", plan.summary().c_str());
-      }
-    }
-    // The named baselines first: cuSPARSE, then Tessel's CSR.
-    results.push_back(report_width(f, flops, ms, &err, notes, {"cusparse", "csr"}, std::move(plan_json)));
-  }
+  for (int f : c.widths)
+    results.push_back(bench_width(b, f, wrong));
   if (!c.json.empty()) {
     Json doc = {{"command", "bench"}, {"device", "cuda"}, {"gpu", gpu}};
     add_run_fields(doc, c.data, data.name, op, c.op_name, c.reps);

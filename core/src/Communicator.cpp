@@ -240,26 +240,10 @@ public:
   }
   Request isend(void const *buffer, std::size_t count, DataType type, int peer, int tag, Timeout timeout,
                 void *) override {
-    check_peer(peer);
-    Message m;
-    m.send = buffer;
-    m.bytes = count * size_of(type);
-    m.tag = tag;
-    auto what = Impl::concat("isend of ", m.bytes, " bytes to rank 0 (tag ", tag, ")");
-    auto complete = m.complete;
-    post(std::move(m), /*is_send=*/true);
-    return Request(std::make_unique<SelfRequest>(std::move(complete), std::move(what)), timeout);
+    return post_request(buffer, nullptr, peer, count * size_of(type), tag, timeout, /*is_send=*/true);
   }
   Request irecv(void *buffer, std::size_t count, DataType type, int peer, int tag, Timeout timeout, void *) override {
-    check_peer(peer);
-    Message m;
-    m.recv = buffer;
-    m.bytes = count * size_of(type);
-    m.tag = tag;
-    auto what = Impl::concat("irecv of ", m.bytes, " bytes from rank 0 (tag ", tag, ")");
-    auto complete = m.complete;
-    post(std::move(m), /*is_send=*/false);
-    return Request(std::make_unique<SelfRequest>(std::move(complete), std::move(what)), timeout);
+    return post_request(nullptr, buffer, peer, count * size_of(type), tag, timeout, /*is_send=*/false);
   }
   void host_allgather(void const *send, void *recv, std::size_t bytes, Timeout) override { copy(send, recv, bytes); }
   std::shared_ptr<CommunicatorBackend> split(int, int) override { return std::make_shared<SelfBackend>(); }
@@ -273,6 +257,22 @@ private:
     TESSEL_REQUIRE(peer == 0, "peer ", peer, " is not a rank of a one-rank communicator");
   }
 
+  // Posts a message to (\p send) or from (\p recv) rank 0 and returns the request that completes when the matching
+  // message is posted.
+  Request post_request(void const *send, void *recv, int peer, std::size_t bytes, int tag, Timeout timeout,
+                       bool is_send) {
+    check_peer(peer);
+    Message m;
+    m.send = send;
+    m.recv = recv;
+    m.bytes = bytes;
+    m.tag = tag;
+    auto what = is_send ? Impl::concat("isend of ", bytes, " bytes to rank 0 (tag ", tag, ")")
+                        : Impl::concat("irecv of ", bytes, " bytes from rank 0 (tag ", tag, ")");
+    auto complete = m.complete;
+    post(std::move(m), is_send);
+    return Request(std::make_unique<SelfRequest>(std::move(complete), std::move(what)), timeout);
+  }
   void post(Message m, bool is_send) {
     std::lock_guard<std::mutex> lock(_mailbox->mutex);
     auto &others = is_send ? _mailbox->recvs : _mailbox->sends;

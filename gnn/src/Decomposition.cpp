@@ -31,6 +31,16 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
                  unavailable_reason.empty() ? "" : " (", unavailable_reason, unavailable_reason.empty() ? "" : ")");
   TESSEL_REQUIRE(g.num_rows() == g.num_cols(), "adaptive: graph '", name, "' is ", g.num_rows(), " x ", g.num_cols(),
                  "; the adaptive algorithm reorders vertices and needs a square matrix");
+  reorder(g, given, probe);
+  find_blocks();
+  count_classes();
+  choose_candidates(available, unavailable_reason);
+  preprocess_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Vertex order and parts: \p given, or a partition of \p g (with timing on, \p probe decides whether it pays).
+template <class Index>
+void Decomposition<Index>::reorder(Graph<Index> const &g, Partition const *given, CsrProbe<Index> *probe) {
   if (given) {
     TESSEL_REQUIRE(given->permutation.size() == static_cast<std::int64_t>(rows), "adaptive: the given partition has ",
                    given->permutation.size(), " vertices, graph '", name, "' has ", rows);
@@ -52,43 +62,51 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
   for (std::size_t p = 0; p < nparts; ++p)
     for (auto v = off[p]; v < off[p + 1]; ++v)
       part_of[static_cast<std::size_t>(v)] = static_cast<std::int64_t>(p);
+}
 
-  // Blocks: nonempty (row part, column part) pairs with their density, found per row part with a counter per
-  // column part (reset through the list of parts touched), in two linear passes over the part's entries.
+/// Blocks: nonempty (row part, column part) pairs with their density and class, found per row part with a counter
+/// per column part (reset through the list of parts touched), in two linear passes over the part's entries.
+template <class Index> void Decomposition<Index>::find_blocks() {
+  auto const &off = partition.part_offsets;
+  std::size_t const nparts = off.size() - 1;
   auto const &bounds = options.class_bounds;
   int const bins = static_cast<int>(bounds.size()) + 1;
   num_classes = 2 * bins;
   entry_class.assign(static_cast<std::size_t>(nnz), 0);
   auto const *rm = permuted.row_map().data();
   auto const *ent = permuted.entries().data();
-  {
-    std::vector<std::int64_t> count(nparts, 0), block_of(nparts, -1), touched;
-    for (std::size_t p = 0; p < nparts; ++p) {
-      touched.clear();
-      for (offset_type k = rm[off[p]]; k < rm[off[p + 1]]; ++k) {
-        auto const q = part_of[static_cast<std::size_t>(ent[k])];
-        if (count[static_cast<std::size_t>(q)]++ == 0)
-          touched.push_back(q);
-      }
-      std::sort(touched.begin(), touched.end());
-      for (auto q : touched) {
-        auto const uq = static_cast<std::size_t>(q);
-        double const area = static_cast<double>(off[p + 1] - off[p]) * static_cast<double>(off[uq + 1] - off[uq]);
-        double const density = static_cast<double>(count[uq]) / area;
-        int bin = 0;
-        while (bin < bins - 1 && density >= bounds[static_cast<std::size_t>(bin)])
-          ++bin;
-        int const cls = (static_cast<std::int64_t>(p) == q ? 0 : bins) + bin;
-        block_of[uq] = cls;
-        blocks.push_back({static_cast<std::int64_t>(p), q, count[uq], density, cls});
-        count[uq] = 0;
-      }
-      for (offset_type k = rm[off[p]]; k < rm[off[p + 1]]; ++k)
-        entry_class[static_cast<std::size_t>(k)] =
-            static_cast<int>(block_of[static_cast<std::size_t>(part_of[static_cast<std::size_t>(ent[k])])]);
+  std::vector<std::int64_t> count(nparts, 0), block_of(nparts, -1), touched;
+  for (std::size_t p = 0; p < nparts; ++p) {
+    touched.clear();
+    for (offset_type k = rm[off[p]]; k < rm[off[p + 1]]; ++k) {
+      auto const q = part_of[static_cast<std::size_t>(ent[k])];
+      if (count[static_cast<std::size_t>(q)]++ == 0)
+        touched.push_back(q);
     }
+    std::sort(touched.begin(), touched.end());
+    for (auto q : touched) {
+      auto const uq = static_cast<std::size_t>(q);
+      double const area = static_cast<double>(off[p + 1] - off[p]) * static_cast<double>(off[uq + 1] - off[uq]);
+      double const density = static_cast<double>(count[uq]) / area;
+      int bin = 0;
+      while (bin < bins - 1 && density >= bounds[static_cast<std::size_t>(bin)])
+        ++bin;
+      int const cls = (static_cast<std::int64_t>(p) == q ? 0 : bins) + bin;
+      block_of[uq] = cls;
+      blocks.push_back({static_cast<std::int64_t>(p), q, count[uq], density, cls});
+      count[uq] = 0;
+    }
+    for (offset_type k = rm[off[p]]; k < rm[off[p + 1]]; ++k)
+      entry_class[static_cast<std::size_t>(k)] =
+          static_cast<int>(block_of[static_cast<std::size_t>(part_of[static_cast<std::size_t>(ent[k])])]);
   }
+}
 
+/// The width-independent class plans: density range, blocks, entries, dense elements and tiles of each class.
+template <class Index> void Decomposition<Index>::count_classes() {
+  auto const &off = partition.part_offsets;
+  auto const &bounds = options.class_bounds;
+  int const bins = num_classes / 2;
   classes.assign(static_cast<std::size_t>(num_classes), {});
   for (int c = 0; c < num_classes; ++c) {
     auto &k = classes[static_cast<std::size_t>(c)];
@@ -105,7 +123,10 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
   }
   // Tile counts per class (windows aligned to row parts): distinct columns per window and class, counted with a
   // stamp per column (a column meets a window in one block, hence in one class).
+  auto const *rm = permuted.row_map().data();
+  auto const *ent = permuted.entries().data();
   {
+    std::size_t const nparts = off.size() - 1;
     std::vector<std::int64_t> stamp(static_cast<std::size_t>(rows), -1);
     std::vector<std::int64_t> distinct(static_cast<std::size_t>(num_classes), 0);
     std::int64_t window = 0;
@@ -125,8 +146,12 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
               (distinct[static_cast<std::size_t>(c)] + tile_cols - 1) / tile_cols;
       }
   }
-  // Candidates: csr always; tiles and dense unless the cost model rules them out (or the dense storage is
-  // too large). Any F gives the same pruning because every prediction is linear in F.
+}
+
+/// Candidates: csr always; tiles and dense unless the cost model rules them out (or the dense storage is too
+/// large). Any F gives the same pruning because every prediction is linear in F.
+template <class Index>
+void Decomposition<Index>::choose_candidates(unsigned available, std::string const &unavailable_reason) {
   auto const &cm = options.cost_model;
   candidates.assign(static_cast<std::size_t>(num_classes), {});
   multi.assign(static_cast<std::size_t>(num_classes), false);
@@ -164,7 +189,6 @@ Decomposition<Index>::Decomposition(Graph<Index> const &g, SpmmOptions const &op
     k.reason = why.str();
     multi[static_cast<std::size_t>(c)] = cand.size() > 1;
   }
-  preprocess_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// Times the whole-graph CSR kernels (row-parallel, and feature-tiled where F > its slice width) in the original

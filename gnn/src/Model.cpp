@@ -68,6 +68,22 @@ template <class ExecSpace> struct ModelState {
   double setup_seconds = 0;
 
   int layers() const { return static_cast<int>(dims.size()) - 1; }
+  /// Calls visit(dataset, tensor) for each tensor a checkpoint holds: every layer's weight with its Adam moments,
+  /// and its bias with its moments where the layer has one.
+  template <class Visit> void for_each_checkpoint_tensor(Visit &&visit) const {
+    for (int l = 0; l < layers(); ++l) {
+      auto const ul = static_cast<std::size_t>(l);
+      std::string const g = "layer" + std::to_string(l) + "/";
+      visit(g + "weight", w[ul]);
+      visit(g + "adam_m", mw[ul]);
+      visit(g + "adam_v", vw[ul]);
+      if (b[ul].extent(0) > 0) {
+        visit(g + "bias", b[ul]);
+        visit(g + "bias_adam_m", mb[ul]);
+        visit(g + "bias_adam_v", vb[ul]);
+      }
+    }
+  }
 
   void aggregate(Handle &handle, ConstMatrix<M> const &in, Matrix<M> const &out) {
     Timer<ExecSpace> timer(space, "Tessel::gnn::aggregate");
@@ -497,18 +513,7 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
     file.write_attribute("/", "adam_t", static_cast<std::int64_t>(s.adam_t));
     std::vector<int> dims(s.dims.begin(), s.dims.end());
     file.write("dims", dims);
-    for (int l = 0; l < s.layers(); ++l) {
-      auto const ul = static_cast<std::size_t>(l);
-      std::string const g = "layer" + std::to_string(l) + "/";
-      file.write(g + "weight", s.w[ul]);
-      file.write(g + "adam_m", s.mw[ul]);
-      file.write(g + "adam_v", s.vw[ul]);
-      if (s.b[ul].extent(0) > 0) {
-        file.write(g + "bias", s.b[ul]);
-        file.write(g + "bias_adam_m", s.mb[ul]);
-        file.write(g + "bias_adam_v", s.vb[ul]);
-      }
-    }
+    s.for_each_checkpoint_tensor([&](std::string const &dataset, auto const &tensor) { file.write(dataset, tensor); });
     std::vector<double> rows;
     for (auto const &r : history)
       for (double v : {static_cast<double>(r.epoch), r.train_loss, r.train_acc, r.val_loss, r.val_acc, r.test_acc,
@@ -537,18 +542,8 @@ template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_ch
   auto const dims = file.read<int>("dims").data;
   TESSEL_REQUIRE(dims == s.dims, "checkpoint '", path, "': layer widths differ from the model's");
   s.adam_t = static_cast<long>(file.read_attribute<std::int64_t>("/", "adam_t"));
-  for (int l = 0; l < s.layers(); ++l) {
-    auto const ul = static_cast<std::size_t>(l);
-    std::string const g = "layer" + std::to_string(l) + "/";
-    file.read(g + "weight", s.w[ul]);
-    file.read(g + "adam_m", s.mw[ul]);
-    file.read(g + "adam_v", s.vw[ul]);
-    if (s.b[ul].extent(0) > 0) {
-      file.read(g + "bias", s.b[ul]);
-      file.read(g + "bias_adam_m", s.mb[ul]);
-      file.read(g + "bias_adam_v", s.vb[ul]);
-    }
-  }
+  // Views are handles: reading into a const one fills the model's tensor.
+  s.for_each_checkpoint_tensor([&](std::string const &dataset, auto const &tensor) { file.read(dataset, tensor); });
   auto const rows = file.read<double>("history", {h5::any, 8});
   std::vector<EpochRecord> history;
   for (std::size_t r = 0; r < rows.rows(); ++r) {

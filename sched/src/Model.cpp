@@ -102,6 +102,14 @@ ModelSpec wide_resnet(std::string size, int layers, int width_factor, int channe
   return m;
 }
 
+// The sizes that BERT and GPT share (GPT also has 350M): label, hidden width, layers, attention heads.
+struct TransformerSize {
+  char const *size;
+  int hidden, layers, heads;
+};
+constexpr TransformerSize kTransformerSizes[] = {{"760M", 1536, 24, 16}, {"1.3B", 2048, 24, 32}, {"2.6B", 2560, 32, 32},
+                                                 {"6.7B", 4096, 32, 32}, {"15B", 5120, 48, 40},  {"39B", 8192, 48, 64}};
+
 } // namespace
 
 ModelCatalog const &ModelCatalog::builtin() {
@@ -114,12 +122,8 @@ ModelCatalog const &ModelCatalog::builtin() {
     v.push_back(wide_resnet("4B", 50, 2, 640));
     v.push_back(wide_resnet("6.8B", 50, 16, 320));
     v.push_back(wide_resnet("13B", 101, 16, 320));
-    v.push_back(transformer(ModelFamily::bert, "760M", 1536, 24, 16));
-    v.push_back(transformer(ModelFamily::bert, "1.3B", 2048, 24, 32));
-    v.push_back(transformer(ModelFamily::bert, "2.6B", 2560, 32, 32));
-    v.push_back(transformer(ModelFamily::bert, "6.7B", 4096, 32, 32));
-    v.push_back(transformer(ModelFamily::bert, "15B", 5120, 48, 40));
-    v.push_back(transformer(ModelFamily::bert, "39B", 8192, 48, 64));
+    for (auto const &t : kTransformerSizes)
+      v.push_back(transformer(ModelFamily::bert, t.size, t.hidden, t.layers, t.heads));
     v.push_back(moe("690M", 768, 8, 16, 16));
     v.push_back(moe("1.3B", 768, 16, 16, 16));
     v.push_back(moe("2.4B", 1024, 16, 16, 16));
@@ -127,12 +131,8 @@ ModelCatalog const &ModelCatalog::builtin() {
     v.push_back(moe("27B", 2048, 16, 16, 48));
     v.push_back(moe("70B", 2048, 32, 16, 64));
     v.push_back(transformer(ModelFamily::gpt, "350M", 1024, 24, 16));
-    v.push_back(transformer(ModelFamily::gpt, "760M", 1536, 24, 16));
-    v.push_back(transformer(ModelFamily::gpt, "1.3B", 2048, 24, 32));
-    v.push_back(transformer(ModelFamily::gpt, "2.6B", 2560, 32, 32));
-    v.push_back(transformer(ModelFamily::gpt, "6.7B", 4096, 32, 32));
-    v.push_back(transformer(ModelFamily::gpt, "15B", 5120, 48, 40));
-    v.push_back(transformer(ModelFamily::gpt, "39B", 8192, 48, 64));
+    for (auto const &t : kTransformerSizes)
+      v.push_back(transformer(ModelFamily::gpt, t.size, t.hidden, t.layers, t.heads));
     return c;
   }();
   return catalog;

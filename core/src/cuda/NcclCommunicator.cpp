@@ -160,23 +160,25 @@ public:
   // NCCL point-to-point has no tags: messages between a pair of ranks match in the order they are issued.
   Request isend(void const *buffer, std::size_t count, DataType type, int peer, int tag, Timeout timeout,
                 void *stream) override {
-    ensure_alive();
-    auto const s = stream_or_own(stream);
-    check(ncclSend(buffer, count, nccl_type(type), peer, _comm, s), "ncclSend");
-    return pending(s,
-                   tessel::Impl::concat("ncclSend of ", count, " ", name_of(type), " from rank ", _rank, " to rank ",
-                                        peer, " (tag ", tag, ")"),
-                   peer, timeout);
+    return point_to_point(ncclSend, "ncclSend", buffer, count, type, peer, tag, timeout, stream, " from rank ",
+                          " to rank ");
   }
   Request irecv(void *buffer, std::size_t count, DataType type, int peer, int tag, Timeout timeout,
                 void *stream) override {
+    return point_to_point(ncclRecv, "ncclRecv", buffer, count, type, peer, tag, timeout, stream, " on rank ",
+                          " from rank ");
+  }
+  // Issues call (ncclSend or ncclRecv) with \p peer; the request describes it as "<name> of <count> <type><here>
+  // <rank><there><peer> (tag <tag>)".
+  template <class Call, class Buffer>
+  Request point_to_point(Call call, char const *name, Buffer buffer, std::size_t count, DataType type, int peer,
+                         int tag, Timeout timeout, void *stream, char const *here, char const *there) {
     ensure_alive();
     auto const s = stream_or_own(stream);
-    check(ncclRecv(buffer, count, nccl_type(type), peer, _comm, s), "ncclRecv");
-    return pending(s,
-                   tessel::Impl::concat("ncclRecv of ", count, " ", name_of(type), " on rank ", _rank, " from rank ",
-                                        peer, " (tag ", tag, ")"),
-                   peer, timeout);
+    check(call(buffer, count, nccl_type(type), peer, _comm, s), name);
+    return pending(
+        s, tessel::Impl::concat(name, " of ", count, " ", name_of(type), here, _rank, there, peer, " (tag ", tag, ")"),
+        peer, timeout);
   }
   // The request for a message issued on \p stream.
   Request pending(cudaStream_t stream, std::string what, int peer, Timeout timeout) {

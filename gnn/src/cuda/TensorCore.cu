@@ -213,12 +213,18 @@ bool vec4_ok(float const *x, std::int64_t ldx, float const *y, std::int64_t ldy)
          reinterpret_cast<std::uintptr_t>(y) % 16 == 0;
 }
 
-/// The grid of \p items blocks (x) by 16-column slices in groups of tc_warps (y); \p slices is set to the number
-/// of 16-column slices of F.
-dim3 tc_grid(std::int64_t items, int f, int &slices) {
-  slices = (f + 15) / 16;
+/// Calls launch(grid, block, slices) for \p items blocks (x) by the 16-column slices of F in groups of tc_warps
+/// (y), then returns the launch error; nothing to do for no items or no features.
+template <class Launch> cudaError_t launch_tc(std::int64_t items, int f, Launch &&launch) {
+  if (items <= 0 || f <= 0)
+    return cudaSuccess;
+  int const slices = (f + 15) / 16;
   unsigned const gy = static_cast<unsigned>((slices + tc_warps - 1) / tc_warps);
-  return dim3(static_cast<unsigned>(items), std::min(gy, max_grid_y));
+  dim3 const grid(static_cast<unsigned>(items), std::min(gy, max_grid_y));
+  // Narrow F: fewer warps per block, so that no block is mostly idle warps.
+  int const block = 32 * std::min(tc_warps, slices);
+  launch(grid, block, slices);
+  return cudaGetLastError();
 }
 
 } // namespace
@@ -226,31 +232,18 @@ dim3 tc_grid(std::int64_t items, int f, int &slices) {
 template <class Index>
 cudaError_t tiles_spmm(cudaStream_t stream, TileArgs<Index> const &a, float const *x, std::int64_t ldx, float *y,
                        std::int64_t ldy, int f, bool accumulate) {
-  if (a.windows <= 0 || f <= 0)
-    return cudaSuccess;
-  int slices = 0;
-  dim3 const grid = tc_grid(a.windows, f, slices);
-  // Narrow F: fewer warps per block, so that no block is mostly idle warps.
-  int const block = 32 * std::min(tc_warps, slices);
-  if (vec4_ok(x, ldx, y, ldy))
-    tiles_kernel<true, Index><<<grid, block, 0, stream>>>(a, x, ldx, y, ldy, f, slices, accumulate);
-  else
-    tiles_kernel<false, Index><<<grid, block, 0, stream>>>(a, x, ldx, y, ldy, f, slices, accumulate);
-  return cudaGetLastError();
+  auto const kernel = vec4_ok(x, ldx, y, ldy) ? tiles_kernel<true, Index> : tiles_kernel<false, Index>;
+  return launch_tc(a.windows, f, [&](dim3 grid, int block, int slices) {
+    kernel<<<grid, block, 0, stream>>>(a, x, ldx, y, ldy, f, slices, accumulate);
+  });
 }
 
 cudaError_t dense_blocks_spmm(cudaStream_t stream, DenseArgs const &a, float const *x, std::int64_t ldx, float *y,
                               std::int64_t ldy, int f) {
-  if (a.strips <= 0 || f <= 0)
-    return cudaSuccess;
-  int slices = 0;
-  dim3 const grid = tc_grid(a.strips, f, slices);
-  int const block = 32 * std::min(tc_warps, slices);
-  if (vec4_ok(x, ldx, y, ldy))
-    dense_kernel<true><<<grid, block, 0, stream>>>(a, x, ldx, y, ldy, f, slices);
-  else
-    dense_kernel<false><<<grid, block, 0, stream>>>(a, x, ldx, y, ldy, f, slices);
-  return cudaGetLastError();
+  auto const kernel = vec4_ok(x, ldx, y, ldy) ? dense_kernel<true> : dense_kernel<false>;
+  return launch_tc(a.strips, f, [&](dim3 grid, int block, int slices) {
+    kernel<<<grid, block, 0, stream>>>(a, x, ldx, y, ldy, f, slices);
+  });
 }
 
 cudaError_t fill_gemm_pointers(cudaStream_t stream, std::int64_t n, std::int64_t const *row0, std::int64_t const *col0,

@@ -89,6 +89,11 @@ public:
   std::vector<std::size_t> choice_blocks(std::vector<BlockKernel> const &choice, BlockKernel kernel) const;
 
 private:
+  // The steps of the constructor, in order.
+  void reorder(Graph<Index> const &g, Partition const *given, CsrProbe<Index> *probe);
+  void find_blocks();
+  void count_classes();
+  void choose_candidates(unsigned available, std::string const &unavailable_reason);
   void probe_reordering(Graph<Index> const &g, std::int64_t part_size, CsrProbe<Index> &probe);
 };
 

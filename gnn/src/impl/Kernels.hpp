@@ -20,12 +20,26 @@ namespace tessel::gnn::Impl {
 #define TESSEL_GNN_HOST_VECTORS 1
 typedef float vec8 __attribute__((vector_size(32)));
 inline constexpr int vec_width = 8;
-KOKKOS_FORCEINLINE_FUNCTION vec8 load8(float const *p) {
+// Vectors go by reference: passed or returned by value, a 32-byte vector's ABI depends on whether AVX is enabled.
+KOKKOS_FORCEINLINE_FUNCTION void load8(vec8 &v, float const *p) { __builtin_memcpy(&v, p, sizeof(v)); }
+KOKKOS_FORCEINLINE_FUNCTION void store8(float *p, vec8 const &v) { __builtin_memcpy(p, &v, sizeof(v)); }
+/// acc += a * p[0 .. 8)
+KOKKOS_FORCEINLINE_FUNCTION void add_scaled8(vec8 &acc, float a, float const *p) {
   vec8 v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
+  load8(v, p);
+  acc += a * v;
 }
-KOKKOS_FORCEINLINE_FUNCTION void store8(float *p, vec8 v) { __builtin_memcpy(p, &v, sizeof(v)); }
+/// p[0 .. 8) (+)= acc
+KOKKOS_FORCEINLINE_FUNCTION void write8(float *p, vec8 const &acc, bool accumulate) {
+  if (accumulate) {
+    vec8 v;
+    load8(v, p);
+    v += acc;
+    store8(p, v);
+  } else {
+    store8(p, acc);
+  }
+}
 #endif
 
 /// y[c0 .. c0+W) (+)= sum over the row's entries of value * X(column, c0 .. c0+W); the W accumulators stay in
@@ -44,12 +58,10 @@ KOKKOS_FORCEINLINE_FUNCTION void csr_row_chunk(offset_type b, offset_type e, Ind
       float const a = vals[k];
       float const *xr = x + static_cast<std::int64_t>(cols[k]) * ldx + c0;
       for (int v = 0; v < V; ++v)
-        acc[v] += a * load8(xr + v * vec_width);
+        add_scaled8(acc[v], a, xr + v * vec_width);
     }
-    for (int v = 0; v < V; ++v) {
-      float *yp = y + c0 + v * vec_width;
-      store8(yp, accumulate ? load8(yp) + acc[v] : acc[v]);
-    }
+    for (int v = 0; v < V; ++v)
+      write8(y + c0 + v * vec_width, acc[v], accumulate);
     return;
   }
 #endif
@@ -70,6 +82,24 @@ KOKKOS_FORCEINLINE_FUNCTION void csr_row_chunk(offset_type b, offset_type e, Ind
       y[c0 + w] = acc[w];
 }
 
+/// Columns c0 .. f of one output row (fewer than 2W of them): a chunk of W columns where they fit, then the rest in
+/// chunks of W/2, ..., 4, then single columns.
+template <int W, class Index>
+KOKKOS_FORCEINLINE_FUNCTION void csr_row_rest(offset_type b, offset_type e, Index const *cols, float const *vals,
+                                              float const *x, std::int64_t ldx, std::int64_t c0, std::int64_t f,
+                                              float *y, bool accumulate) {
+  if constexpr (W < 4) {
+    for (; c0 < f; ++c0)
+      csr_row_chunk<1>(b, e, cols, vals, x, ldx, c0, y, accumulate);
+  } else {
+    if (c0 + W <= f) {
+      csr_row_chunk<W>(b, e, cols, vals, x, ldx, c0, y, accumulate);
+      c0 += W;
+    }
+    csr_row_rest<W / 2>(b, e, cols, vals, x, ldx, c0, f, y, accumulate);
+  }
+}
+
 /// One output row over all F features, in chunks of 64, 32, 16, 8, 4, 1.
 template <class Index>
 KOKKOS_INLINE_FUNCTION void csr_row(offset_type b, offset_type e, Index const *cols, float const *vals, float const *x,
@@ -77,24 +107,7 @@ KOKKOS_INLINE_FUNCTION void csr_row(offset_type b, offset_type e, Index const *c
   std::int64_t c0 = 0;
   for (; c0 + 64 <= f; c0 += 64)
     csr_row_chunk<64>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-  if (c0 + 32 <= f) {
-    csr_row_chunk<32>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 32;
-  }
-  if (c0 + 16 <= f) {
-    csr_row_chunk<16>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 16;
-  }
-  if (c0 + 8 <= f) {
-    csr_row_chunk<8>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 8;
-  }
-  if (c0 + 4 <= f) {
-    csr_row_chunk<4>(b, e, cols, vals, x, ldx, c0, y, accumulate);
-    c0 += 4;
-  }
-  for (; c0 < f; ++c0)
-    csr_row_chunk<1>(b, e, cols, vals, x, ldx, c0, y, accumulate);
+  csr_row_rest<32>(b, e, cols, vals, x, ldx, c0, f, y, accumulate);
 }
 
 /// Row-parallel CSR: Y(i, :) = (accumulate ? Y(i, :) : 0) + sum_k A(i, k) X(k, :).
@@ -178,23 +191,19 @@ void spmm_coo(ExecSpace const &space, CooChunks<Index, MemorySpace> const &coo,
               ConstMatrix<MemorySpace> x, Matrix<MemorySpace> y, bool accumulate) {
   auto const chunks = static_cast<std::int64_t>(coo.edge_begin.extent(0)) - 1;
   auto const f = static_cast<std::int64_t>(x.extent(1));
-  auto rows = coo.rows;
-  auto edge_begin = coo.edge_begin;
-  auto own_begin = coo.own_begin;
-  auto carry_row = coo.carry_row;
-  auto carry = coo.carry;
+  // The lambdas capture a copy of coo (its views).
   Kokkos::parallel_for(
       "Tessel::gnn::spmm_coo", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks), KOKKOS_LAMBDA(std::int64_t c) {
         if (!accumulate)
-          for (std::int64_t r = own_begin(c); r < own_begin(c + 1); ++r)
+          for (std::int64_t r = coo.own_begin(c); r < coo.own_begin(c + 1); ++r)
             for (std::int64_t j = 0; j < f; ++j)
               y(r, j) = 0.0f;
         for (std::int64_t j = 0; j < f; ++j)
-          carry(c, j) = 0.0f;
-        std::int64_t const first_owned = own_begin(c);
-        for (std::int64_t e = edge_begin(c); e < edge_begin(c + 1); ++e) {
-          std::int64_t const r = rows(e);
-          float *dst = r < first_owned ? &carry(c, 0) : &y(r, 0);
+          coo.carry(c, j) = 0.0f;
+        std::int64_t const first_owned = coo.own_begin(c);
+        for (std::int64_t e = coo.edge_begin(c); e < coo.edge_begin(c + 1); ++e) {
+          std::int64_t const r = coo.rows(e);
+          float *dst = r < first_owned ? &coo.carry(c, 0) : &y(r, 0);
           float const a = values(e);
           float const *xr = &x(static_cast<std::int64_t>(entries(e)), 0);
           for (std::int64_t j = 0; j < f; ++j)
@@ -204,9 +213,9 @@ void spmm_coo(ExecSpace const &space, CooChunks<Index, MemorySpace> const &coo,
   Kokkos::parallel_for(
       "Tessel::gnn::spmm_coo_carry", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(std::int64_t) {
         for (std::int64_t c = 0; c < chunks; ++c)
-          if (carry_row(c) >= 0)
+          if (coo.carry_row(c) >= 0)
             for (std::int64_t j = 0; j < f; ++j)
-              y(carry_row(c), j) += carry(c, j);
+              y(coo.carry_row(c), j) += coo.carry(c, j);
       });
 }
 
@@ -254,15 +263,14 @@ KOKKOS_FORCEINLINE_FUNCTION void tile_window_chunk(std::int64_t tb, std::int64_t
     for (std::int64_t t = tb; t < te; ++t) {
       float const *v = tval + t * tile_rows * tile_cols;
       for (int c = 0; c < tile_cols; ++c) {
-        vec8 const xv = load8(x + static_cast<std::int64_t>(tcol[t * tile_cols + c]) * ldx + c0);
+        vec8 xv;
+        load8(xv, x + static_cast<std::int64_t>(tcol[t * tile_cols + c]) * ldx + c0);
         for (int r = 0; r < tile_rows; ++r)
           acc[r] += v[r * tile_cols + c] * xv;
       }
     }
-    for (int r = 0; r < nrows; ++r) {
-      float *yr = y + r * ldy + c0;
-      store8(yr, accumulate ? load8(yr) + acc[r] : acc[r]);
-    }
+    for (int r = 0; r < nrows; ++r)
+      write8(y + r * ldy + c0, acc[r], accumulate);
     return;
   }
 #endif
@@ -297,21 +305,19 @@ void spmm_tiles(ExecSpace const &space, TileSet<Index, MemorySpace> const &tiles
                 Matrix<MemorySpace> y, bool accumulate) {
   auto const windows = static_cast<std::int64_t>(tiles.row0.extent(0));
   auto const f = static_cast<std::int64_t>(x.extent(1));
-  auto row0 = tiles.row0;
-  auto nrows = tiles.nrows;
-  auto tile_begin = tiles.tile_begin;
-  auto tile_col = tiles.tile_col;
-  auto tile_val = tiles.tile_val;
+  // The lambda captures a copy of tiles (its views).
   Kokkos::parallel_for(
       "Tessel::gnn::spmm_tiles", Kokkos::RangePolicy<ExecSpace>(space, 0, windows), KOKKOS_LAMBDA(std::int64_t w) {
-        float *yw = &y(row0(w), 0);
-        std::int64_t const tb = tile_begin(w), te = tile_begin(w + 1);
-        int const nr = nrows(w);
+        float *yw = &y(tiles.row0(w), 0);
+        std::int64_t const tb = tiles.tile_begin(w), te = tiles.tile_begin(w + 1);
+        int const nr = tiles.nrows(w);
+        Index const *tcol = tiles.tile_col.data();
+        float const *tval = tiles.tile_val.data();
         std::int64_t c0 = 0;
         for (; c0 + 8 <= f; c0 += 8)
-          tile_window_chunk<8>(tb, te, tile_col.data(), tile_val.data(), x.data(), f, c0, yw, f, nr, accumulate);
+          tile_window_chunk<8>(tb, te, tcol, tval, x.data(), f, c0, yw, f, nr, accumulate);
         for (; c0 < f; ++c0)
-          tile_window_chunk<1>(tb, te, tile_col.data(), tile_val.data(), x.data(), f, c0, yw, f, nr, accumulate);
+          tile_window_chunk<1>(tb, te, tcol, tval, x.data(), f, c0, yw, f, nr, accumulate);
       });
 }
 

@@ -58,6 +58,30 @@ template <class Fit> void restart_pending_fifo(SchedContext &ctx, std::vector<in
   pending.swap(still);
 }
 
+/// The start of a round of Arena's FIFO baselines: the jobs evicted this round rejoin \p pending by priority, and
+/// when a job ended or was evicted the pending jobs retry through \p fit (restart_pending_fifo).
+template <class Fit> void requeue_and_restart(SchedContext &ctx, std::vector<int> &pending, Fit &&fit) {
+  for (int j : ctx.evicted())
+    insert_by_priority(pending, ctx.jobs(), j);
+  if (!ctx.ended().empty() || !ctx.evicted().empty())
+    restart_pending_fifo(ctx, pending, fit);
+}
+
+/// Each job arriving this round is rejected when \p rejection(job) gives a reason (non-empty), else started when
+/// \p fit(job) places it, else queued at the end of \p pending.
+template <class Rejection, class Fit>
+void admit_arrivals(SchedContext &ctx, std::vector<int> &pending, Rejection &&rejection, Fit &&fit) {
+  for (int id : ctx.arrived()) {
+    std::string reason = rejection(id);
+    if (!reason.empty())
+      ctx.reject(id, std::move(reason));
+    else if (fit(id))
+      ctx.start(id);
+    else
+      pending.push_back(id);
+  }
+}
+
 /// Layout of a running job from its quota.
 inline Layout quota_layout(JobRecord const &j) { return {j.quota_hosts, j.quota_per_host}; }
 

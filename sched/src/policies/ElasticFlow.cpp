@@ -20,28 +20,21 @@ class ElasticFlow final : public Policy {
 public:
   explicit ElasticFlow(PolicyOptions const &) {}
   std::string name() const override { return "elasticflow"; }
-  ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
 
   void schedule(SchedContext &ctx) override {
-    for (int j : ctx.evicted())
-      insert_by_priority(_pending, ctx.jobs(), j);
-    if (!ctx.ended().empty() || !ctx.evicted().empty())
-      restart_pending(ctx);
-    for (int id : ctx.arrived()) {
-      if (!ctx.arena_compat() && min_share(ctx, id) == 0) {
-        auto const &j = ctx.job(id);
-        ctx.reject(id, "data parallelism does not fit in " + ctx.cluster().type(j.quota_type).name +
-                           " memory on up to 16 GPUs");
-        continue;
-      }
-      if (fit(ctx, id))
-        ctx.start(id);
-      else
-        _pending.push_back(id);
-    }
+    requeue_and_restart(ctx, _pending, [&](int id) { return fit(ctx, id); });
+    admit_arrivals(
+        ctx, _pending, [&](int id) { return rejection(ctx, id); }, [&](int id) { return fit(ctx, id); });
   }
 
 private:
+  // Why an arriving job is rejected; empty when it is admitted.
+  std::string rejection(SchedContext &ctx, int id) const {
+    if (ctx.arena_compat() || min_share(ctx, id) != 0)
+      return {};
+    return "data parallelism does not fit in " + ctx.cluster().type(ctx.job(id).quota_type).name +
+           " memory on up to 16 GPUs";
+  }
   // Fewest GPUs (1, 2, 4, ... 16) on which the job's DP plan is feasible; 0 if none.
   int min_share(SchedContext &ctx, int id) const {
     auto const &j = ctx.job(id);
@@ -170,10 +163,6 @@ private:
                    _running.end());
     _running.push_back(target);
     return true;
-  }
-
-  void restart_pending(SchedContext &ctx) {
-    restart_pending_fifo(ctx, _pending, [&](int id) { return fit(ctx, id); });
   }
 
   std::vector<int> _pending;

@@ -13,14 +13,14 @@ class Fcfs final : public Policy {
 public:
   explicit Fcfs(PolicyOptions const &) {}
   std::string name() const override { return "fcfs"; }
-  ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
 
   void schedule(SchedContext &ctx) override {
     auto &jobs = ctx.jobs();
-    for (int j : ctx.evicted())
-      insert_by_priority(_pending, jobs, j);
-    if (!ctx.ended().empty() || !ctx.evicted().empty())
-      restart_pending(ctx);
+    requeue_and_restart(ctx, _pending, [&](int id) {
+      auto const &j = ctx.job(id);
+      return place_scatter(ctx.alloc(), id, j.quota_type,
+                           best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type)));
+    });
     for (int id : ctx.arrived()) {
       auto const &j = jobs[static_cast<std::size_t>(id)];
       Layout const layout = best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type));
@@ -42,14 +42,6 @@ public:
   }
 
 private:
-  void restart_pending(SchedContext &ctx) {
-    restart_pending_fifo(ctx, _pending, [&](int id) {
-      auto const &j = ctx.job(id);
-      return place_scatter(ctx.alloc(), id, j.quota_type,
-                           best_layout(j.quota_gpus, ctx.cluster().type_capacity(j.quota_type)));
-    });
-  }
-
   std::vector<int> _pending;
 };
 

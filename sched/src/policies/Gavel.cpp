@@ -22,46 +22,37 @@ class Gavel final : public Policy {
 public:
   explicit Gavel(PolicyOptions const &) {}
   std::string name() const override { return "gavel"; }
-  ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
 
   void schedule(SchedContext &ctx) override {
     // Admitted jobs that ended (or lost their node) leave the allocation matrix.
     _admitted.erase(std::remove_if(_admitted.begin(), _admitted.end(),
                                    [&](Admitted const &a) { return ctx.job(a.job).state != JobState::running; }),
                     _admitted.end());
-    for (int j : ctx.evicted())
-      insert_by_priority(_pending, ctx.jobs(), j);
-    if (!ctx.ended().empty() || !ctx.evicted().empty())
-      restart_pending(ctx);
-    int const T = ctx.cluster().num_types();
-    for (int id : ctx.arrived()) {
-      auto const &j = ctx.job(id);
-      bool any_plan = false, any_dp = false;
-      for (int t = 0; t < T; ++t) {
-        if (ctx.cluster().type_gpus(t) < j.quota_gpus)
-          continue;
-        Layout const l = best_layout(j.quota_gpus, ctx.cluster().type_capacity(t));
-        any_plan = any_plan ||
-                   ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, t, l.hosts, l.per_host, false) > 0;
-        any_dp = any_dp || dp_thr(ctx, id, t) > 0;
-      }
-      if (!any_plan) {
-        ctx.reject(id, "no feasible plan for " + std::to_string(j.quota_gpus) + " GPUs of any type");
-        continue;
-      }
-      if (!any_dp && !ctx.arena_compat()) {
-        ctx.reject(id, "data parallelism does not fit in memory on " + std::to_string(j.quota_gpus) +
-                           " GPUs of any type (Gavel schedules with DP throughput)");
-        continue;
-      }
-      if (fit(ctx, id))
-        ctx.start(id);
-      else
-        _pending.push_back(id);
-    }
+    requeue_and_restart(ctx, _pending, [&](int id) { return fit(ctx, id); });
+    admit_arrivals(
+        ctx, _pending, [&](int id) { return rejection(ctx, id); }, [&](int id) { return fit(ctx, id); });
   }
 
 private:
+  // Why an arriving job is rejected; empty when it is admitted.
+  std::string rejection(SchedContext &ctx, int id) const {
+    auto const &j = ctx.job(id);
+    bool any_plan = false, any_dp = false;
+    for (int t = 0; t < ctx.cluster().num_types(); ++t) {
+      if (ctx.cluster().type_gpus(t) < j.quota_gpus)
+        continue;
+      Layout const l = best_layout(j.quota_gpus, ctx.cluster().type_capacity(t));
+      any_plan =
+          any_plan || ctx.oracle().data_parallel(j.spec->model, j.spec->batch_size, t, l.hosts, l.per_host, false) > 0;
+      any_dp = any_dp || dp_thr(ctx, id, t) > 0;
+    }
+    if (!any_plan)
+      return "no feasible plan for " + std::to_string(j.quota_gpus) + " GPUs of any type";
+    if (!any_dp && !ctx.arena_compat())
+      return "data parallelism does not fit in memory on " + std::to_string(j.quota_gpus) +
+             " GPUs of any type (Gavel schedules with DP throughput)";
+    return {};
+  }
   struct Admitted {
     int job;
     int gpus;
@@ -137,10 +128,6 @@ private:
     ctx.alloc() = alloc;
     _admitted.push_back({target, ctx.job(target).quota_gpus, sol.new_type});
     return true;
-  }
-
-  void restart_pending(SchedContext &ctx) {
-    restart_pending_fifo(ctx, _pending, [&](int id) { return fit(ctx, id); });
   }
 
   std::vector<Admitted> _admitted;

@@ -27,7 +27,6 @@ class Sia final : public Policy {
 public:
   explicit Sia(PolicyOptions const &) {}
   std::string name() const override { return "sia"; }
-  ReschedCost resched_cost() const override { return {150, 600, 0, 400}; }
 
   void schedule(SchedContext &ctx) override {
     for (int j : ctx.evicted())

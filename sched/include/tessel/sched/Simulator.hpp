@@ -92,6 +92,7 @@ class Policy {
 public:
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
+  /// Arena's baselines pay the default costs; a policy with cheaper restarts (Crius) overrides this.
   virtual ReschedCost resched_cost() const { return {}; }
   virtual void schedule(SchedContext &ctx) = 0;
 };
