@@ -88,14 +88,7 @@ CudaOptions parse(tessel::CommandLine &cl) {
                 "  --smoke            tiny sizes, two iterations\n");
   }
   CudaOptions o;
-  if (cl.flag("smoke")) { // options given with --smoke still override these
-    o.models = {"mixtral", "qwen2"};
-    o.tokens = {256};
-    o.scale = 16;
-    o.iters = 2;
-    o.warmup = 1;
-  }
-  o.read(cl);
+  o.read(cl, {256, 16, 2, 1});
   o.world = cl.get_int("virtual-ranks", o.world, 1, 64);
   o.dtype = parse_dtype(cl.get("dtype", "bfloat16"));
   o.check_tokens = cl.get_int<decltype(o.check_tokens)>("check-tokens", o.check_tokens, 0, std::int64_t{1} << 24);

@@ -21,8 +21,22 @@ struct SweepOptions {
   std::string json;
   std::uint64_t seed = 2025;
 
-  /// Overrides the defaults with the options given on \p cl.
-  void read(tessel::CommandLine &cl) {
+  /// The sizes --smoke sets (models: mixtral and qwen2) before the options given with it.
+  struct Smoke {
+    std::int64_t tokens = 64;
+    double scale = 64;
+    int iters = 1, warmup = 0;
+  };
+
+  /// Overrides the defaults with \p smoke under --smoke, then with the options given on \p cl.
+  void read(tessel::CommandLine &cl, Smoke const &smoke) {
+    if (cl.flag("smoke")) {
+      models = {"mixtral", "qwen2"};
+      tokens = {smoke.tokens};
+      scale = smoke.scale;
+      iters = smoke.iters;
+      warmup = smoke.warmup;
+    }
     models = cl.get_list("models", models);
     tokens = cl.get_int_list<std::int64_t>("tokens", tokens, 1, std::int64_t{1} << 24);
     scale = cl.get_double("scale", scale, tessel::Range::closed(1, 4096));

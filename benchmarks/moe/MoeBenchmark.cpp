@@ -81,14 +81,7 @@ void usage() {
 
 Options parse(tessel::CommandLine &cl) {
   Options o;
-  if (cl.flag("smoke")) { // tiny sizes for CI; options given with --smoke still override these
-    o.models = {"mixtral", "qwen2"};
-    o.tokens = {64};
-    o.scale = 64;
-    o.iters = 1;
-    o.warmup = 0;
-  }
-  o.read(cl);
+  o.read(cl, {64, 64, 1, 0}); // --smoke: tiny sizes for CI
   o.share = cl.get_double("share", o.share, tessel::Range{0, 1, true, true});
   o.latency_us = cl.get_double("latency", o.latency_us, tessel::Range::closed(0, 1e7));
   o.tune = cl.flag("tune");

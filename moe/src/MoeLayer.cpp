@@ -18,7 +18,6 @@
 
 namespace tessel::moe {
 
-using Impl::max_chunks;
 using Impl::since;
 using Impl::with_context;
 using Clock = Impl::Clock;
@@ -43,37 +42,19 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
       "MoeLayer: w1 is ", st.weights.w1.extent(0), " x ", st.weights.w1.extent(1), " x ", st.weights.w1.extent(2),
       ", expected E/EP x K/TP x N = ", eg, " x ", config.ffn_per_rank(), " x ", config.hidden);
   st.check_pipeline_comm_workers(st.options.pipeline_comm_workers);
-  TESSEL_REQUIRE(st.options.pipeline_chunks >= 1 && st.options.pipeline_chunks <= max_chunks,
-                 "MoeLayer: pipeline_chunks must be in [1, ", max_chunks, "], got ", st.options.pipeline_chunks);
-  st.comet = resolve_comet_params(config, st.options.comet, st.options.registry, st.options.backend, &st.comet_source);
+  st.set_pipeline_chunks(st.options.pipeline_chunks);
+  st.resolve_comet(config, st.options.comet, st.options.registry, st.options.backend);
   tessel::limit_blas_threads();
+  attach(st);
 }
 
 MoeLayer::~MoeLayer() = default;
 MoeLayer::MoeLayer(MoeLayer &&) noexcept = default;
 MoeLayer &MoeLayer::operator=(MoeLayer &&) noexcept = default;
 
-MoeConfig const &MoeLayer::config() const { return _state->config; }
 Communicator const &MoeLayer::communicator() const { return _state->comm; }
 Routing const &MoeLayer::routing() const { return _state->routing; }
 ForwardStats const &MoeLayer::stats() const { return _state->stats; }
-CometParams const &MoeLayer::comet_params() const { return _state->comet; }
-std::string const &MoeLayer::comet_params_source() const { return _state->comet_source; }
-int MoeLayer::pipeline_chunks() const { return _state->options.pipeline_chunks; }
-
-void MoeLayer::set_comet_params(CometParams const &params) {
-  params.validate(_state->config);
-  _state->comet = params;
-  _state->comet_source = "given";
-  _state->comet_checked = false;
-}
-
-void MoeLayer::set_pipeline_chunks(int chunks) {
-  TESSEL_REQUIRE(chunks >= 1 && chunks <= max_chunks, "MoeLayer: pipeline_chunks must be in [1, ", max_chunks,
-                 "], got ", chunks);
-  _state->options.pipeline_chunks = chunks;
-  _state->chunks_checked = false;
-}
 
 void MoeLayer::set_pipeline_comm_workers(int workers) {
   State::check_pipeline_comm_workers(workers);
@@ -97,16 +78,7 @@ void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput
 #endif
   }
   // Once per setting: every rank must cut the work the same way (a collective, hence not on every forward).
-  with_context(st.context(schedule), [&] {
-    if (schedule == Schedule::comet && !st.comet_checked) {
-      st.comm.require_same("comet parameters (" + st.comet.describe() + ")", st.comet.hash());
-      st.comet_checked = true;
-    }
-    if (schedule == Schedule::pipelined && !st.chunks_checked) {
-      st.comm.require_same("pipeline chunk count", static_cast<std::uint64_t>(st.options.pipeline_chunks));
-      st.chunks_checked = true;
-    }
-  });
+  with_context(st.context(schedule), [&] { st.check_settings_once(st.comm, schedule); });
   switch (schedule) {
   case Schedule::sequential:
     st.forward_sequential(space, tokens, gate, out);

@@ -14,7 +14,7 @@ namespace {
 template <class ExecSpace> class PipelinedForward {
 public:
   PipelinedForward(MoeLayer::State &st, ExecSpace const &space, std::string context_text)
-      : st(st), space(space), context_text(std::move(context_text)), chunks(st.options.pipeline_chunks), w(st.world()),
+      : st(st), space(space), context_text(std::move(context_text)), chunks(st.pipeline_chunks), w(st.world()),
         me(st.rank()), n(st.config.hidden), data_left(sz(chunks)),
         engine(st.comm, st.options.pipeline_comm_workers, 0, this->context_text) {}
 
@@ -128,7 +128,7 @@ private:
 template <class ExecSpace>
 void MoeLayer::State::forward_pipelined(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate,
                                         HostMatrix out) {
-  auto const t0 = begin_overlapped(space, tokens, gate, options.pipeline_chunks, Schedule::pipelined);
+  auto const t0 = begin_overlapped(space, tokens, gate, pipeline_chunks, Schedule::pipelined);
   PipelinedForward<ExecSpace>(*this, space, context(Schedule::pipelined)).run(out, t0);
 }
 

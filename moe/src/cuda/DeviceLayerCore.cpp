@@ -7,7 +7,7 @@
 namespace tessel::moe::cuda::Impl {
 
 DeviceLayerCore::DeviceLayerCore(MoeConfig const &c, int world_size, DeviceOptions o, std::string layer_name)
-    : config(c), host_config(c), options(std::move(o)), name(std::move(layer_name)) {
+    : LayerCore(c, std::move(layer_name), "cuda"), host_config(c), options(std::move(o)) {
   TESSEL_REQUIRE(c.dtype == DataType::float32 || c.dtype == DataType::float16 || c.dtype == DataType::bfloat16, name,
                  ": MoeConfig.dtype must be float32, float16 or bfloat16, got ", name_of(c.dtype));
   host_config.dtype = DataType::float32;
@@ -17,7 +17,8 @@ DeviceLayerCore::DeviceLayerCore(MoeConfig const &c, int world_size, DeviceOptio
   groups = c.ep;
   eg = c.experts_per_group();
   es = size_of(c.dtype);
-  comet = resolve_comet_params(host_config, options.comet, options.registry, "cuda", &comet_source);
+  resolve_comet(host_config, options.comet, options.registry, "cuda");
+  pipeline_chunks = options.pipeline_chunks;
   layout = symmetric_layout(c);
 }
 
@@ -42,20 +43,6 @@ void DeviceLayerCore::upload_rank_group(cudaStream_t stream) {
     rank_group.push_back(config.group_of_rank(r));
   rank_group_device = DeviceBuffer<std::int32_t>(rank_group.size(), "Tessel::moe::cuda::rank_group");
   rank_group_device.copy_from_host(rank_group.data(), rank_group.size(), stream);
-}
-
-void DeviceLayerCore::set_comet_params(CometParams const &params, Communicator const *comm) {
-  params.validate(host_config, "cuda");
-  if (comm != nullptr)
-    comm->require_same("CometParams", params.hash());
-  comet = params;
-  comet_source = "given";
-}
-
-void DeviceLayerCore::set_pipeline_chunks(int chunks) {
-  TESSEL_REQUIRE(chunks >= 1, name.substr(name.rfind(':') + 1), "::set_pipeline_chunks: chunks must be >= 1, got ",
-                 chunks);
-  options.pipeline_chunks = chunks;
 }
 
 } // namespace tessel::moe::cuda::Impl

@@ -2,15 +2,13 @@
 #define TESSEL_MOE_CUDA_DEVICELAYERCORE_HPP
 
 // What the two device layers (VirtualRanksLayer: W virtual ranks in one process; NcclMoeLayer: one rank per process
-// and GPU) keep alike: the configuration in the device precision and as the host router sees it, the comet
-// parameters and where they came from, the symmetric layout, the rank-to-group table on the device, the epochs of
-// the flags, the timed events and the stats. Host code.
+// and GPU) keep alike beyond the layer core that the host layer shares too (impl/LayerCore.hpp: configuration, comet
+// parameters, chunks): the configuration as the host router sees it, the symmetric layout, the rank-to-group table
+// on the device, the epochs of the flags, the timed events and the stats. Host code.
+#include "../impl/LayerCore.hpp"
 #include "Rank.hpp"
 
-#include <tessel/moe/Tuning.hpp>
 #include <tessel/moe/cuda/DeviceOptions.hpp>
-
-#include <tessel/core/Communicator.hpp>
 
 #include <cstdint>
 #include <string>
@@ -18,13 +16,10 @@
 
 namespace tessel::moe::cuda::Impl {
 
-struct DeviceLayerCore {
-  MoeConfig config;      // as given (dtype: the device precision)
+// config (from the core): as given (dtype: the device precision).
+struct DeviceLayerCore : moe::Impl::LayerCore {
   MoeConfig host_config; // float32 (the host router's view)
-  DeviceOptions options;
-  std::string name; // the layer in messages ("tessel::moe::cuda::VirtualRanksLayer")
-  CometParams comet;
-  std::string comet_source;
+  DeviceOptions options; // as given (comet and pipeline_chunks: the core's)
   int world = 1, groups = 1, eg = 1;
   std::size_t es = 4; // bytes per element of the device precision
   SymmetricLayout layout;
@@ -42,9 +37,6 @@ struct DeviceLayerCore {
   RankView view(int rank, char *const *peer_base, Control *control) const;
   /// Fills rank_group (every rank's expert group) and its device copy on \p stream.
   void upload_rank_group(cudaStream_t stream);
-  /// Validates and sets the comet parameters; with \p comm, every rank must pass the same (collective).
-  void set_comet_params(CometParams const &params, Communicator const *comm = nullptr);
-  void set_pipeline_chunks(int chunks);
 };
 
 } // namespace tessel::moe::cuda::Impl

@@ -43,6 +43,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
         comm(world_comm) {
     me = comm.rank();
     comm.require_same("CometParams", comet.hash());
+    collective = &comm; // set_comet_params checks across ranks at once
     // The all-to-all counts come from the exchanged plans and match by construction; the communicator's per-call
     // count check (a host all-gather) would add a host round trip to every baseline all-to-all.
     comm.set_validation(false);
@@ -144,7 +145,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
                      " contain NaN or infinity at row ", bads[static_cast<std::size_t>(r)] / n, ", column ",
                      bads[static_cast<std::size_t>(r)] % n);
     comm.require_same("NcclMoeLayer::forward schedule", static_cast<std::uint64_t>(schedule));
-    int const chunks = schedule == Schedule::pipelined ? options.pipeline_chunks : 1;
+    int const chunks = schedule == Schedule::pipelined ? pipeline_chunks : 1;
     HostExecSpace space;
     route(space, host_config, tokens, gate, routing);
     exchange_plans(make_dispatch_plan(host_config, routing, chunks), chunks);
@@ -248,7 +249,9 @@ struct NcclMoeLayer::State : DeviceLayerCore {
 
 NcclMoeLayer::NcclMoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights const &weights,
                            DeviceOptions options)
-    : _state(std::make_unique<State>(config, comm, weights, std::move(options))) {}
+    : _state(std::make_unique<State>(config, comm, weights, std::move(options))) {
+  attach(*_state);
+}
 NcclMoeLayer::~NcclMoeLayer() = default;
 NcclMoeLayer::NcclMoeLayer(NcclMoeLayer &&) noexcept = default;
 NcclMoeLayer &NcclMoeLayer::operator=(NcclMoeLayer &&) noexcept = default;
@@ -256,13 +259,8 @@ NcclMoeLayer &NcclMoeLayer::operator=(NcclMoeLayer &&) noexcept = default;
 void NcclMoeLayer::forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule) {
   _state->forward(tokens, gate, out, schedule);
 }
-MoeConfig const &NcclMoeLayer::config() const { return _state->config; }
 Routing const &NcclMoeLayer::routing() const { return _state->routing; }
 DeviceStats const &NcclMoeLayer::stats() const { return _state->stats; }
-CometParams const &NcclMoeLayer::comet_params() const { return _state->comet; }
-std::string const &NcclMoeLayer::comet_params_source() const { return _state->comet_source; }
-void NcclMoeLayer::set_comet_params(CometParams const &params) { _state->set_comet_params(params, &_state->comm); }
-void NcclMoeLayer::set_pipeline_chunks(int chunks) { _state->set_pipeline_chunks(chunks); }
 
 } // namespace tessel::moe::cuda
 

@@ -131,7 +131,7 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
                      " contain NaN or infinity at row ", bad / static_cast<std::size_t>(n), ", column ",
                      bad % static_cast<std::size_t>(n));
     }
-    int const chunks = schedule == Schedule::pipelined ? options.pipeline_chunks : 1;
+    int const chunks = schedule == Schedule::pipelined ? pipeline_chunks : 1;
     TESSEL_REQUIRE(chunks <= std::max<std::int64_t>(m, 1), "VirtualRanksLayer: ", chunks,
                    " pipeline chunks for M = ", m, " tokens");
     HostExecSpace space;
@@ -322,7 +322,9 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
 
 VirtualRanksLayer::VirtualRanksLayer(MoeConfig const &config, std::vector<ExpertWeights> const &weights,
                                      DeviceOptions options)
-    : _state(std::make_unique<State>(config, weights, std::move(options))) {}
+    : _state(std::make_unique<State>(config, weights, std::move(options))) {
+  attach(*_state);
+}
 VirtualRanksLayer::~VirtualRanksLayer() = default;
 VirtualRanksLayer::VirtualRanksLayer(VirtualRanksLayer &&) noexcept = default;
 VirtualRanksLayer &VirtualRanksLayer::operator=(VirtualRanksLayer &&) noexcept = default;
@@ -332,7 +334,6 @@ void VirtualRanksLayer::forward(std::vector<ConstHostMatrix> const &tokens, std:
   _state->forward(tokens, gates, out, schedule);
 }
 
-MoeConfig const &VirtualRanksLayer::config() const { return _state->config; }
 int VirtualRanksLayer::world() const { return _state->world; }
 Routing const &VirtualRanksLayer::routing(int rank) const {
   TESSEL_REQUIRE(rank >= 0 && rank < _state->world, "VirtualRanksLayer::routing: rank ", rank, " out of [0, ",
@@ -340,10 +341,5 @@ Routing const &VirtualRanksLayer::routing(int rank) const {
   return _state->routings[static_cast<std::size_t>(rank)];
 }
 DeviceStats const &VirtualRanksLayer::stats() const { return _state->stats; }
-CometParams const &VirtualRanksLayer::comet_params() const { return _state->comet; }
-std::string const &VirtualRanksLayer::comet_params_source() const { return _state->comet_source; }
-void VirtualRanksLayer::set_comet_params(CometParams const &params) { _state->set_comet_params(params); }
-int VirtualRanksLayer::pipeline_chunks() const { return _state->options.pipeline_chunks; }
-void VirtualRanksLayer::set_pipeline_chunks(int chunks) { _state->set_pipeline_chunks(chunks); }
 
 } // namespace tessel::moe::cuda

@@ -10,6 +10,7 @@
 
 #include "CommEngine.hpp"
 #include "Kernels.hpp"
+#include "LayerCore.hpp"
 
 #include <tessel/core/Error.hpp>
 
@@ -87,17 +88,13 @@ template <class F> void with_context(std::string const &context, F &&f) {
 
 namespace tessel::moe {
 
-struct MoeLayer::State {
+// The shared settings (config, comet, pipeline_chunks) are the core's; options keeps the rest as given.
+struct MoeLayer::State : Impl::LayerCore {
   using Clock = Impl::Clock;
 
-  MoeConfig config;
   Communicator comm;
   ExpertWeights weights;
   LayerOptions options;
-  CometParams comet;
-  std::string comet_source;
-  std::uint64_t checked_comet = 0, checked_chunks = 0;
-  bool comet_checked = false, chunks_checked = false;
   Routing routing;
   DispatchPlan plan;
   ForwardStats stats;
@@ -106,7 +103,8 @@ struct MoeLayer::State {
   Impl::Layer0Scratch scratch;
   std::vector<std::int64_t> x_off, send_off, recv_off; // per source / rank, in floats
 
-  State(MoeConfig const &c, Communicator const &world) : config(c), comm(world) {}
+  State(MoeConfig const &c, Communicator const &world)
+      : LayerCore(c, "tessel::moe::MoeLayer", "host", Impl::max_chunks), comm(world) {}
 
   int rank() const { return comm.rank(); }
   int world() const { return comm.size(); }

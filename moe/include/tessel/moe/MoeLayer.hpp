@@ -6,6 +6,7 @@
 /// the same function: sequential (Megatron), pipelined (Tutel / FasterMoE) and comet (COMET).
 
 #include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/LayerControls.hpp>
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
@@ -76,7 +77,7 @@ struct AloneTimes {
 /// forward() is collective too. Every rank brings M tokens and receives their outputs; the schedules differ
 /// only in how they overlap communication with computation, and exchange the same messages (the expert side
 /// top-k-reduces its outputs per token before the combine in all three).
-class MoeLayer {
+class MoeLayer : public LayerControls {
 public:
   MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights weights, LayerOptions options = {});
   ~MoeLayer();
@@ -91,19 +92,10 @@ public:
   void forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
                Schedule schedule = Schedule::comet);
 
-  MoeConfig const &config() const;
   Communicator const &communicator() const;
   /// Routing of the last forward.
   Routing const &routing() const;
   ForwardStats const &stats() const;
-
-  CometParams const &comet_params() const;
-  /// Where the comet parameters came from ("given", "registry", "fallback rule", ...).
-  std::string const &comet_params_source() const;
-  /// Changes the comet parameters (all ranks must pass the same; checked at the next forward).
-  void set_comet_params(CometParams const &params);
-  int pipeline_chunks() const;
-  void set_pipeline_chunks(int chunks);
   /// Communication threads of the pipelined schedule (LayerOptions::pipeline_comm_workers).
   void set_pipeline_comm_workers(int workers);
 

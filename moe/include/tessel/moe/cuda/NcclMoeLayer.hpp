@@ -17,6 +17,7 @@
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/LayerControls.hpp>
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
@@ -32,7 +33,7 @@
 namespace tessel::moe::cuda {
 
 /// \brief An MoE layer with one rank per process and GPU on an NCCL communicator.
-class NcclMoeLayer {
+class NcclMoeLayer : public LayerControls {
 public:
   /// Collective. \p comm: an NCCL communicator (make_nccl_communicator); \p weights: this rank's shard.
   NcclMoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights const &weights,
@@ -44,14 +45,9 @@ public:
   /// \brief Collective: this rank's \p tokens [M, N] through the layer into \p out [M, N] (host memory).
   void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule = Schedule::comet);
 
-  MoeConfig const &config() const;
   Routing const &routing() const;
   /// This rank's view of the last forward (device_ms: this rank's CUDA events).
   DeviceStats const &stats() const;
-  CometParams const &comet_params() const;
-  std::string const &comet_params_source() const;
-  void set_comet_params(CometParams const &params);
-  void set_pipeline_chunks(int chunks);
 
   struct State;
 

@@ -24,6 +24,7 @@
 #endif
 
 #include <tessel/moe/ExpertFfn.hpp>
+#include <tessel/moe/LayerControls.hpp>
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
@@ -40,7 +41,7 @@ namespace tessel::moe::cuda {
 /// MoeConfig::dtype selects the device precision: float32 (CUDA-core fused tiles, strict fp32 cuBLAS), float16
 /// or bfloat16 (inputs and weights rounded to 16 bits, tensor cores, fp32 accumulation, fp32 top-k reduction and
 /// output). Every schedule computes the same function as the host MoeLayer.
-class VirtualRanksLayer {
+class VirtualRanksLayer : public LayerControls {
 public:
   /// \p weights: the shard of every rank (W entries, as ExpertWeights of rank r under \p config).
   VirtualRanksLayer(MoeConfig const &config, std::vector<ExpertWeights> const &weights, DeviceOptions options = {});
@@ -53,17 +54,10 @@ public:
   void forward(std::vector<ConstHostMatrix> const &tokens, std::vector<GateInput> const &gates,
                std::vector<HostMatrix> const &out, Schedule schedule = Schedule::comet);
 
-  MoeConfig const &config() const;
   int world() const;
   /// Routing of rank \p rank in the last forward.
   Routing const &routing(int rank) const;
   DeviceStats const &stats() const;
-  CometParams const &comet_params() const;
-  /// "given", "registry", "registry (M bucket ...)" or "fallback rule".
-  std::string const &comet_params_source() const;
-  void set_comet_params(CometParams const &params);
-  int pipeline_chunks() const;
-  void set_pipeline_chunks(int chunks);
 
   struct State;
 
