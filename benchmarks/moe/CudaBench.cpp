@@ -152,6 +152,145 @@ Json results_json(CudaOptions const &o, int device, std::vector<Point> const &po
   return doc;
 }
 
+/// What one model shares across its token counts: the configuration, the gate and the dense weights.
+struct ModelInputs {
+  MoeConfig base;
+  GateInput gate;
+  DenseWeights dense;
+};
+
+ModelInputs model_inputs(CudaOptions const &o, std::string const &name) {
+  auto const &model = find_model(name);
+  auto base = scaled_config(model, o.scale, 1);
+  base.ep = o.world / o.tp;
+  base.tp = o.tp;
+  auto const sample = make_tokens(base, 4096, o.seed + 7);
+  double const alpha = zipf_alpha_for(base, sample, o.seed + 11, o.imbalance);
+  auto const gate = make_gate(base, alpha, o.seed + 11);
+  return {base, GateInput::from_weight(gate.weight, gate.bias), make_weights(base, o.seed + 13)};
+}
+
+/// Every virtual rank's shard, tokens and gate for one point, and an output per schedule.
+struct RankInputs {
+  std::vector<ExpertWeights> shards;
+  std::vector<HostMatrix> tokens;
+  std::vector<ConstHostMatrix> const_tokens;
+  std::vector<GateInput> gates;
+  std::vector<HostMatrix> out_seq, out_pipe, out_comet;
+
+  std::vector<HostMatrix> const &out(Schedule s) const {
+    return s == Schedule::sequential ? out_seq : s == Schedule::pipelined ? out_pipe : out_comet;
+  }
+};
+
+RankInputs rank_inputs(CudaOptions const &o, ModelInputs const &mi, MoeConfig const &config) {
+  RankInputs in;
+  auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden);
+  for (int r = 0; r < o.world; ++r) {
+    in.shards.push_back(shard_weights(config, r, mi.dense));
+    in.tokens.push_back(make_tokens(config, config.tokens, o.seed + 100 + static_cast<std::uint64_t>(r)));
+    in.const_tokens.push_back(in.tokens.back());
+    in.gates.push_back(mi.gate);
+    in.out_seq.emplace_back("Tessel::bench::out_seq", m, n);
+    in.out_pipe.emplace_back("Tessel::bench::out_pipe", m, n);
+    in.out_comet.emplace_back("Tessel::bench::out_comet", m, n);
+  }
+  return in;
+}
+
+/// Warm-up, then the schedules interleaved (pipelined at every chunk count): medians into \p p.
+void time_schedules(CudaOptions const &o, cuda::VirtualRanksLayer &layer, RankInputs const &in, Point &p) {
+  for (int i = 0; i < o.warmup; ++i)
+    for (Schedule s : {Schedule::sequential, Schedule::pipelined, Schedule::comet})
+      layer.forward(in.const_tokens, in.gates, in.out(s), s);
+  int const variants = 2 + static_cast<int>(o.chunks.size());
+  std::vector<std::vector<double>> times(static_cast<std::size_t>(variants));
+  for (int i = 0; i < o.iters; ++i)
+    for (int j = 0; j < variants; ++j) {
+      int const what = (i + j) % variants;
+      Schedule const s = what == 0              ? Schedule::sequential
+                         : what == variants - 1 ? Schedule::comet
+                                                : Schedule::pipelined;
+      if (s == Schedule::pipelined)
+        layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
+      layer.forward(in.const_tokens, in.gates, in.out(s), s);
+      times[static_cast<std::size_t>(what)].push_back(layer.stats().device_ms);
+      if (s == Schedule::comet) {
+        p.comm_blocks = layer.stats().comm_blocks;
+        p.grid0 = layer.stats().grid0;
+        p.grid1 = layer.stats().grid1;
+      }
+    }
+  p.seq_ms = median(times[0]);
+  p.comet_ms = median(times[static_cast<std::size_t>(variants - 1)]);
+  p.pipe_ms = 1e300;
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    double const t = median(times[c + 1]);
+    if (t < p.pipe_ms) {
+      p.pipe_ms = t;
+      p.best_chunks = o.chunks[c];
+    }
+  }
+}
+
+/// Checks: the last runs' outputs (pipelined at the last chunk count) against sequential, and rank 0's first
+/// tokens against the dense reference.
+void check_point(CudaOptions const &o, ModelInputs const &mi, cuda::VirtualRanksLayer const &layer,
+                 RankInputs const &in, Point &p) {
+  auto const &base = mi.base;
+  p.err_pipe = rel_diff(in.out_pipe, in.out_seq);
+  p.err_comet = rel_diff(in.out_comet, in.out_seq);
+  std::int64_t const t = std::min<std::int64_t>(o.check_tokens, p.config.tokens);
+  if (t > 0) {
+    HostMatrix head("Tessel::bench::head", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
+    HostIndexMatrix chosen("Tessel::bench::chosen", static_cast<std::size_t>(t), static_cast<std::size_t>(base.topk));
+    for (std::int64_t i = 0; i < t; ++i) {
+      for (std::int64_t j = 0; j < base.hidden; ++j)
+        head(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) =
+            in.tokens[0](static_cast<std::size_t>(i), static_cast<std::size_t>(j));
+      for (int k = 0; k < base.topk; ++k)
+        chosen(static_cast<std::size_t>(i), static_cast<std::size_t>(k)) =
+            layer.routing(0).experts(static_cast<std::size_t>(i), static_cast<std::size_t>(k));
+    }
+    auto config_t = p.config;
+    config_t.tokens = t;
+    auto const ref = reference_forward(config_t, head, mi.gate, chosen, mi.dense);
+    HostMatrix got("Tessel::bench::got", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      got.data()[i] = in.out_comet[0].data()[i];
+    p.err_ref = max_relative_error(got, ref.out);
+  }
+  double const b = bound(o.dtype);
+  p.ok = p.err_pipe <= b && p.err_comet <= b && p.err_ref <= b;
+  std::printf("   sequential %.3f ms | pipelined %.3f ms (chunks %d) | comet %.3f ms (n_c %d, grids %d/%d) | "
+              "seq/comet %.2fx pipe/comet %.2fx | err pipe %.1e comet %.1e ref %.1e (bound %.0e) %s\n",
+              p.seq_ms, p.pipe_ms, p.best_chunks, p.comet_ms, p.comm_blocks, p.grid0, p.grid1, p.seq_ms / p.comet_ms,
+              p.pipe_ms / p.comet_ms, p.err_pipe, p.err_comet, p.err_ref, b, p.ok ? "ok" : "WRONG");
+  std::fflush(stdout);
+}
+
+/// One model at \p m tokens per rank: the layer, its timings and its checks.
+Point bench_point(CudaOptions const &o, std::string const &model, ModelInputs const &mi, std::int64_t m) {
+  Point p;
+  p.model = model;
+  p.config = mi.base;
+  p.config.tokens = m;
+  auto const in = rank_inputs(o, mi, p.config);
+  MoeConfig device_config = p.config;
+  device_config.dtype = o.dtype;
+  cuda::DeviceOptions options;
+  options.pipeline_chunks = o.chunks.front();
+  cuda::VirtualRanksLayer layer(device_config, in.shards, options);
+  p.comet = layer.comet_params();
+  p.comet_source = layer.comet_params_source();
+  std::printf("## %s %s: comet [%s] (%s)\n", model.c_str(), device_config.describe().c_str(),
+              p.comet.describe().c_str(), p.comet_source.c_str());
+  std::fflush(stdout);
+  time_schedules(o, layer, in, p);
+  check_point(o, mi, layer, in, p);
+  return p;
+}
+
 } // namespace
 
 int run_cuda_bench(tessel::CommandLine &cl) {
@@ -173,122 +312,10 @@ int run_cuda_bench(tessel::CommandLine &cl) {
   std::vector<Point> points;
   bool all_ok = true;
   for (auto const &name : o.models) {
-    auto const &model = find_model(name);
-    auto base = scaled_config(model, o.scale, 1);
-    base.ep = o.world / o.tp;
-    base.tp = o.tp;
-    auto const sample = make_tokens(base, 4096, o.seed + 7);
-    double const alpha = zipf_alpha_for(base, sample, o.seed + 11, o.imbalance);
-    auto const gate = make_gate(base, alpha, o.seed + 11);
-    GateInput const gate_input = GateInput::from_weight(gate.weight, gate.bias);
-    auto const dense = make_weights(base, o.seed + 13);
+    auto const mi = model_inputs(o, name);
     for (auto m : o.tokens) {
-      Point p;
-      p.model = model.name;
-      p.config = base;
-      p.config.tokens = m;
-      std::vector<ExpertWeights> shards;
-      std::vector<HostMatrix> tokens;
-      std::vector<ConstHostMatrix> const_tokens;
-      std::vector<GateInput> gates;
-      auto outputs = [&](char const *label) {
-        std::vector<HostMatrix> out;
-        for (int r = 0; r < o.world; ++r)
-          out.emplace_back(std::string(label), static_cast<std::size_t>(m), static_cast<std::size_t>(base.hidden));
-        return out;
-      };
-      for (int r = 0; r < o.world; ++r) {
-        shards.push_back(shard_weights(p.config, r, dense));
-        tokens.push_back(make_tokens(p.config, m, o.seed + 100 + static_cast<std::uint64_t>(r)));
-        const_tokens.push_back(tokens.back());
-        gates.push_back(gate_input);
-      }
-      auto out_seq = outputs("Tessel::bench::out_seq"), out_pipe = outputs("Tessel::bench::out_pipe"),
-           out_comet = outputs("Tessel::bench::out_comet");
-      MoeConfig device_config = p.config;
-      device_config.dtype = o.dtype;
-      cuda::DeviceOptions options;
-      options.pipeline_chunks = o.chunks.front();
-      cuda::VirtualRanksLayer layer(device_config, shards, options);
-      p.comet = layer.comet_params();
-      p.comet_source = layer.comet_params_source();
-      std::printf("## %s %s: comet [%s] (%s)\n", model.name.c_str(), device_config.describe().c_str(),
-                  p.comet.describe().c_str(), p.comet_source.c_str());
-      std::fflush(stdout);
-      for (int i = 0; i < o.warmup; ++i)
-        for (Schedule s : {Schedule::sequential, Schedule::pipelined, Schedule::comet})
-          layer.forward(const_tokens, gates,
-                        s == Schedule::sequential  ? out_seq
-                        : s == Schedule::pipelined ? out_pipe
-                                                   : out_comet,
-                        s);
-      int const variants = 2 + static_cast<int>(o.chunks.size());
-      std::vector<std::vector<double>> times(static_cast<std::size_t>(variants));
-      for (int i = 0; i < o.iters; ++i)
-        for (int j = 0; j < variants; ++j) {
-          int const what = (i + j) % variants;
-          Schedule const s = what == 0              ? Schedule::sequential
-                             : what == variants - 1 ? Schedule::comet
-                                                    : Schedule::pipelined;
-          if (s == Schedule::pipelined)
-            layer.set_pipeline_chunks(o.chunks[static_cast<std::size_t>(what - 1)]);
-          layer.forward(const_tokens, gates,
-                        s == Schedule::sequential  ? out_seq
-                        : s == Schedule::pipelined ? out_pipe
-                                                   : out_comet,
-                        s);
-          times[static_cast<std::size_t>(what)].push_back(layer.stats().device_ms);
-          if (s == Schedule::comet) {
-            p.comm_blocks = layer.stats().comm_blocks;
-            p.grid0 = layer.stats().grid0;
-            p.grid1 = layer.stats().grid1;
-          }
-        }
-      p.seq_ms = median(times[0]);
-      p.comet_ms = median(times[static_cast<std::size_t>(variants - 1)]);
-      p.pipe_ms = 1e300;
-      for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-        double const t = median(times[c + 1]);
-        if (t < p.pipe_ms) {
-          p.pipe_ms = t;
-          p.best_chunks = o.chunks[c];
-        }
-      }
-      // Checks: the last runs' outputs (pipelined at the last chunk count) against sequential, and rank 0's first
-      // tokens against the dense reference.
-      p.err_pipe = rel_diff(out_pipe, out_seq);
-      p.err_comet = rel_diff(out_comet, out_seq);
-      std::int64_t const t = std::min<std::int64_t>(o.check_tokens, m);
-      if (t > 0) {
-        HostMatrix head("Tessel::bench::head", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
-        HostIndexMatrix chosen("Tessel::bench::chosen", static_cast<std::size_t>(t),
-                               static_cast<std::size_t>(base.topk));
-        for (std::int64_t i = 0; i < t; ++i) {
-          for (std::int64_t j = 0; j < base.hidden; ++j)
-            head(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) =
-                tokens[0](static_cast<std::size_t>(i), static_cast<std::size_t>(j));
-          for (int k = 0; k < base.topk; ++k)
-            chosen(static_cast<std::size_t>(i), static_cast<std::size_t>(k)) =
-                layer.routing(0).experts(static_cast<std::size_t>(i), static_cast<std::size_t>(k));
-        }
-        auto config_t = p.config;
-        config_t.tokens = t;
-        auto const ref = reference_forward(config_t, head, gate_input, chosen, dense);
-        HostMatrix got("Tessel::bench::got", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
-        for (std::size_t i = 0; i < got.size(); ++i)
-          got.data()[i] = out_comet[0].data()[i];
-        p.err_ref = max_relative_error(got, ref.out);
-      }
-      double const b = bound(o.dtype);
-      p.ok = p.err_pipe <= b && p.err_comet <= b && p.err_ref <= b;
-      all_ok = all_ok && p.ok;
-      std::printf("   sequential %.3f ms | pipelined %.3f ms (chunks %d) | comet %.3f ms (n_c %d, grids %d/%d) | "
-                  "seq/comet %.2fx pipe/comet %.2fx | err pipe %.1e comet %.1e ref %.1e (bound %.0e) %s\n",
-                  p.seq_ms, p.pipe_ms, p.best_chunks, p.comet_ms, p.comm_blocks, p.grid0, p.grid1,
-                  p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.err_pipe, p.err_comet, p.err_ref, b,
-                  p.ok ? "ok" : "WRONG");
-      std::fflush(stdout);
-      points.push_back(p);
+      points.push_back(bench_point(o, find_model(name).name, mi, m));
+      all_ok = all_ok && points.back().ok;
     }
   }
   std::printf(
