@@ -16,6 +16,7 @@
 
 #include "CudaBench.hpp"
 #include "Report.hpp"
+#include "Roofline.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -85,8 +86,9 @@ struct Entry {
 /// result is checked right after the kernel's own applies (before the rounds and after them).
 class WidthBench {
 public:
-  WidthBench(Exec const &space, Graph<std::int32_t> const &op, HostBenchConfig const &c, int f)
-      : _space(space), _op(op), _c(c), _f(f), _n(static_cast<std::size_t>(op.num_rows())),
+  WidthBench(Exec const &space, Graph<std::int32_t> const &op, HostBenchConfig const &c, HostLimits const &limits,
+             int f)
+      : _space(space), _op(op), _c(c), _limits(limits), _f(f), _n(static_cast<std::size_t>(op.num_rows())),
         _x("Tessel::gnn::bench::x", _n, fs()), _ref("Tessel::gnn::bench::ref", _n, fs()) {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1, 1);
@@ -102,15 +104,24 @@ public:
   /// Builds and prepares every kernel, times them, prints the table; returns the width's record.
   tessel::Json run(bool &wrong) {
     double const flops = 2.0 * static_cast<double>(_op.nnz()) * _f;
-    std::printf("\nF = %d\n  %-22s %10s %9s %10s %12s  %s\n", _f, "kernel", "median ms", "GFLOP/s", "setup s",
-                "max rel err", "note");
+    _roofline = roofline_seconds(_limits, compulsory_bytes(_op, _f), flops);
+    std::printf("\nF = %d (roofline %.4f ms: %.1f MB at the triad bandwidth)\n  %-22s %10s %9s %9s %10s %12s  %s\n", _f,
+                1e3 * _roofline, compulsory_bytes(_op, _f) * 1e-6, "kernel", "median ms", "GFLOP/s", "roofline",
+                "setup s", "max rel err", "note");
     add_kernels();
     time_rounds();
     std::map<std::string, double> ms;
     tessel::Json plan = results(ms, flops, wrong);
     time_permutation(ms);
     std::fflush(stdout);
-    return report_width(_f, flops, ms, nullptr, _notes, {}, std::move(plan));
+    auto record = report_width(_f, flops, ms, nullptr, _notes, {}, std::move(plan));
+    record["roofline_ms"] = 1e3 * _roofline;
+    tessel::Json fraction = tessel::Json::object();
+    for (auto const &[k, v] : ms)
+      if (k != "permute_in_out")
+        fraction[k] = 1e3 * _roofline / v;
+    record["roofline_fraction"] = std::move(fraction);
+    return record;
   }
 
 private:
@@ -228,8 +239,8 @@ private:
         wrong = true;
       }
       _notes[e.label] = note;
-      std::printf("  %-22s %10.4f %9.2f %10.3f %12.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9, e.setup,
-                  rel, note.c_str());
+      std::printf("  %-22s %10.4f %9.2f %8.1f%% %10.3f %12.2e  %s\n", e.label.c_str(), 1e3 * med, flops / med * 1e-9,
+                  100 * _roofline / med, e.setup, rel, note.c_str());
       if (e.label == "adaptive") {
         plan = e.handle->plan(_f).json();
         std::printf("%s", e.handle->plan(_f).summary().c_str());
@@ -258,7 +269,9 @@ private:
   Exec _space;
   Graph<std::int32_t> const &_op;
   HostBenchConfig const &_c;
+  HostLimits const &_limits;
   int _f;
+  double _roofline = 0; // seconds
   std::size_t _n;
   Matrix<Mem> _x, _ref, _y_shared, _x_perm, _y_perm;
   std::vector<Entry> _entries;
@@ -278,15 +291,20 @@ int bench_host(HostBenchConfig const &c) {
   std::string const blas_threads = blas_env ? blas_env : "unset";
   std::printf("tessel-gnn-bench: '%s' (%zu nodes, %lld entries, operator %s), OPENBLAS_NUM_THREADS=%s, reps %d\n",
               data.name.c_str(), n, static_cast<long long>(op.nnz()), c.op_name.c_str(), blas_threads.c_str(), c.reps);
+  auto const limits = measure_host_limits(space);
+  std::printf("machine: triad %.1f GB/s, fp32 FMA %.1f GFLOP/s (%d threads); roofline = max(bytes of A, X and Y once "
+              "/ triad, flops / FMA peak)\n",
+              limits.triad_gbs, limits.fma_gflops, limits.threads);
   bool wrong = false;
   auto results = tessel::Json::array();
   for (int f : c.widths)
-    results.push_back(WidthBench(space, op, c, f).run(wrong));
+    results.push_back(WidthBench(space, op, c, limits, f).run(wrong));
   if (!c.json.empty()) {
     tessel::Json doc = {{"command", "bench"}};
     add_run_fields(doc, c.data, data.name, op, c.op_name, c.reps);
     doc["openblas_num_threads"] = blas_threads;
     doc["build"] = tessel::build_summary();
+    doc["machine"] = limits.json();
     doc["results"] = std::move(results);
     tessel::write_json(c.json, doc);
     std::printf("results written to %s\n", c.json.c_str());
