@@ -13,6 +13,10 @@ DeviceLayerCore::DeviceLayerCore(MoeConfig const &c, int world_size, DeviceOptio
   host_config.dtype = DataType::float32;
   host_config.validate(world_size);
   TESSEL_REQUIRE(c.topk <= 32, name, ": topk must be <= 32 (a warp reduces a slot), got ", c.topk);
+  // Both device layers take the same options: one check for either.
+  TESSEL_REQUIRE(options.pipeline_chunks >= 1, "DeviceOptions.pipeline_chunks must be >= 1, got ",
+                 options.pipeline_chunks);
+  TESSEL_REQUIRE(options.timeout_seconds > 0, "DeviceOptions.timeout_seconds must be positive");
   world = world_size;
   groups = c.ep;
   eg = c.experts_per_group();

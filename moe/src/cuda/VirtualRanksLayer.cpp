@@ -43,9 +43,6 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
 
   State(MoeConfig const &c, std::vector<ExpertWeights> const &weights, DeviceOptions o)
       : DeviceLayerCore(on_visible_device(c), c.world(), std::move(o), "tessel::moe::cuda::VirtualRanksLayer") {
-    TESSEL_REQUIRE(options.pipeline_chunks >= 1, "DeviceOptions.pipeline_chunks must be >= 1, got ",
-                   options.pipeline_chunks);
-    TESSEL_REQUIRE(options.timeout_seconds > 0, "DeviceOptions.timeout_seconds must be positive");
     TESSEL_REQUIRE(static_cast<int>(weights.size()) == world, "tessel::moe::cuda::VirtualRanksLayer: ", weights.size(),
                    " weight shards for ", world, " ranks (EP x TP)");
     ranks.resize(static_cast<std::size_t>(world));
