@@ -104,10 +104,11 @@ public:
   /// Builds and prepares every kernel, times them, prints the table; returns the width's record.
   tessel::Json run(bool &wrong) {
     double const flops = 2.0 * static_cast<double>(_op.nnz()) * _f;
-    _roofline = roofline_seconds(_limits, compulsory_bytes(_op, _f), flops);
+    double const bytes = compulsory_bytes(_op, _f);
+    _roofline = roofline_seconds(_limits, bytes, flops);
     std::printf("\nF = %d (roofline %.4f ms: %.1f MB at the triad bandwidth)\n  %-22s %10s %9s %9s %10s %12s  %s\n", _f,
-                1e3 * _roofline, compulsory_bytes(_op, _f) * 1e-6, "kernel", "median ms", "GFLOP/s", "roofline",
-                "setup s", "max rel err", "note");
+                1e3 * _roofline, bytes * 1e-6, "kernel", "median ms", "GFLOP/s", "roofline", "setup s", "max rel err",
+                "note");
     add_kernels();
     time_rounds();
     std::map<std::string, double> ms;
