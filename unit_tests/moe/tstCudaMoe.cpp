@@ -5,6 +5,11 @@
 // (the device flags are epoch counters that must stay consistent across forwards). Every test is skipped (and
 // reported as skipped) where no CUDA device is visible; where one is, it asserts.
 //
+// Tests that can fail: every layer runs with DeviceDebug::poison_buffers (each forward starts from buffers full of
+// NaN) and every forward gets inputs of its own (fresh tokens and gates), so a premature read, a missed pull or a
+// skipped reduction cannot pass on data a previous schedule left behind. CudaMoe.a_skipped_wait_fails proves it:
+// with one kind of comet wait skipped (the test-only DeviceDebug::skip_wait) the check fails.
+//
 // Error bound: max |y - ref| / max |ref| over a rank's output (Reference.hpp's max_relative_error), per dtype:
 //  * float32: 1e-4. Inputs and weights are exact; fp32 GEMMs (cuBLAS CUBLAS_COMPUTE_32F, no TF32; the fused
 //    tiles on CUDA cores) and an fp32 top-k reduction leave relative errors of a few u32 = 2^-24 times the
@@ -22,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -62,17 +68,17 @@ struct Problem {
   std::vector<GateInput> gates;
 };
 
-/// Random inputs; when \p starve >= 0 no token of any rank picks expert \p starve.
-Problem make_problem(MoeConfig const &config, std::uint64_t seed, int starve = -1) {
-  Problem p;
-  p.config = config;
-  MoeConfig host = config;
-  host.dtype = DataType::float32;
-  p.dense = test::random_weights(host, seed);
-  auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden),
-             e = static_cast<std::size_t>(config.experts);
-  for (int r = 0; r < config.world(); ++r) {
-    p.shards.push_back(shard_weights(host, r, p.dense));
+/// Fresh tokens and gates for every rank (the weights stay): every forward of a test calls this first, so that no
+/// forward can pass on the outputs of another. When \p starve >= 0 no token of any rank picks expert \p starve.
+void fresh_inputs(Problem &p, std::uint64_t seed, int starve = -1) {
+  auto const m = static_cast<std::size_t>(p.config.tokens), n = static_cast<std::size_t>(p.config.hidden),
+             e = static_cast<std::size_t>(p.config.experts);
+  p.tokens.clear();
+  p.logits.clear();
+  p.out.clear();
+  p.const_tokens.clear();
+  p.gates.clear();
+  for (int r = 0; r < p.config.world(); ++r) {
     p.tokens.push_back(test::random_matrix("tokens", m, n, seed + 1000 + static_cast<std::uint64_t>(r)));
     auto logits = test::random_matrix("logits", m, e, seed + 2000 + static_cast<std::uint64_t>(r), 2.0f);
     if (starve >= 0)
@@ -80,14 +86,35 @@ Problem make_problem(MoeConfig const &config, std::uint64_t seed, int starve = -
         logits(t, static_cast<std::size_t>(starve)) = -40.0f;
     p.logits.push_back(logits);
     p.out.push_back(HostMatrix("out", m, n));
+    std::fill(p.out.back().data(), p.out.back().data() + p.out.back().size(), std::nanf(""));
     p.const_tokens.push_back(p.tokens.back());
     p.gates.push_back(GateInput::from_logits(p.logits.back()));
   }
+}
+
+/// Random weights and inputs (see fresh_inputs).
+Problem make_problem(MoeConfig const &config, std::uint64_t seed, int starve = -1) {
+  Problem p;
+  p.config = config;
+  MoeConfig host = config;
+  host.dtype = DataType::float32;
+  p.dense = test::random_weights(host, seed);
+  for (int r = 0; r < config.world(); ++r)
+    p.shards.push_back(shard_weights(host, r, p.dense));
+  fresh_inputs(p, seed, starve);
   return p;
 }
 
-/// Checks every rank's output of the last forward against the dense reference; returns the largest error.
-double check(Problem const &p, mc::VirtualRanksLayer const &layer, std::string const &what) {
+/// The options of every layer under test: NaN-filled buffers before each forward.
+mc::DeviceOptions test_options() {
+  mc::DeviceOptions o;
+  o.timeout_seconds = 30;
+  o.debug.poison_buffers = true;
+  return o;
+}
+
+/// The largest error over the ranks of the last forward's outputs against the dense reference (NaN: infinity).
+double error_of(Problem const &p, mc::VirtualRanksLayer const &layer, std::string const &what) {
   MoeConfig host = p.config;
   host.dtype = DataType::float32;
   double worst = 0.0;
@@ -99,11 +126,16 @@ double check(Problem const &p, mc::VirtualRanksLayer const &layer, std::string c
     for (std::size_t i = 0; i < ref.out.size(); ++i)
       max_ref = std::max(max_ref, std::abs(ref.out.data()[i]));
     EXPECT_GT(max_ref, 0.0) << what << " rank " << r << ": the reference is zero (the check would be vacuous)";
-    double const err = max_relative_error(p.out[static_cast<std::size_t>(r)], ref.out);
-    EXPECT_LE(err, tolerance(p.config.dtype)) << what << " rank " << r << " (" << name_of(p.config.dtype) << ")";
-    worst = std::max(worst, err);
+    worst = std::max(worst, max_relative_error(p.out[static_cast<std::size_t>(r)], ref.out));
   }
   return worst;
+}
+
+/// Checks every rank's output of the last forward against the dense reference; returns the largest error.
+double check(Problem const &p, mc::VirtualRanksLayer const &layer, std::string const &what) {
+  double const err = error_of(p, layer, what);
+  EXPECT_LE(err, tolerance(p.config.dtype)) << what << " (" << name_of(p.config.dtype) << ")";
+  return err;
 }
 
 MoeConfig small_config(int ep, int tp, int topk, DataType dtype) {
@@ -151,12 +183,12 @@ void run_all(DataType dtype, int topk) {
   for (auto [ep, tp] : layouts()) {
     auto const config = small_config(ep, tp, topk, dtype);
     auto p = make_problem(config, seed);
-    mc::DeviceOptions options;
-    options.timeout_seconds = 30;
-    mc::VirtualRanksLayer layer(config, p.shards, options);
+    mc::VirtualRanksLayer layer(config, p.shards, test_options());
+    std::uint64_t input = 0;
     for (auto const &v : variants()) {
       std::ostringstream what;
       what << config.describe() << " W=" << config.world() << " " << v.describe() << " seed " << seed;
+      fresh_inputs(p, seed + 7919 * ++input);
       if (v.schedule == Schedule::comet)
         layer.set_comet_params(v.comet);
       layer.set_pipeline_chunks(v.chunks);
@@ -199,8 +231,10 @@ TEST(CudaMoe, starved_expert_gelu_plain) {
       config.activation = Activation::gelu;
       config.gated = gated;
       auto p = make_problem(config, seed, /*starve=*/1);
-      mc::VirtualRanksLayer layer(config, p.shards);
+      mc::VirtualRanksLayer layer(config, p.shards, test_options());
+      std::uint64_t input = 0;
       for (auto const &v : variants()) {
+        fresh_inputs(p, seed + 7919 * ++input, /*starve=*/1);
         if (v.schedule == Schedule::comet)
           layer.set_comet_params(v.comet);
         layer.set_pipeline_chunks(v.chunks);
@@ -220,8 +254,10 @@ TEST(CudaMoe, tiny_token_counts) {
     auto config = small_config(4, 1, 2, DataType::float32);
     config.tokens = m;
     auto p = make_problem(config, seed);
-    mc::VirtualRanksLayer layer(config, p.shards);
+    mc::VirtualRanksLayer layer(config, p.shards, test_options());
+    std::uint64_t input = 0;
     for (auto const &v : variants()) {
+      fresh_inputs(p, seed + 7919 * ++input);
       if (v.schedule == Schedule::comet)
         layer.set_comet_params(v.comet);
       layer.set_pipeline_chunks(std::min<int>(v.chunks, static_cast<int>(m)));
@@ -245,10 +281,11 @@ TEST(CudaMoe, registry_parameters_larger_shape) {
     c.ep = 4;
     c.dtype = dtype;
     auto p = make_problem(c, seed);
-    mc::VirtualRanksLayer layer(c, p.shards);
+    mc::VirtualRanksLayer layer(c, p.shards, test_options());
     EXPECT_EQ(layer.comet_params_source(), "fallback rule");
     EXPECT_EQ(layer.comet_params(), fallback_params(c, "cuda"));
     for (Schedule s : {Schedule::sequential, Schedule::pipelined, Schedule::comet}) {
+      fresh_inputs(p, seed + 7919 * (1 + static_cast<std::uint64_t>(s)));
       layer.forward(p.const_tokens, p.gates, p.out, s);
       check(p, layer, c.describe() + " " + name_of(s) + " seed " + std::to_string(seed));
       EXPECT_GT(layer.stats().device_ms, 0.0);
@@ -267,13 +304,12 @@ TEST(CudaMoe, repeated_forwards_mixing_schedules) {
   auto const seed = seed_now();
   auto const config = small_config(2, 1, 2, DataType::float32);
   auto p = make_problem(config, seed);
-  mc::VirtualRanksLayer layer(config, p.shards);
+  mc::VirtualRanksLayer layer(config, p.shards, test_options());
   Schedule const order[] = {Schedule::comet, Schedule::sequential, Schedule::comet,
                             Schedule::comet, Schedule::pipelined,  Schedule::comet};
   int i = 0;
   for (Schedule s : order) {
-    for (std::size_t r = 0; r < p.tokens.size(); ++r)
-      test::fill_normal(p.tokens[r].data(), p.tokens[r].size(), seed + 77 * static_cast<std::uint64_t>(++i), 1.0f);
+    fresh_inputs(p, seed + 77 * static_cast<std::uint64_t>(++i));
     layer.forward(p.const_tokens, p.gates, p.out, s);
     check(p, layer, std::string("forward ") + std::to_string(i) + " " + name_of(s) + " seed " + std::to_string(seed));
   }
@@ -289,7 +325,7 @@ TEST(CudaMoe, errors) {
   EXPECT_THROW(mc::VirtualRanksLayer(bad, p.shards), tessel::Exception);
   std::vector<ExpertWeights> one(p.shards.begin(), p.shards.begin() + 1);
   EXPECT_THROW(mc::VirtualRanksLayer(config, one), tessel::Exception);
-  mc::VirtualRanksLayer layer(config, p.shards);
+  mc::VirtualRanksLayer layer(config, p.shards, test_options());
   CometParams q;
   q.m_splits = 2;
   EXPECT_THROW(layer.set_comet_params(q), tessel::Exception);
@@ -303,6 +339,71 @@ TEST(CudaMoe, errors) {
   }
   std::vector<HostMatrix> short_out(p.out.begin(), p.out.begin() + 1);
   EXPECT_THROW(layer.forward(p.const_tokens, p.gates, short_out, Schedule::sequential), tessel::Exception);
+}
+
+// The tests above can fail: with one kind of comet wait skipped (the test-only switch), a layer0 GEMM block reads
+// rows before they are pulled, or a reduction reads expert outputs before they are computed, and the NaN the
+// buffers were filled with (or a stale value) reaches the output. The race is real, so one forward may still win
+// it: of several forwards on fresh inputs, at least one must fail the check.
+TEST(CudaMoe, a_skipped_wait_fails) {
+  TESSEL_REQUIRE_DEVICE();
+  auto const seed = seed_now();
+  auto const config = small_config(4, 1, 2, DataType::float32);
+  for (auto skip : {mc::DeviceWait::message, mc::DeviceWait::split}) {
+    auto p = make_problem(config, seed);
+    auto options = test_options();
+    options.debug.skip_wait = skip;
+    mc::VirtualRanksLayer layer(config, p.shards, options);
+    CometParams q;
+    q.comm_workers = 1; // one block pulls every message: the GEMM blocks run ahead of it
+    q.tile_m = 16;
+    q.n_splits = 3;
+    layer.set_comet_params(q);
+    int failed = 0;
+    for (int i = 0; i < 8 && failed == 0; ++i) {
+      fresh_inputs(p, seed + 31 * static_cast<std::uint64_t>(i + 1));
+      layer.forward(p.const_tokens, p.gates, p.out, Schedule::comet);
+      failed += !(error_of(p, layer, "skipped wait") <= tolerance(config.dtype));
+    }
+    EXPECT_GT(failed, 0) << "with the " << (skip == mc::DeviceWait::message ? "message" : "split")
+                         << " waits skipped, 8 comet forwards still passed the check (seed " << seed << ")";
+  }
+}
+
+// A device wait that gives up stops every rank's kernels (the abort word) and is reported once, naming the rank
+// and what it waited for; the host waits longer than the device, so this is the message the user sees; the layer
+// then refuses further forwards. A 100 ns timeout makes some wait give up at once.
+TEST(CudaMoe, a_device_timeout_stops_every_rank) {
+  TESSEL_REQUIRE_DEVICE();
+  auto const seed = seed_now();
+  auto const config = small_config(4, 1, 2, DataType::float32);
+  auto p = make_problem(config, seed);
+  auto options = test_options();
+  options.timeout_seconds = 1e-7;
+  mc::VirtualRanksLayer layer(config, p.shards, options);
+  CometParams q;
+  q.comm_workers = 1;
+  q.tile_m = 16;
+  layer.set_comet_params(q);
+  std::string message;
+  for (int i = 0; i < 20 && message.empty(); ++i) {
+    fresh_inputs(p, seed + static_cast<std::uint64_t>(i));
+    try {
+      layer.forward(p.const_tokens, p.gates, p.out, Schedule::comet);
+    } catch (tessel::TimeoutError const &e) {
+      message = e.what();
+    }
+  }
+  ASSERT_FALSE(message.empty()) << "no wait of 20 forwards gave up after 100 ns";
+  EXPECT_NE(message.find("device wait for"), std::string::npos) << message;
+  EXPECT_NE(message.find("every rank's kernels stopped"), std::string::npos) << message;
+  EXPECT_EQ(message.find("did not complete"), std::string::npos) << "the host gave up first: " << message;
+  try {
+    layer.forward(p.const_tokens, p.gates, p.out, Schedule::sequential);
+    ADD_FAILURE() << "a layer stopped by a device timeout ran another forward";
+  } catch (tessel::Exception const &e) {
+    EXPECT_NE(std::string(e.what()).find("stopped on an earlier error"), std::string::npos) << e.what();
+  }
 }
 
 } // namespace

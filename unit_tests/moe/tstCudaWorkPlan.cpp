@@ -5,6 +5,9 @@
 // dense double-precision reference. Besides the result, every list is checked structurally: each h and y element
 // and each combine element is written exactly once, every remote layer0 item lies inside the message it waits for,
 // the per-split item counts match the items, and every read stays inside the buffers the device layer allocates.
+// comet's lists run in the most adversarial order their waits allow (a reader as early as its wait lets it, every
+// buffer NaN until written), so that a missing wait shows as a wrong result: the second test skips each kind of
+// wait in turn, as the device layers' test-only switch does, and checks that the result then fails.
 //
 // Bound: max |y - ref| / max |ref| <= 1e-5 (the emulation accumulates in double from float inputs and weights; the
 // only float roundings are h, y and the combine rows, a few u32 = 6e-8 each).
@@ -49,6 +52,8 @@ struct Emulator {
   std::vector<std::vector<std::int64_t>> table_bases;
   std::int64_t m = 0, n = 0, kp = 0, cols0 = 0;
   int world = 1;
+  /// Reads of an element that no work item had written (yet): NaN flows on, and the count tells where it came from.
+  std::int64_t stale_reads = 0;
 
   Emulator(MoeConfig const &c, std::vector<ExpertWeights> const &s, std::vector<DispatchPlan> const &p,
            std::vector<HostMatrix> const &tokens)
@@ -116,7 +121,7 @@ struct Emulator {
           if (r >= 0) {
             auto const at = static_cast<std::size_t>((it.row_base + r) * n + col);
             ASSERT_LT(at, y.size());
-            ASSERT_FALSE(std::isnan(y[at])) << "reduction reads a y element no GEMM item wrote";
+            stale_reads += std::isnan(y[at]);
             acc = std::fma(weights[entry], y[at], acc);
           }
         }
@@ -127,7 +132,7 @@ struct Emulator {
     }
   }
 
-  void final_sum(std::vector<HostMatrix> &out) const {
+  void final_sum(std::vector<HostMatrix> &out) {
     for (int s = 0; s < world; ++s) {
       auto const &plan = plans[static_cast<std::size_t>(s)];
       for (std::int64_t t = 0; t < m; ++t)
@@ -135,18 +140,27 @@ struct Emulator {
           float acc = 0.0f;
           for (int r = 0; r < world; ++r) {
             int const slot = plan.token_slot[static_cast<std::size_t>(config.group_of_rank(r) * m + t)];
-            if (slot >= 0)
-              acc += combine[static_cast<std::size_t>(s)][static_cast<std::size_t>((r * m + slot) * n + col)];
+            if (slot >= 0) {
+              float const v = combine[static_cast<std::size_t>(s)][static_cast<std::size_t>((r * m + slot) * n + col)];
+              acc += v;
+              stale_reads += std::isnan(v);
+            }
           }
           out[static_cast<std::size_t>(s)](static_cast<std::size_t>(t), static_cast<std::size_t>(col)) = acc;
         }
     }
   }
 
-  /// The comet schedule's lists, executed in list order (messages first: the kernels' waits only order them).
-  void comet(CometParams const &params, std::vector<HostMatrix> &out, std::string const &what) {
+  /// The comet schedule's lists, executed in the most adversarial order the kernels' waits allow: a message's rows are
+  /// pulled only when the first GEMM item that waits for them runs, a reduction runs as soon as the GEMM items of its
+  /// column block are done, and no rank's final sum runs before every rank's reductions. \p skip (a KernelError code,
+  /// the device layers' test-only DeviceDebug::skip_wait) drops one kind of wait, as the kernels then do: the reader
+  /// runs first and finds what the buffers held before (NaN).
+  void comet(CometParams const &params, std::vector<HostMatrix> &out, std::string const &what, int skip = no_error) {
     WorkPlanner const planner(config, plans, params);
     std::vector<int> written(static_cast<std::size_t>(world * world * m * n), 0);
+    if (skip == timeout_combine)
+      final_sum(out); // before any rank's reductions stored into the combine buffers
     for (int d = 0; d < world; ++d) {
       RankWork w = planner.work_of(d, 1, table_bases);
       planner.comet_work(d, w);
@@ -158,10 +172,17 @@ struct Emulator {
         ASSERT_GT(msg.rows, 0) << what;
         ASSERT_LE(msg.src_row + msg.rows, plans[static_cast<std::size_t>(msg.source)].rows()) << what;
         ASSERT_LE(msg.dst_row + msg.rows, w.rows) << what;
-        auto const &src = send_rows[static_cast<std::size_t>(msg.source)];
+      }
+      // A pull before the source's packed flag reads the send rows as they were before the packing.
+      std::vector<float> const unpacked(static_cast<std::size_t>(m * config.topk * n), nan_value);
+      std::vector<bool> pulled(w.messages.size(), false);
+      auto pull = [&](std::size_t i) {
+        auto const &msg = w.messages[i];
+        auto const &src = skip == timeout_packed ? unpacked : send_rows[static_cast<std::size_t>(msg.source)];
         std::copy(src.begin() + msg.src_row * n, src.begin() + (msg.src_row + msg.rows) * n,
                   x.begin() + msg.dst_row * n);
-      }
+        pulled[i] = true;
+      };
       bool seen_remote = false;
       for (auto const &it : w.items0) {
         ASSERT_GT(it.rows, 0) << what;
@@ -174,6 +195,8 @@ struct Emulator {
           auto const &msg = w.messages[static_cast<std::size_t>(it.message)];
           ASSERT_GE(it.a_row, msg.dst_row) << what;
           ASSERT_LE(it.a_row + it.rows, msg.dst_row + msg.rows) << what << ": a layer0 item outside its message";
+          if (skip != timeout_message && !pulled[static_cast<std::size_t>(it.message)])
+            pull(static_cast<std::size_t>(it.message));
           a = x.data() + it.a_row * n;
         } else {
           ASSERT_LE(it.a_row + it.rows, plans[static_cast<std::size_t>(d)].rows()) << what;
@@ -187,37 +210,56 @@ struct Emulator {
           }
       }
       (void)seen_remote;
+      for (std::size_t i = 0; i < w.messages.size(); ++i)
+        if (!pulled[i])
+          pull(i); // the communication blocks end after the GEMM blocks that skipped their wait
       for (std::size_t i = 0; i < h_count.size(); ++i)
         ASSERT_EQ(h_count[i], 1) << what << ": h element " << i << " of rank " << d;
       ASSERT_EQ(static_cast<int>(w.split_tiles.size()), params.n_splits) << what;
       std::vector<int> per_split(static_cast<std::size_t>(params.n_splits), 0);
       auto const cols = OverlapPlan::split_columns(n, params.n_splits);
+      // A reduction item's split must be the one whose columns it reads.
+      for (auto const &it : w.reduces) {
+        ASSERT_EQ(it.col_begin, cols[static_cast<std::size_t>(it.split)]) << what;
+        ASSERT_EQ(it.col_end, cols[static_cast<std::size_t>(it.split) + 1]) << what;
+      }
+      // Reductions of column block `split` as soon as its count is reached (every block's at once without the wait).
+      auto reduce_split = [&](int split) {
+        for (auto const &it : w.reduces)
+          if (split < 0 || it.split == split)
+            reduce(d, it, y, written);
+      };
+      if (skip == timeout_split)
+        reduce_split(-1);
+      else
+        for (int split = 0; split < params.n_splits; ++split)
+          if (w.split_tiles[static_cast<std::size_t>(split)] == 0)
+            reduce_split(split);
       for (auto const &it : w.items1) {
         ASSERT_GT(it.rows, 0) << what;
         ASSERT_GT(it.cols, 0) << what;
         ASSERT_LE(it.cols, item_cols) << what;
         ASSERT_GE(it.col0, cols[static_cast<std::size_t>(it.split)]) << what;
         ASSERT_LE(it.col0 + it.cols, cols[static_cast<std::size_t>(it.split) + 1]) << what;
-        ++per_split[static_cast<std::size_t>(it.split)];
+        ASSERT_LE(per_split[static_cast<std::size_t>(it.split)], w.split_tiles[static_cast<std::size_t>(it.split)])
+            << what;
         for (int r = 0; r < it.rows; ++r)
           for (int c = it.col0; c < it.col0 + it.cols; ++c) {
             auto const at = static_cast<std::size_t>((it.row + r) * n + c);
             y[at] = y_value(d, h.data() + (it.row + r) * kp, it.expert, c);
             ++y_count[at];
           }
+        if (++per_split[static_cast<std::size_t>(it.split)] == w.split_tiles[static_cast<std::size_t>(it.split)] &&
+            skip != timeout_split)
+          reduce_split(it.split);
       }
       EXPECT_EQ(per_split, w.split_tiles) << what;
       for (std::size_t i = 0; i < y_count.size(); ++i)
         ASSERT_EQ(y_count[i], 1) << what << ": y element " << i << " of rank " << d;
-      // A reduction item's split must be the one whose columns it reads.
-      for (auto const &it : w.reduces) {
-        ASSERT_EQ(it.col_begin, cols[static_cast<std::size_t>(it.split)]) << what;
-        ASSERT_EQ(it.col_end, cols[static_cast<std::size_t>(it.split) + 1]) << what;
-        reduce(d, it, y, written);
-      }
     }
     check_written(written, what);
-    final_sum(out);
+    if (skip != timeout_combine)
+      final_sum(out);
   }
 
   /// The baselines' lists (sequential: chunks = 1; pipelined: chunks > 1): dispatch copies per (source, chunk),
@@ -323,8 +365,37 @@ struct Case {
   bool gated;
 };
 
-void run_case(Case const &c, std::uint64_t seed) {
+/// One forward's inputs on every rank, their routing and the dense reference's outputs.
+struct Inputs {
   MoeConfig config;
+  int world = 1;
+  std::vector<ExpertWeights> shards;
+  std::vector<HostMatrix> tokens, out;
+  std::vector<Routing> routings;
+  std::vector<ReferenceResult> refs;
+
+  std::vector<DispatchPlan> plans(int chunks) const {
+    std::vector<DispatchPlan> p;
+    for (auto const &routing : routings)
+      p.push_back(make_dispatch_plan(config, routing, chunks));
+    return p;
+  }
+  /// The largest error of the emulated outputs over the ranks (NaN: infinity); the outputs are reset to NaN.
+  double error() {
+    double worst = 0.0;
+    for (int r = 0; r < world; ++r) {
+      worst =
+          std::max(worst, max_relative_error(out[static_cast<std::size_t>(r)], refs[static_cast<std::size_t>(r)].out));
+      for (std::size_t i = 0; i < out[static_cast<std::size_t>(r)].size(); ++i)
+        out[static_cast<std::size_t>(r)].data()[i] = nan_value;
+    }
+    return worst;
+  }
+};
+
+Inputs make_inputs(Case const &c, std::uint64_t seed) {
+  Inputs in;
+  auto &config = in.config;
   config.tokens = c.m;
   config.hidden = c.n;
   config.ffn = c.k * c.tp;
@@ -335,49 +406,39 @@ void run_case(Case const &c, std::uint64_t seed) {
   config.activation = c.activation;
   config.gated = c.gated;
   auto const dense = test::random_weights(config, seed);
-  int const world = config.world();
-  std::vector<ExpertWeights> shards;
-  std::vector<HostMatrix> tokens, logits, out;
-  std::vector<GateInput> gates;
-  for (int r = 0; r < world; ++r) {
-    shards.push_back(shard_weights(config, r, dense));
-    tokens.push_back(test::random_matrix("tokens", static_cast<std::size_t>(c.m), static_cast<std::size_t>(c.n),
-                                         seed + 10 + static_cast<std::uint64_t>(r)));
+  in.world = config.world();
+  HostExecSpace space;
+  for (int r = 0; r < in.world; ++r) {
+    in.shards.push_back(shard_weights(config, r, dense));
+    in.tokens.push_back(test::random_matrix("tokens", static_cast<std::size_t>(c.m), static_cast<std::size_t>(c.n),
+                                            seed + 10 + static_cast<std::uint64_t>(r)));
     auto l = test::random_matrix("logits", static_cast<std::size_t>(c.m), static_cast<std::size_t>(config.experts),
                                  seed + 20 + static_cast<std::uint64_t>(r), 2.0f);
     if (c.starve >= 0)
       for (std::size_t t = 0; t < l.extent(0); ++t)
         l(t, static_cast<std::size_t>(c.starve)) = -40.0f;
-    logits.push_back(l);
-    gates.push_back(GateInput::from_logits(l));
-    out.push_back(HostMatrix("out", static_cast<std::size_t>(c.m), static_cast<std::size_t>(c.n)));
+    auto const gate = GateInput::from_logits(l);
+    in.out.push_back(HostMatrix("out", static_cast<std::size_t>(c.m), static_cast<std::size_t>(c.n)));
+    in.routings.emplace_back();
+    route(space, config, in.tokens.back(), gate, in.routings.back());
+    in.refs.push_back(reference_forward(config, in.tokens.back(), gate, in.routings.back().experts, dense));
   }
-  HostExecSpace space;
-  std::vector<Routing> routings(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r)
-    route(space, config, tokens[static_cast<std::size_t>(r)], gates[static_cast<std::size_t>(r)],
-          routings[static_cast<std::size_t>(r)]);
-  std::vector<ReferenceResult> refs;
-  for (int r = 0; r < world; ++r)
-    refs.push_back(reference_forward(config, tokens[static_cast<std::size_t>(r)], gates[static_cast<std::size_t>(r)],
-                                     routings[static_cast<std::size_t>(r)].experts, dense));
-  auto verify = [&](std::string const &what) {
-    for (int r = 0; r < world; ++r) {
-      double const err = max_relative_error(out[static_cast<std::size_t>(r)], refs[static_cast<std::size_t>(r)].out);
-      EXPECT_LE(err, 1e-5) << what << " rank " << r;
-      for (std::size_t i = 0; i < out[static_cast<std::size_t>(r)].size(); ++i)
-        out[static_cast<std::size_t>(r)].data()[i] = nan_value;
-    }
+  return in;
+}
+
+void run_case(Case const &c, std::uint64_t seed) {
+  auto in = make_inputs(c, seed);
+  auto verify = [&](Emulator const &emu, std::string const &what) {
+    EXPECT_EQ(emu.stale_reads, 0) << what << ": reads of elements no work item had written";
+    EXPECT_LE(in.error(), 1e-5) << what;
   };
   std::ostringstream base;
-  base << config.describe() << " seed " << seed;
+  base << in.config.describe() << " seed " << seed;
   for (int chunks : {1, 3}) {
-    std::vector<DispatchPlan> plans;
-    for (int r = 0; r < world; ++r)
-      plans.push_back(make_dispatch_plan(config, routings[static_cast<std::size_t>(r)], chunks));
-    Emulator emu(config, shards, plans, tokens);
-    emu.baseline(chunks, out, base.str() + (chunks == 1 ? " sequential" : " pipelined"));
-    verify(base.str() + (chunks == 1 ? " sequential" : " pipelined"));
+    auto const plans = in.plans(chunks);
+    Emulator emu(in.config, in.shards, plans, in.tokens);
+    emu.baseline(chunks, in.out, base.str() + (chunks == 1 ? " sequential" : " pipelined"));
+    verify(emu, base.str() + (chunks == 1 ? " sequential" : " pipelined"));
     if (chunks != 1)
       continue;
     std::vector<CometParams> params(4);
@@ -388,11 +449,11 @@ void run_case(Case const &c, std::uint64_t seed) {
     params[1].policy = PlanPolicy::local_first;
     params[2].tile_m = 40;
     params[2].n_splits = 5;
-    params[3] = fallback_params(config, "cuda");
+    params[3] = fallback_params(in.config, "cuda");
     for (auto const &p : params) {
-      Emulator fresh(config, shards, plans, tokens);
-      fresh.comet(p, out, base.str() + " comet [" + p.describe() + "]");
-      verify(base.str() + " comet [" + p.describe() + "]");
+      Emulator fresh(in.config, in.shards, plans, in.tokens);
+      fresh.comet(p, in.out, base.str() + " comet [" + p.describe() + "]");
+      verify(fresh, base.str() + " comet [" + p.describe() + "]");
     }
   }
 }
@@ -407,6 +468,32 @@ TEST(CudaWorkPlan, layouts_topk_and_edge_cases) {
   };
   for (auto const &c : cases)
     run_case(c, seed);
+}
+
+// The point of the adversarial order: with any one kind of wait skipped (the device layers' test-only switch
+// DeviceDebug::skip_wait), the emulated forward reads data before it is written and the check fails; with every
+// wait kept, the same lists on the same inputs pass.
+TEST(CudaWorkPlan, a_skipped_wait_fails_the_check) {
+  auto const seed = seed_now();
+  for (Case const &c : {Case{2, 1, 2, 100, 72, 80, 4, -1, Activation::silu, true},
+                        Case{4, 1, 1, 40, 40, 24, 2, -1, Activation::gelu, false}}) {
+    auto in = make_inputs(c, seed);
+    auto const plans = in.plans(1);
+    CometParams params;
+    params.tile_m = 16;
+    params.n_splits = 3;
+    std::string const base = in.config.describe() + " seed " + std::to_string(seed);
+    Emulator kept(in.config, in.shards, plans, in.tokens);
+    kept.comet(params, in.out, base);
+    EXPECT_EQ(kept.stale_reads, 0) << base;
+    EXPECT_LE(in.error(), 1e-5) << base << ": every wait kept";
+    for (int skip : {timeout_packed, timeout_message, timeout_split, timeout_combine}) {
+      Emulator emu(in.config, in.shards, plans, in.tokens);
+      emu.comet(params, in.out, base, skip);
+      EXPECT_GT(emu.stale_reads, 0) << base << ": wait " << skip << " skipped, yet nothing read early";
+      EXPECT_GT(in.error(), 1e-5) << base << ": wait " << skip << " skipped, yet the result passed the check";
+    }
+  }
 }
 
 } // namespace

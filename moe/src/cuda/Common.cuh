@@ -49,23 +49,47 @@ __device__ __forceinline__ long long global_ns() {
   return t;
 }
 
-/// Records the first error of the forward (later ones keep the first).
-__device__ __forceinline__ void report_error(Control *control, int code, int arg) {
-  if (atomicCAS(&control->error, 0, code) == 0)
-    atomicExch(&control->error_arg, arg);
+template <class T> __device__ __forceinline__ T *sym(RankView const &view, int peer, std::size_t offset) {
+  return reinterpret_cast<T *>(view.peer_base[peer] + offset);
 }
 
-/// Spins (one thread) until *flag >= target; gives up after timeout_ns or when another wait already failed, and
-/// reports \p code. Returns false on failure.
+/// True once any wait of this rank has failed (its own error word) or any rank has raised the abort word.
+__device__ __forceinline__ bool aborted(RankView const &view) {
+  return *static_cast<int volatile *>(&view.control->error) != 0 ||
+         *static_cast<std::uint64_t volatile *>(sym<std::uint64_t>(view, view.rank, view.layout.abort)) != 0;
+}
+
+/// A wait of rank \p rank gave up: records the first error of the forward locally (later ones keep the first) and
+/// raises the abort word (at \p abort in each rank's symmetric allocation) of every rank, itself included, so that
+/// every spin of every rank stops and every rank reports this failure (the first to reach it; peers are written at
+/// system scope, they may be other GPUs). Out of line and given scalars, not the view: the spins stay small.
+static __device__ __noinline__ void fail_wait(Control *control, char *const *peer_base, std::size_t abort, int rank,
+                                              int world, int code, int arg) {
+  if (atomicCAS(&control->error, 0, code) == 0)
+    atomicExch(&control->error_arg, arg);
+  auto const word = (static_cast<unsigned long long>(code) << abort_code_shift) |
+                    (static_cast<unsigned long long>(rank) << abort_rank_shift) |
+                    static_cast<unsigned long long>(static_cast<std::uint32_t>(arg));
+  for (int p = 0; p < world; ++p)
+    atomicCAS_system(reinterpret_cast<unsigned long long *>(peer_base[p] + abort), 0ull, word);
+  __threadfence_system();
+}
+__device__ __forceinline__ void fail_wait(RankView const &view, int code, int arg) {
+  fail_wait(view.control, view.peer_base, view.layout.abort, view.rank, view.world, code, arg);
+}
+
+/// Spins (one thread) until *flag >= target; gives up after timeout_ns (raising the abort word with \p code) or
+/// when any rank's wait already failed. Returns false on failure. A test-only switch skips the waits of kind
+/// \p code (RankView::skip_wait), to prove that the tests catch a missing wait.
 __device__ __forceinline__ bool wait_geq_gpu(int const *flag, int target, RankView const &view, int code, int arg) {
-  if (ld_acquire_gpu(flag) >= target)
+  if (view.skip_wait == code || ld_acquire_gpu(flag) >= target)
     return true;
   long long const start = global_ns();
   while (ld_acquire_gpu(flag) < target) {
-    if (*static_cast<int volatile *>(&view.control->error) != 0)
+    if (aborted(view))
       return false;
     if (global_ns() - start > view.timeout_ns) {
-      report_error(view.control, code, arg);
+      fail_wait(view, code, arg);
       return false;
     }
     __nanosleep(100);
@@ -74,23 +98,19 @@ __device__ __forceinline__ bool wait_geq_gpu(int const *flag, int target, RankVi
 }
 __device__ __forceinline__ bool wait_geq_sys(std::uint64_t const *flag, std::uint64_t target, RankView const &view,
                                              int code, int arg) {
-  if (ld_acquire_sys(flag) >= target)
+  if (view.skip_wait == code || ld_acquire_sys(flag) >= target)
     return true;
   long long const start = global_ns();
   while (ld_acquire_sys(flag) < target) {
-    if (*static_cast<int volatile *>(&view.control->error) != 0)
+    if (aborted(view))
       return false;
     if (global_ns() - start > view.timeout_ns) {
-      report_error(view.control, code, arg);
+      fail_wait(view, code, arg);
       return false;
     }
     __nanosleep(200);
   }
   return true;
-}
-
-template <class T> __device__ __forceinline__ T *sym(RankView const &view, int peer, std::size_t offset) {
-  return reinterpret_cast<T *>(view.peer_base[peer] + offset);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

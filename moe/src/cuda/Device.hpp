@@ -24,7 +24,8 @@
 
 namespace tessel::moe::cuda::Impl {
 
-/// Error codes a kernel leaves in Control::error (0: none); the host turns them into exceptions.
+/// Error codes a kernel leaves in Control::error (0: none); the host turns them into exceptions. They also name the
+/// kinds of device wait (RankView::skip_wait).
 enum KernelError : int {
   no_error = 0,
   timeout_packed = 1,
@@ -32,6 +33,11 @@ enum KernelError : int {
   timeout_split = 3,
   timeout_combine = 4
 };
+
+/// The abort word (SymmetricLayout::abort): 0 while no wait of any rank has given up; then the first failure to
+/// reach this rank, as code << abort_code_shift | origin rank << abort_rank_shift | argument (32 bits). Every spin
+/// of every rank polls its own copy, which the failing rank raises on all ranks, so all stop with the same error.
+constexpr int abort_code_shift = 56, abort_rank_shift = 32;
 
 /// Per-forward control words of one rank (zeroed before each forward; never written by peers).
 struct Control {
@@ -48,6 +54,7 @@ struct SymmetricLayout {
   std::size_t combine = 0;      ///< [W, M, N] float: region r holds rank r's top-k-reduced rows of this rank's slots
   std::size_t packed_flag = 0;  ///< [W] uint64: packed_flag[s] = epoch once source s's send rows are packed
   std::size_t combine_flag = 0; ///< [W] uint64: number of communication blocks of rank r that stored to this rank
+  std::size_t abort = 0;        ///< uint64: the abort word (raised by any rank, never cleared: the layer is done)
   std::size_t bytes = 0;
 };
 
@@ -98,6 +105,7 @@ struct RankView {
   int topk = 1;
   long long timeout_ns = 0; ///< spins give up (and report) after this long
   Control *control = nullptr;
+  int skip_wait = no_error; ///< tests only: the kind of wait (a KernelError code) that is skipped, to prove they fail
 };
 
 struct Layer0Args {
@@ -183,9 +191,13 @@ cudaError_t topk_reduce(cudaStream_t stream, RankView const &view, float const *
                         float *out);
 
 /// out[t, :] = sum over ranks r in rank order of combine[r][token_slot[g(r), t], :] (slots < 0 add nothing), after
-/// every rank's combine_flag for this rank reached \p expected (0: no wait).
+/// every rank's combine_flag for this rank reached \p expected (0: no wait). A grid-stride kernel of at most
+/// \p max_blocks blocks: when it waits, only those spin, not one block per tile of the output.
 cudaError_t final_sum(cudaStream_t stream, RankView const &view, std::int32_t const *token_slot,
-                      std::int32_t const *rank_group, std::uint64_t expected, float *out);
+                      std::int32_t const *rank_group, std::uint64_t expected, int max_blocks, float *out);
+
+/// Blocks per SM of the kernels that may spin (final_sum): a few, so that waiting never floods the device.
+constexpr int waiting_blocks_per_sm = 4;
 
 } // namespace tessel::moe::cuda::Impl
 

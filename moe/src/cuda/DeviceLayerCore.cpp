@@ -2,6 +2,7 @@
 
 #include <tessel/core/Error.hpp>
 
+#include <algorithm>
 #include <utility>
 
 namespace tessel::moe::cuda::Impl {
@@ -26,6 +27,57 @@ DeviceLayerCore::DeviceLayerCore(MoeConfig const &c, int world_size, DeviceOptio
   layout = symmetric_layout(c);
 }
 
+Timeout DeviceLayerCore::timeout() const {
+  double const host = options.timeout_seconds + std::max(1.0, 0.25 * options.timeout_seconds);
+  return Timeout(static_cast<std::int64_t>(host * 1000.0));
+}
+
+namespace {
+
+int wait_code(DeviceWait wait) {
+  switch (wait) {
+  case DeviceWait::packed:
+    return timeout_packed;
+  case DeviceWait::message:
+    return timeout_message;
+  case DeviceWait::split:
+    return timeout_split;
+  case DeviceWait::combine:
+    return timeout_combine;
+  default:
+    return no_error;
+  }
+}
+
+} // namespace
+
+void DeviceLayerCore::require_usable() const {
+  TESSEL_REQUIRE(stopped.empty(), name, ": the layer stopped on an earlier error (", stopped,
+                 "); its ranks' flags are out of step: create a new layer");
+}
+
+void DeviceLayerCore::check_device(RankState &rs, char const *sym_base, std::string const &context) {
+  host_wait([&] { check_control(rs, sym_base, layout, timeout(), context, options.timeout_seconds); });
+}
+
+void DeviceLayerCore::poison(RankState &rs, char *sym_base) const {
+  if (!options.debug.poison_buffers)
+    return;
+  cudaStream_t const s = rs.stream.get();
+  auto fill = [s](void *p, std::size_t bytes) {
+    if (p != nullptr && bytes > 0)
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes, s));
+  };
+  fill(sym_base + layout.send_rows, layout.slot_rows - layout.send_rows);
+  fill(sym_base + layout.combine, layout.packed_flag - layout.combine);
+  fill(rs.x_recv.data(), rs.x_recv.bytes());
+  fill(rs.h.data(), rs.h.bytes());
+  fill(rs.y.data(), rs.y.bytes());
+  fill(rs.c0.data(), rs.c0.bytes());
+  fill(rs.combine_send.data(), rs.combine_send.bytes());
+  fill(rs.out.data(), rs.out.bytes());
+}
+
 RankView DeviceLayerCore::view(int rank, char *const *peer_base, Control *control) const {
   RankView v;
   v.rank = rank;
@@ -38,6 +90,7 @@ RankView DeviceLayerCore::view(int rank, char *const *peer_base, Control *contro
   v.topk = config.topk;
   v.timeout_ns = static_cast<long long>(options.timeout_seconds * 1e9);
   v.control = control;
+  v.skip_wait = wait_code(options.debug.skip_wait);
   return v;
 }
 

@@ -32,11 +32,32 @@ struct DeviceLayerCore : moe::Impl::LayerCore {
   /// Checks \p c for a device layer of \p world_size ranks and looks the comet parameters up (backend "cuda").
   DeviceLayerCore(MoeConfig const &c, int world_size, DeviceOptions o, std::string layer_name);
 
-  Timeout timeout() const { return Timeout(static_cast<std::int64_t>(options.timeout_seconds * 1000.0)); }
+  /// The host's waits: the device's timeout plus a margin, so that a device wait reports first.
+  Timeout timeout() const;
   /// What the kernels of rank \p rank see: its peers through \p peer_base, its control words at \p control.
   RankView view(int rank, char *const *peer_base, Control *control) const;
   /// Fills rank_group (every rank's expert group) and its device copy on \p stream.
   void upload_rank_group(cudaStream_t stream);
+
+  /// Throws when an earlier forward stopped on a timeout: the flags and windows of the ranks are then out of step.
+  void require_usable() const;
+  /// check_control() for rank state \p rs whose symmetric allocation is at \p sym_base; a failure also marks the
+  /// layer unusable.
+  void check_device(RankState &rs, char const *sym_base, std::string const &context);
+  /// Runs \p wait (host synchronizations); a TimeoutError marks the layer unusable and is rethrown.
+  template <class F> void host_wait(F &&wait) {
+    try {
+      wait();
+    } catch (TimeoutError const &e) {
+      stopped = e.what();
+      throw;
+    }
+  }
+  /// With DeviceDebug::poison_buffers: fills the buffers rank state \p rs's forward writes (its symmetric send rows
+  /// and combine buffer at \p sym_base too) with NaN on its stream (every byte 0xff: NaN in fp32, fp16 and bf16).
+  void poison(RankState &rs, char *sym_base) const;
+
+  std::string stopped; ///< the error that stopped the layer (empty: usable)
 };
 
 } // namespace tessel::moe::cuda::Impl

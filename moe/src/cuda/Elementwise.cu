@@ -158,10 +158,12 @@ cudaError_t topk_reduce(cudaStream_t stream, RankView const &view, float const *
 }
 
 cudaError_t final_sum(cudaStream_t stream, RankView const &view, std::int32_t const *token_slot,
-                      std::int32_t const *rank_group, std::uint64_t expected, float *out) {
+                      std::int32_t const *rank_group, std::uint64_t expected, int max_blocks, float *out) {
   if (view.m * view.n == 0)
     return cudaSuccess;
-  final_sum_kernel<<<grid_for(view.m * view.n), threads, 0, stream>>>(view, token_slot, rank_group, expected, out);
+  // Grid-stride: every block of a waiting final sum has a thread spinning on the flags (at most max_blocks).
+  unsigned const grid = std::min(grid_for(view.m * view.n), static_cast<unsigned>(std::max(1, max_blocks)));
+  final_sum_kernel<<<grid, threads, 0, stream>>>(view, token_slot, rank_group, expected, out);
   return cudaGetLastError();
 }
 

@@ -14,7 +14,11 @@
 #include <tessel/core/cuda/NcclCommunicator.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace tessel::moe::cuda {
 
@@ -26,6 +30,35 @@ namespace {
 MoeConfig const &consistent(MoeConfig const &config, Communicator const &comm) {
   config.require_consistent(comm);
   return config;
+}
+
+// Every rank checks the path from its GPU to every peer's (peer access, native peer atomics) before the window is
+// created, and every rank stops with the same error when one pair cannot be used.
+void require_peer_links(Communicator const &comm) {
+  constexpr std::size_t id_bytes = 32;
+  int device = 0;
+  TESSEL_CUDA_CHECK(cudaGetDevice(&device));
+  char mine[id_bytes] = {};
+  TESSEL_CUDA_CHECK(cudaDeviceGetPCIBusId(mine, static_cast<int>(id_bytes), device));
+  int const world = comm.size();
+  std::vector<char> ids(id_bytes * static_cast<std::size_t>(world));
+  comm.host_allgather(mine, ids.data(), id_bytes);
+  std::vector<std::string> bus_ids;
+  for (int r = 0; r < world; ++r)
+    bus_ids.emplace_back(ids.data() + id_bytes * static_cast<std::size_t>(r));
+  auto const row = check_peer_links(bus_ids, comm.rank());
+  PeerLinks all;
+  all.world = world;
+  all.links.resize(static_cast<std::size_t>(world * world));
+  comm.host_allgather(row.data(), all.links.data(), row.size() * sizeof(PeerLink));
+  auto const problem = all.problem(bus_ids);
+  TESSEL_REQUIRE(problem.empty(), "tessel::moe::cuda::NcclMoeLayer: ", problem);
+  if (all.unchecked() > 0 && comm.rank() == 0)
+    std::fprintf(stderr,
+                 "tessel::moe::cuda::NcclMoeLayer: %d GPU pairs could not be checked for peer access and native peer "
+                 "atomics (a rank's GPU is not visible to the others: CUDA_VISIBLE_DEVICES); NCCL's load/store team "
+                 "covers every rank, peer atomics are assumed\n",
+                 all.unchecked());
 }
 
 } // namespace
@@ -47,12 +80,27 @@ struct NcclMoeLayer::State : DeviceLayerCore {
     // The all-to-all counts come from the exchanged plans and match by construction; the communicator's per-call
     // count check (a host all-gather) would add a host round trip to every baseline all-to-all.
     comm.set_validation(false);
+    require_peer_links(comm);
     window = std::make_unique<SymmetricWindow>(tessel::cuda::nccl_comm_of(comm), layout.bytes, rs.stream.get());
     // Every rank's flags are zero before any rank can signal into them.
     comm.barrier();
     load_weights(rs, c, me, weights, timeout());
     upload_rank_group(rs.stream.get());
     rs.stream.synchronize(timeout());
+  }
+
+  // Peers read this rank's window (layer0's pulls, the reductions' slot tables) and store into it (combines) until
+  // their own forward ends: the window is torn down only after every rank's device work is done (stream
+  // synchronization, then a barrier). A failed rank or peer cannot be waited for: the window goes anyway.
+  ~State() {
+    try {
+      rs.stream.synchronize(timeout());
+      rs.comm.synchronize(timeout());
+      comm.barrier();
+    } catch (std::exception const &e) {
+      std::fprintf(stderr, "%s on rank %d: tearing the symmetric window down without every rank (%s)\n", name.c_str(),
+                   me, e.what());
+    }
   }
 
   RankView view() const { return DeviceLayerCore::view(me, window->peer_table(), rs.control.data()); }
@@ -129,6 +177,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
 
   void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule) {
     auto const t0 = std::chrono::steady_clock::now();
+    require_usable();
     std::int64_t const m = config.tokens, n = config.hidden;
     TESSEL_REQUIRE(tokens.extent(0) == static_cast<std::size_t>(m) && tokens.extent(1) == static_cast<std::size_t>(n),
                    "NcclMoeLayer::forward: tokens are ", tokens.extent(0), " x ", tokens.extent(1),
@@ -182,6 +231,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
     rs.tokens.copy_from_host(tokens.data(), static_cast<std::size_t>(m * n), s);
     ensure(rs.out, static_cast<std::size_t>(m * n), "Tessel::moe::cuda::out");
     upload_work(rs, config, w, schedule == Schedule::comet);
+    poison(rs, window->local());
     rs.stream.synchronize(timeout());
     stats = DeviceStats{};
     stats.schedule = schedule;
@@ -235,14 +285,22 @@ struct NcclMoeLayer::State : DeviceLayerCore {
       break;
     }
     }
-    TESSEL_CUDA_CHECK(final_sum(s, v, rs.token_slot.data(), rank_group_device.data(), expected, rs.out.data()));
+    TESSEL_CUDA_CHECK(
+        final_sum(s, v, rs.token_slot.data(), rank_group_device.data(), expected, waiting_blocks(1), rs.out.data()));
     stop.record(s);
     rs.out.copy_to_host(out.data(), static_cast<std::size_t>(m * n), s);
-    tessel::cuda::synchronize(comm, rs.comm.get());
-    tessel::cuda::synchronize(comm, s);
-    if (schedule == Schedule::comet)
-      check_control(rs, timeout(), tessel::Impl::concat("NcclMoeLayer::forward (comet) on rank ", me),
-                    options.timeout_seconds);
+    auto const context = tessel::Impl::concat("NcclMoeLayer::forward (", name_of(schedule), ") on rank ", me);
+    if (schedule == Schedule::comet) {
+      // No NCCL operation is in flight: the stream ends when the kernels do, which a failed wait on any rank ends
+      // on every rank (the abort word); the host waits the device's timeout plus a margin.
+      host_wait([&] { rs.stream.synchronize(timeout()); });
+      check_device(rs, window->local(), context);
+    } else {
+      host_wait([&] {
+        tessel::cuda::synchronize(comm, rs.comm.get());
+        tessel::cuda::synchronize(comm, s);
+      });
+    }
     stats.device_ms = Event::elapsed_ms(start, stop);
   }
 };

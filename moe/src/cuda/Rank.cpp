@@ -66,6 +66,7 @@ SymmetricLayout symmetric_layout(MoeConfig const &config) {
   layout.combine = take(world * static_cast<std::size_t>(m * n) * sizeof(float));
   layout.packed_flag = take(world * sizeof(std::uint64_t));
   layout.combine_flag = take(world * sizeof(std::uint64_t));
+  layout.abort = take(sizeof(std::uint64_t));
   layout.bytes = off;
   return layout;
 }
@@ -223,19 +224,32 @@ void pipelined_compute(RankState &rs, MoeConfig const &config, RankWork const &w
   }
 }
 
-CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int sharing) {
-  int device = 0, sms = 0, per_sm0 = 0, per_sm1 = 0;
+namespace {
+
+int multiprocessors() {
+  int device = 0, sms = 0;
   TESSEL_CUDA_CHECK(cudaGetDevice(&device));
   TESSEL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+} // namespace
+
+int waiting_blocks(int sharing) { return std::max(1, waiting_blocks_per_sm * multiprocessors() / sharing); }
+
+CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int sharing) {
+  int const sms = multiprocessors();
+  int per_sm0 = 0, per_sm1 = 0;
   TESSEL_CUDA_CHECK(layer0_occupancy(config.dtype, config.gated, static_cast<int>(config.activation), &per_sm0));
   TESSEL_CUDA_CHECK(layer1_occupancy(config.dtype, &per_sm1));
   TESSEL_REQUIRE(per_sm0 > 0 && per_sm1 > 0, "tessel::moe::cuda: the fused kernels do not fit on this device");
-  // Ranks sharing the device get an equal share of the co-resident blocks. (Correctness does not depend on it:
-  // roles come from tickets; the share only keeps the ranks from serializing.)
+  // Ranks sharing the device get an equal share of the co-resident blocks, and of the communication blocks, which
+  // are tuned for a whole device (COMET's n_c). Correctness does not depend on it: roles come from tickets; the
+  // share only keeps the ranks from serializing.
   CometGrid g;
   g.cap0 = std::max(2, per_sm0 * sms / sharing);
   g.cap1 = std::max(2, per_sm1 * sms / sharing);
-  g.comm_blocks = std::clamp(comet.comm_workers, 1, g.cap1 / 2);
+  g.comm_blocks = std::clamp((comet.comm_workers + sharing - 1) / sharing, 1, g.cap1 / 2);
   return g;
 }
 
@@ -286,19 +300,46 @@ std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWor
   return {grid0, grid1};
 }
 
-void check_control(RankState &rs, Timeout timeout, std::string const &context, double timeout_seconds) {
+namespace {
+
+std::string describe_wait(int code, std::int64_t arg) {
+  switch (code) {
+  case timeout_packed:
+    return tessel::Impl::concat("the packed flag of source rank ", arg);
+  case timeout_message:
+    return tessel::Impl::concat("message ", arg);
+  case timeout_split:
+    return tessel::Impl::concat("the GEMM tiles of column block ", arg);
+  default:
+    return tessel::Impl::concat("the combine stores of rank ", arg);
+  }
+}
+
+} // namespace
+
+void check_control(RankState &rs, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
+                   std::string const &context, double timeout_seconds) {
   Control control;
+  std::uint64_t word = 0;
   rs.control.copy_to_host(&control, 1, rs.stream.get());
+  tessel::cuda::Impl::copy(&word, sym_base + layout.abort, sizeof(word), rs.stream.get());
   rs.stream.synchronize(timeout);
-  if (control.error == no_error)
+  if (word == 0 && control.error == no_error)
     return;
-  char const *what = control.error == timeout_packed    ? "the packed flag of source rank "
-                     : control.error == timeout_message ? "message "
-                     : control.error == timeout_split   ? "the GEMM tiles of column block "
-                                                        : "the combine stores of rank ";
-  throw TimeoutError(tessel::Impl::concat(context, ": a device wait for ", what, control.error_arg, " gave up after ",
-                                          timeout_seconds, " s"),
-                     control.error == timeout_packed || control.error == timeout_combine ? control.error_arg : -1);
+  // The abort word names the first failure to reach this rank, which is the one every rank reports; a local error
+  // without it cannot happen (the failing thread raises its own word first), but is reported as it is.
+  int code = control.error, origin = -1;
+  std::int64_t arg = control.error_arg;
+  if (word != 0) {
+    code = static_cast<int>(word >> abort_code_shift);
+    origin = static_cast<int>((word >> abort_rank_shift) & ((1ull << (abort_code_shift - abort_rank_shift)) - 1));
+    arg = static_cast<std::int32_t>(word & 0xffffffffull);
+  }
+  std::string const failure = tessel::Impl::concat(
+      origin >= 0 ? tessel::Impl::concat("rank ", origin, "'s") : std::string("a"), " device wait for ",
+      describe_wait(code, arg), " gave up after ", timeout_seconds, " s; every rank's kernels stopped");
+  throw TimeoutError(tessel::Impl::concat(context, ": ", failure),
+                     code == timeout_packed || code == timeout_combine ? static_cast<int>(arg) : origin);
 }
 
 } // namespace tessel::moe::cuda::Impl

@@ -99,8 +99,14 @@ CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int shar
 std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view,
                                  CometGrid const &grid, int n_splits, std::uint64_t epoch);
 
-/// Throws TimeoutError when the kernels of the last comet forward left an error in the control word.
-void check_control(RankState &rs, Timeout timeout, std::string const &context, double timeout_seconds);
+/// Final-sum blocks of a rank that shares the device with \p sharing - 1 others (waiting_blocks_per_sm per SM, split).
+int waiting_blocks(int sharing);
+
+/// Throws TimeoutError when a device wait of the last forward gave up, on this rank (its control word) or on any
+/// rank (the abort word in this rank's symmetric allocation at \p sym_base): the message names the rank whose wait
+/// failed and what it waited for, the same on every rank.
+void check_control(RankState &rs, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
+                   std::string const &context, double timeout_seconds);
 
 } // namespace tessel::moe::cuda::Impl
 

@@ -109,6 +109,7 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
   void forward(std::vector<ConstHostMatrix> const &tokens, std::vector<GateInput> const &gates,
                std::vector<HostMatrix> const &out, Schedule schedule) {
     auto const t0 = std::chrono::steady_clock::now();
+    require_usable();
     std::int64_t const m = config.tokens, n = config.hidden;
     TESSEL_REQUIRE(static_cast<int>(tokens.size()) == world && static_cast<int>(gates.size()) == world &&
                        static_cast<int>(out.size()) == world,
@@ -180,6 +181,7 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
         ensure(rs.combine_send, static_cast<std::size_t>(world) * static_cast<std::size_t>(m * n),
                "Tessel::moe::cuda::combine_send");
       upload_work(rs, config, w, schedule == Schedule::comet);
+      poison(rs, rs.sym.data());
       rs.stream.synchronize(timeout());
     }
     stats.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -224,17 +226,18 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
 
   void synchronize_rank(int r, Schedule schedule) {
     auto &rs = ranks[static_cast<std::size_t>(r)];
-    try {
-      rs.stream.synchronize(timeout());
-      rs.comm.synchronize(timeout());
-    } catch (TimeoutError const &e) {
-      throw TimeoutError(tessel::Impl::concat("VirtualRanksLayer::forward (", name_of(schedule), ") on virtual rank ",
-                                              r, ": ", e.what()),
-                         r);
-    }
+    auto const context =
+        tessel::Impl::concat("VirtualRanksLayer::forward (", name_of(schedule), ") on virtual rank ", r);
+    host_wait([&] {
+      try {
+        rs.stream.synchronize(timeout());
+        rs.comm.synchronize(timeout());
+      } catch (TimeoutError const &e) {
+        throw TimeoutError(tessel::Impl::concat(context, ": ", e.what()), r);
+      }
+    });
     if (schedule == Schedule::comet)
-      check_control(rs, timeout(), tessel::Impl::concat("VirtualRanksLayer::forward (comet) on virtual rank ", r),
-                    options.timeout_seconds);
+      check_device(rs, rs.sym.data(), context);
   }
 
   // sequential: dispatch copies of every source -> GEMM0 -> activation -> GEMM1 -> top-k reduce -> combine copies
@@ -291,8 +294,8 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     for (int d = 0; d < world; ++d) {
       auto &rs = ranks[static_cast<std::size_t>(d)];
       wait_all(rs.stream.get(), &RankState::combined);
-      TESSEL_CUDA_CHECK(
-          final_sum(rs.stream.get(), view(d), rs.token_slot.data(), rank_group_device.data(), expected, rs.out.data()));
+      TESSEL_CUDA_CHECK(final_sum(rs.stream.get(), view(d), rs.token_slot.data(), rank_group_device.data(), expected,
+                                  waiting_blocks(world), rs.out.data()));
     }
   }
 

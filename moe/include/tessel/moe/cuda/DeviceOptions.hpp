@@ -23,6 +23,25 @@ namespace tessel::moe::cuda {
 /// \brief True when a CUDA device is visible (never throws).
 bool device_available();
 
+/// \brief A kind of device-side wait of the comet schedule (see DeviceDebug::skip_wait).
+enum class DeviceWait {
+  none,    ///< every wait is kept
+  packed,  ///< layer0's communication blocks on a source's packed flag
+  message, ///< layer0's GEMM blocks on the arrival of a message's rows
+  split,   ///< layer1's communication blocks on the GEMM tiles of a column block
+  combine  ///< the final sum on every rank's combine stores
+};
+
+/// \brief Debug switches of the device layers, for tests: they make a synchronization bug visible.
+struct DeviceDebug {
+  /// Before every forward, fill every buffer the forward writes (dispatch rows, received rows, hidden layer, expert
+  /// outputs, combine buffers, output) with NaN, so that a read before the write it should wait for cannot pass on
+  /// data left by an earlier forward. Outside the timed region (DeviceStats::device_ms).
+  bool poison_buffers = false;
+  /// Tests only: skip every wait of this kind, to prove that the tests fail when a wait is missing.
+  DeviceWait skip_wait = DeviceWait::none;
+};
+
 /// \brief Options of a device layer.
 struct DeviceOptions {
   /// Parameters of the comet schedule; unset: looked up in \p registry under backend "cuda".
@@ -31,8 +50,12 @@ struct DeviceOptions {
   TuningRegistry const *registry = nullptr;
   /// Token chunks of the pipelined schedule.
   int pipeline_chunks = 4;
-  /// Device-side waits and host synchronizations give up after this long (TimeoutError).
+  /// Device-side waits give up after this long; the host's synchronizations after this plus a margin (a quarter,
+  /// at least one second), so that the device's error, which names what was waited for, is the one reported
+  /// (TimeoutError).
   double timeout_seconds = 60.0;
+  /// Debug switches (off by default).
+  DeviceDebug debug;
 };
 
 /// \brief What the last forward did (all virtual ranks).
