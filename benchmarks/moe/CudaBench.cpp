@@ -7,8 +7,10 @@
 // --imbalance as in the host benchmark. Every schedule is timed with CUDA events (device time from the first rank's
 // packing to the last rank's final sum; routing and uploads are on the host and excluded) --iters times in an order
 // rotated every iteration; medians are reported, with the ratios sequential / comet and pipelined / comet. Results
-// are checked: pipelined and comet against sequential (max |diff| / max |sequential|), and rank 0's first tokens
-// against the dense double-precision reference; a point fails when an error exceeds the dtype's bound.
+// are checked after the timing: one forward per schedule, each on tokens of its own and from device buffers filled
+// with NaN (DeviceDebug::poison_buffers, outside the timed region), so that no schedule can pass on what another left
+// behind; the first and the last rank's first tokens against the dense double-precision reference. A point fails
+// when an error exceeds the dtype's bound (a NaN is an infinite error).
 #include "CudaBench.hpp"
 
 #include <tessel/core/Config.hpp>
@@ -83,7 +85,8 @@ CudaOptions parse(tessel::CommandLine &cl) {
                 "  --imbalance STD    routing imbalance (default 0.04)\n"
                 "  --chunks LIST      pipelined chunk counts; the fastest is reported (default 2,4)\n"
                 "  --iters N          timed runs per schedule (default 10), --warmup N (default 2)\n"
-                "  --check-tokens T   rank 0's first T tokens are checked against the dense reference (default 32)\n"
+                "  --check-tokens T   every schedule: the first and last rank's first T tokens against the dense\n"
+                "                     reference, on inputs of its own (default 32)\n"
                 "  --json FILE        write the results as JSON\n"
                 "  --smoke            tiny sizes, two iterations\n");
   }
@@ -104,7 +107,7 @@ struct Point {
   std::string comet_source;
   double seq_ms = 0, pipe_ms = 0, comet_ms = 0;
   int best_chunks = 0;
-  double err_pipe = 0, err_comet = 0, err_ref = 0;
+  double err_seq = 0, err_pipe = 0, err_comet = 0; ///< against the dense reference, each on its own inputs
   int comm_blocks = 0, grid0 = 0, grid1 = 0;
   bool ok = true;
 };
@@ -112,16 +115,6 @@ struct Point {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-double rel_diff(std::vector<HostMatrix> const &a, std::vector<HostMatrix> const &b) {
-  double scale = 0, diff = 0;
-  for (std::size_t r = 0; r < a.size(); ++r)
-    for (std::size_t i = 0; i < a[r].size(); ++i) {
-      scale = std::max(scale, static_cast<double>(std::abs(b[r].data()[i])));
-      diff = std::max(diff, static_cast<double>(std::abs(a[r].data()[i] - b[r].data()[i])));
-    }
-  return scale > 0 ? diff / scale : diff;
 }
 
 Json results_json(CudaOptions const &o, int device, std::vector<Point> const &points) {
@@ -145,9 +138,9 @@ Json results_json(CudaOptions const &o, int device, std::vector<Point> const &po
                     {"comm_blocks", p.comm_blocks},
                     {"grid0", p.grid0},
                     {"grid1", p.grid1},
+                    {"err_sequential", p.err_seq},
                     {"err_pipelined", p.err_pipe},
                     {"err_comet", p.err_comet},
-                    {"err_reference", p.err_ref},
                     {"ok", p.ok}});
   return doc;
 }
@@ -183,13 +176,22 @@ struct RankInputs {
   }
 };
 
+/// Every rank's tokens; \p salt gives each checked forward tokens of its own.
+void fresh_tokens(CudaOptions const &o, MoeConfig const &config, std::uint64_t salt, RankInputs &in) {
+  in.tokens.clear();
+  in.const_tokens.clear();
+  for (int r = 0; r < o.world; ++r) {
+    in.tokens.push_back(make_tokens(config, config.tokens, o.seed + 100 + salt + static_cast<std::uint64_t>(r)));
+    in.const_tokens.push_back(in.tokens.back());
+  }
+}
+
 RankInputs rank_inputs(CudaOptions const &o, ModelInputs const &mi, MoeConfig const &config) {
   RankInputs in;
   auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden);
+  fresh_tokens(o, config, 0, in);
   for (int r = 0; r < o.world; ++r) {
     in.shards.push_back(shard_weights(config, r, mi.dense));
-    in.tokens.push_back(make_tokens(config, config.tokens, o.seed + 100 + static_cast<std::uint64_t>(r)));
-    in.const_tokens.push_back(in.tokens.back());
     in.gates.push_back(mi.gate);
     in.out_seq.emplace_back("Tessel::bench::out_seq", m, n);
     in.out_pipe.emplace_back("Tessel::bench::out_pipe", m, n);
@@ -233,39 +235,49 @@ void time_schedules(CudaOptions const &o, cuda::VirtualRanksLayer &layer, RankIn
   }
 }
 
-/// Checks: the last runs' outputs (pipelined at the last chunk count) against sequential, and rank 0's first
-/// tokens against the dense reference.
-void check_point(CudaOptions const &o, ModelInputs const &mi, cuda::VirtualRanksLayer const &layer,
-                 RankInputs const &in, Point &p) {
+/// The error of rank \p r's first \p t tokens against the dense reference (NaN: infinity).
+double reference_error(ModelInputs const &mi, cuda::VirtualRanksLayer const &layer, RankInputs const &in,
+                       MoeConfig const &config, Schedule s, int r, std::int64_t t) {
   auto const &base = mi.base;
-  p.err_pipe = rel_diff(in.out_pipe, in.out_seq);
-  p.err_comet = rel_diff(in.out_comet, in.out_seq);
-  std::int64_t const t = std::min<std::int64_t>(o.check_tokens, p.config.tokens);
-  if (t > 0) {
-    HostMatrix head("Tessel::bench::head", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
-    HostIndexMatrix chosen("Tessel::bench::chosen", static_cast<std::size_t>(t), static_cast<std::size_t>(base.topk));
-    for (std::int64_t i = 0; i < t; ++i) {
-      for (std::int64_t j = 0; j < base.hidden; ++j)
-        head(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) =
-            in.tokens[0](static_cast<std::size_t>(i), static_cast<std::size_t>(j));
-      for (int k = 0; k < base.topk; ++k)
-        chosen(static_cast<std::size_t>(i), static_cast<std::size_t>(k)) =
-            layer.routing(0).experts(static_cast<std::size_t>(i), static_cast<std::size_t>(k));
+  auto const rank = static_cast<std::size_t>(r);
+  HostMatrix head("Tessel::bench::head", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
+  HostIndexMatrix chosen("Tessel::bench::chosen", static_cast<std::size_t>(t), static_cast<std::size_t>(base.topk));
+  HostMatrix got("Tessel::bench::got", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
+  for (std::size_t i = 0; i < static_cast<std::size_t>(t); ++i) {
+    for (std::size_t j = 0; j < static_cast<std::size_t>(base.hidden); ++j) {
+      head(i, j) = in.tokens[rank](i, j);
+      got(i, j) = in.out(s)[rank](i, j);
     }
-    auto config_t = p.config;
-    config_t.tokens = t;
-    auto const ref = reference_forward(config_t, head, mi.gate, chosen, mi.dense);
-    HostMatrix got("Tessel::bench::got", static_cast<std::size_t>(t), static_cast<std::size_t>(base.hidden));
-    for (std::size_t i = 0; i < got.size(); ++i)
-      got.data()[i] = in.out_comet[0].data()[i];
-    p.err_ref = max_relative_error(got, ref.out);
+    for (std::size_t k = 0; k < static_cast<std::size_t>(base.topk); ++k)
+      chosen(i, k) = layer.routing(r).experts(i, k);
+  }
+  auto config_t = config;
+  config_t.tokens = t;
+  return max_relative_error(got, reference_forward(config_t, head, mi.gate, chosen, mi.dense).out);
+}
+
+/// Checks, after the timing: one forward per schedule on tokens of its own, from NaN-filled device buffers; the
+/// first and the last rank's first tokens against the dense reference.
+void check_point(CudaOptions const &o, ModelInputs const &mi, cuda::VirtualRanksLayer &layer, RankInputs &in,
+                 Point &p) {
+  std::int64_t const t = std::min<std::int64_t>(o.check_tokens, p.config.tokens);
+  layer.set_pipeline_chunks(p.best_chunks);
+  std::uint64_t salt = 0;
+  for (Schedule s : {Schedule::sequential, Schedule::pipelined, Schedule::comet}) {
+    fresh_tokens(o, p.config, 1000 * ++salt, in);
+    layer.forward(in.const_tokens, in.gates, in.out(s), s);
+    double err = 0.0;
+    if (t > 0)
+      for (int r : {0, o.world - 1})
+        err = std::max(err, reference_error(mi, layer, in, p.config, s, r, t));
+    (s == Schedule::sequential ? p.err_seq : s == Schedule::pipelined ? p.err_pipe : p.err_comet) = err;
   }
   double const b = bound(o.dtype);
-  p.ok = p.err_pipe <= b && p.err_comet <= b && p.err_ref <= b;
+  p.ok = p.err_seq <= b && p.err_pipe <= b && p.err_comet <= b;
   std::printf("   sequential %.3f ms | pipelined %.3f ms (chunks %d) | comet %.3f ms (n_c %d, grids %d/%d) | "
-              "seq/comet %.2fx pipe/comet %.2fx | err pipe %.1e comet %.1e ref %.1e (bound %.0e) %s\n",
+              "seq/comet %.2fx pipe/comet %.2fx | error vs reference: seq %.1e pipe %.1e comet %.1e (bound %.0e) %s\n",
               p.seq_ms, p.pipe_ms, p.best_chunks, p.comet_ms, p.comm_blocks, p.grid0, p.grid1, p.seq_ms / p.comet_ms,
-              p.pipe_ms / p.comet_ms, p.err_pipe, p.err_comet, p.err_ref, b, p.ok ? "ok" : "WRONG");
+              p.pipe_ms / p.comet_ms, p.err_seq, p.err_pipe, p.err_comet, b, p.ok ? "ok" : "WRONG");
   std::fflush(stdout);
 }
 
@@ -275,11 +287,12 @@ Point bench_point(CudaOptions const &o, std::string const &model, ModelInputs co
   p.model = model;
   p.config = mi.base;
   p.config.tokens = m;
-  auto const in = rank_inputs(o, mi, p.config);
+  auto in = rank_inputs(o, mi, p.config);
   MoeConfig device_config = p.config;
   device_config.dtype = o.dtype;
   cuda::DeviceOptions options;
   options.pipeline_chunks = o.chunks.front();
+  options.debug.poison_buffers = true; // before the timed region of each forward: the timings do not see it
   cuda::VirtualRanksLayer layer(device_config, in.shards, options);
   p.comet = layer.comet_params();
   p.comet_source = layer.comet_params_source();
@@ -319,12 +332,14 @@ int run_cuda_bench(tessel::CommandLine &cl) {
     }
   }
   std::printf(
-      "\n| model | M | W | dtype | sequential ms | pipelined ms | comet ms | seq/comet | pipe/comet | checked |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n");
+      "\n| model | M | W | dtype | sequential ms | pipelined ms | comet ms | seq/comet | pipe/comet | error seq | "
+      "error pipe | error comet | checked |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto const &p : points)
-    std::printf("| %s | %lld | %d | %s | %.3f | %.3f | %.3f | %.2f | %.2f | %s |\n", p.model.c_str(),
-                static_cast<long long>(p.config.tokens), o.world, name_of(o.dtype), p.seq_ms, p.pipe_ms, p.comet_ms,
-                p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.ok ? "ok" : "WRONG");
+    std::printf("| %s | %lld | %d | %s | %.3f | %.3f | %.3f | %.2f | %.2f | %.1e | %.1e | %.1e | %s |\n",
+                p.model.c_str(), static_cast<long long>(p.config.tokens), o.world, name_of(o.dtype), p.seq_ms,
+                p.pipe_ms, p.comet_ms, p.seq_ms / p.comet_ms, p.pipe_ms / p.comet_ms, p.err_seq, p.err_pipe,
+                p.err_comet, p.ok ? "ok" : "WRONG");
   if (!o.json.empty()) {
     write_json(o.json, results_json(o, device, points));
     std::printf("# results written to %s\n", o.json.c_str());

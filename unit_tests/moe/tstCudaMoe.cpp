@@ -348,7 +348,12 @@ TEST(CudaMoe, errors) {
 TEST(CudaMoe, a_skipped_wait_fails) {
   TESSEL_REQUIRE_DEVICE();
   auto const seed = seed_now();
-  auto const config = small_config(4, 1, 2, DataType::float32);
+  // Messages of 16 rows x 512 columns, three quarters of the rows remote, one block to pull them all: the GEMM
+  // blocks that skip their wait run far ahead of it.
+  auto config = small_config(4, 1, 2, DataType::float32);
+  config.tokens = 512;
+  config.hidden = 512;
+  config.ffn = 256;
   for (auto skip : {mc::DeviceWait::message, mc::DeviceWait::split}) {
     auto p = make_problem(config, seed);
     auto options = test_options();
