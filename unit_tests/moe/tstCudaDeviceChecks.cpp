@@ -1,20 +1,46 @@
-// The multi-GPU path's host-side checks that decide before any device work, on any machine (no GPU needed): the NCCL
-// release check against the library this process loaded (ncclGetVersion), and the verdict on the GPU pairs that
-// every rank gathers before the symmetric window is created.
-#include "cuda/SymmetricWindow.hpp"
+// The device layers' host-side decisions, on any machine (no GPU needed): the report of a failed device wait from
+// the abort word the kernels raise on every rank; with the NCCL device API, the NCCL release check against the
+// library this process loaded (ncclGetVersion) and the verdict on the GPU pairs that every rank gathers before the
+// symmetric window is created.
+#include "cuda/Rank.hpp"
 
+#include <tessel/core/Config.hpp>
 #include <tessel/core/Error.hpp>
 
 #include <gtest/gtest.h>
 
-#include <nccl.h>
-
 #include <string>
 #include <vector>
+
+#if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)
+#include "cuda/SymmetricWindow.hpp"
+
+#include <nccl.h>
+#endif
 
 namespace {
 
 using namespace tessel::moe::cuda::Impl;
+
+// Every rank reads the same word, so every rank throws the same sentence, naming the rank whose wait failed.
+TEST(CudaDeviceChecks, abort_word_report) {
+  int peer = -2;
+  auto const message = device_failure(abort_word(timeout_message, 3, 17), no_error, 0, 2.5, &peer);
+  EXPECT_EQ(message, "rank 3's device wait for message 17 gave up after 2.5 s; every rank's kernels stopped");
+  EXPECT_EQ(peer, 3);
+  EXPECT_EQ(
+      device_failure(abort_word(timeout_packed, 0, 5), timeout_split, 9, 1, &peer),
+      "rank 0's device wait for the packed flag of source rank 5 gave up after 1 s; every rank's kernels stopped");
+  EXPECT_EQ(peer, 5) << "a wait on a peer's flag names that peer";
+  EXPECT_NE(device_failure(abort_word(timeout_split, 1023, 7), no_error, 0, 1)
+                .find("rank 1023's device wait for the "
+                      "GEMM tiles of column block 7"),
+            std::string::npos);
+  EXPECT_NE(device_failure(abort_word(timeout_combine, 2, 0), no_error, 0, 1).find("the combine stores of rank 0"),
+            std::string::npos);
+  EXPECT_EQ(device_failure(0, timeout_split, 4, 1), "a device wait for the GEMM tiles of column block 4 gave up after "
+                                                    "1 s; every rank's kernels stopped");
+}
 
 std::string refusal(int loaded, int compiled) {
   try {
@@ -25,6 +51,7 @@ std::string refusal(int loaded, int compiled) {
   return {};
 }
 
+#if defined(TESSEL_ENABLE_NCCL) && defined(TESSEL_MOE_NCCL_DEVICE_API)
 TEST(CudaDeviceChecks, nccl_release) {
   int loaded = 0;
   ASSERT_EQ(ncclGetVersion(&loaded), ncclSuccess);
@@ -62,5 +89,6 @@ TEST(CudaDeviceChecks, peer_links_verdict) {
   links.links[1 * 3 + 0] = PeerLink::same_device;
   EXPECT_NE(links.problem(bus).find("is the same GPU as rank 0's"), std::string::npos) << links.problem(bus);
 }
+#endif
 
 } // namespace

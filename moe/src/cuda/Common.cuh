@@ -67,9 +67,7 @@ static __device__ __noinline__ void fail_wait(Control *control, char *const *pee
                                               int world, int code, int arg) {
   if (atomicCAS(&control->error, 0, code) == 0)
     atomicExch(&control->error_arg, arg);
-  auto const word = (static_cast<unsigned long long>(code) << abort_code_shift) |
-                    (static_cast<unsigned long long>(rank) << abort_rank_shift) |
-                    static_cast<unsigned long long>(static_cast<std::uint32_t>(arg));
+  unsigned long long const word = abort_word(code, rank, arg);
   for (int p = 0; p < world; ++p)
     atomicCAS_system(reinterpret_cast<unsigned long long *>(peer_base[p] + abort), 0ull, word);
   __threadfence_system();

@@ -39,6 +39,19 @@ enum KernelError : int {
 /// of every rank polls its own copy, which the failing rank raises on all ranks, so all stop with the same error.
 constexpr int abort_code_shift = 56, abort_rank_shift = 32;
 
+#ifdef __CUDACC__
+#define TESSEL_MOE_HOST_DEVICE __host__ __device__
+#else
+#define TESSEL_MOE_HOST_DEVICE
+#endif
+
+/// The abort word of a failed wait of kind \p code on rank \p rank (the one encoding the kernels and the host share).
+constexpr TESSEL_MOE_HOST_DEVICE std::uint64_t abort_word(int code, int rank, int arg) {
+  return (static_cast<std::uint64_t>(code) << abort_code_shift) |
+         (static_cast<std::uint64_t>(rank) << abort_rank_shift) |
+         static_cast<std::uint64_t>(static_cast<std::uint32_t>(arg));
+}
+
 /// Per-forward control words of one rank (zeroed before each forward; never written by peers).
 struct Control {
   int tickets0 = 0, next_message = 0, next_item0 = 0; // layer0

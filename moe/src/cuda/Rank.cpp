@@ -317,6 +317,23 @@ std::string describe_wait(int code, std::int64_t arg) {
 
 } // namespace
 
+std::string device_failure(std::uint64_t word, int error, int error_arg, double timeout_seconds, int *peer) {
+  // The abort word names the first failure to reach this rank, which is the one every rank reports; a local error
+  // without it cannot happen (the failing thread raises its own word too), but is reported as it is.
+  int code = error, origin = -1;
+  std::int64_t arg = error_arg;
+  if (word != 0) {
+    code = static_cast<int>(word >> abort_code_shift);
+    origin = static_cast<int>((word >> abort_rank_shift) & ((1ull << (abort_code_shift - abort_rank_shift)) - 1));
+    arg = static_cast<std::int32_t>(word & 0xffffffffull);
+  }
+  if (peer != nullptr)
+    *peer = code == timeout_packed || code == timeout_combine ? static_cast<int>(arg) : origin;
+  return tessel::Impl::concat(origin >= 0 ? tessel::Impl::concat("rank ", origin, "'s") : std::string("a"),
+                              " device wait for ", describe_wait(code, arg), " gave up after ", timeout_seconds,
+                              " s; every rank's kernels stopped");
+}
+
 void check_control(RankState &rs, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
                    std::string const &context, double timeout_seconds) {
   Control control;
@@ -326,20 +343,9 @@ void check_control(RankState &rs, char const *sym_base, SymmetricLayout const &l
   rs.stream.synchronize(timeout);
   if (word == 0 && control.error == no_error)
     return;
-  // The abort word names the first failure to reach this rank, which is the one every rank reports; a local error
-  // without it cannot happen (the failing thread raises its own word first), but is reported as it is.
-  int code = control.error, origin = -1;
-  std::int64_t arg = control.error_arg;
-  if (word != 0) {
-    code = static_cast<int>(word >> abort_code_shift);
-    origin = static_cast<int>((word >> abort_rank_shift) & ((1ull << (abort_code_shift - abort_rank_shift)) - 1));
-    arg = static_cast<std::int32_t>(word & 0xffffffffull);
-  }
-  std::string const failure = tessel::Impl::concat(
-      origin >= 0 ? tessel::Impl::concat("rank ", origin, "'s") : std::string("a"), " device wait for ",
-      describe_wait(code, arg), " gave up after ", timeout_seconds, " s; every rank's kernels stopped");
-  throw TimeoutError(tessel::Impl::concat(context, ": ", failure),
-                     code == timeout_packed || code == timeout_combine ? static_cast<int>(arg) : origin);
+  int peer = -1;
+  auto const failure = device_failure(word, control.error, control.error_arg, timeout_seconds, &peer);
+  throw TimeoutError(tessel::Impl::concat(context, ": ", failure), peer);
 }
 
 } // namespace tessel::moe::cuda::Impl

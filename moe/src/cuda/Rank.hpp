@@ -102,6 +102,11 @@ std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWor
 /// Final-sum blocks of a rank that shares the device with \p sharing - 1 others (waiting_blocks_per_sm per SM, split).
 int waiting_blocks(int sharing);
 
+/// The sentence every rank reports for a failed device wait: from the abort word \p word when it is set, else from
+/// the rank's own control word (\p error, \p error_arg); \p peer (optional) receives the rank to name in the
+/// TimeoutError.
+std::string device_failure(std::uint64_t word, int error, int error_arg, double timeout_seconds, int *peer = nullptr);
+
 /// Throws TimeoutError when a device wait of the last forward gave up, on this rank (its control word) or on any
 /// rank (the abort word in this rank's symmetric allocation at \p sym_base): the message names the rank whose wait
 /// failed and what it waited for, the same on every rank.
