@@ -104,6 +104,7 @@ def main(out):
         with open(versions) as f:
             for line in f:
                 print(f"- {line.strip()}")
+    counts = []
     print("\n| program | GPU test | result | note |\n|---|---|---|---|")
     tests = test_rows(out)
     for program, name, verdict, note in tests:
@@ -112,24 +113,19 @@ def main(out):
     if not tests:
         failed = True
         print("| - | no GPU test ran | FAIL | |")
-    print("\n| moe point | result | sequential ms | pipelined ms | comet ms | seq/comet | pipe/comet | "
-          "error vs reference (seq / pipe / comet) |\n|---|---|---|---|---|---|---|---|")
-    moe = moe_rows(out)
-    for verdict, what, cells in moe:
-        failed |= verdict != "pass"
-        print(f"| {what} | {verdict} | {cells} |")
-    if not moe:
-        failed = True
-        print("| no moe benchmark ran | FAIL | |")
-    print("\n| gnn graph | result | adaptive ms | cuSPARSE ms | CSR ms | cuSPARSE/adaptive | CSR/adaptive | "
-          "largest error / (abs(A) abs(X)) |\n|---|---|---|---|---|---|---|---|")
-    gnn = gnn_rows(out)
-    for verdict, what, cells in gnn:
-        failed |= verdict != "pass"
-        print(f"| {what} | {verdict} | {cells} |")
-    if not gnn:
-        failed = True
-        print("| no gnn benchmark ran | FAIL | |")
+    for header, rows, none in (
+            ("| moe point | result | sequential ms | pipelined ms | comet ms | seq/comet | pipe/comet | "
+             "error vs reference (seq / pipe / comet) |", moe_rows(out), "no moe benchmark ran"),
+            ("| gnn graph | result | adaptive ms | cuSPARSE ms | CSR ms | cuSPARSE/adaptive | CSR/adaptive | "
+             "largest error / (abs(A) abs(X)) |", gnn_rows(out), "no gnn benchmark ran")):
+        print("\n" + header + "\n" + "|---" * (header.count("|") - 1) + "|")
+        for verdict, what, cells in rows:
+            failed |= verdict != "pass"
+            print(f"| {what} | {verdict} | {cells} |")
+        if not rows:
+            failed = True
+            print(f"| {none} | FAIL | |")
+        counts.append(len(rows))
     phases = os.path.join(out, "phases.txt")
     if os.path.exists(phases):
         with open(phases) as f:
@@ -137,7 +133,7 @@ def main(out):
         for line in timed_out:
             failed = True
             print(f"\ntimed out: {line}")
-    print(f"\n{'FAIL' if failed else 'pass'}: {len(tests)} GPU tests, {len(moe)} moe and {len(gnn)} gnn benchmark rows")
+    print(f"\n{'FAIL' if failed else 'pass'}: {len(tests)} GPU tests, {counts[0]} moe and {counts[1]} gnn benchmark rows")
     return 1 if failed else 0
 
 
