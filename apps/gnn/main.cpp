@@ -47,6 +47,8 @@ char const *usage_text =
     "  --seed S               parameters, dropout and random features\n"
     "  --random-features D    train on D uniform random features when the file has none (timing only)\n"
     "  --no-normalize         keep input features as stored (default: row-normalized)\n"
+    "  --feature-format auto|dense|sparse   how the first layer reads the input features: sparse = per\n"
+    "                         nonzero, when it transforms first; auto (default): sparse when <= 10% are nonzero\n"
     "  --timing on|off        adaptive: time candidates (on) or use the cost model (off)\n"
     "  --partition auto|metis|lp|rcm|none --part-size N\n"
     "  --checkpoint FILE --checkpoint-every N (0, default: at the end only) --resume\n"
@@ -109,6 +111,7 @@ TrainOptions parse_train_options(tessel::CommandLine &a) {
   o.seed = a.get_int<std::uint64_t>("seed", 42, 0, UINT64_MAX);
   o.random_features = a.get_int("random-features", 0, 0, 1 << 16);
   o.normalize_features = !a.flag("no-normalize");
+  o.features = a.get_parsed("feature-format", "auto", parse_feature_format);
   o.checkpoint = a.get("checkpoint", "");
   o.checkpoint_every = a.get_int("checkpoint-every", 0, 0, 1000000);
   o.resume = a.flag("resume");
@@ -124,10 +127,11 @@ void print_train_result(TrainResult const &result) {
   std::printf("finished after %d epochs%s: val accuracy %.4f, test accuracy %.4f\n", result.epochs_run,
               result.early_stopped ? " (early stop)" : "", result.val_acc, result.test_acc);
   double const train_s = std::max(1e-12, result.train_seconds);
-  std::printf("time per epoch %.3f ms: aggregation %.3f ms, rest %.3f ms; setup %.3f s; selection overhead %.3f s "
-              "(%.2f%% of training; %.3f s = %.2f%% net of the tuning applies' share of the aggregation)\n",
-              ms, agg, ms - agg, result.setup_seconds, result.selection_seconds,
-              100 * result.selection_seconds / train_s, result.selection_net_seconds,
+  std::printf("time per epoch %.3f ms: aggregation %.3f ms, rest %.3f ms (input features %s); setup %.3f s; "
+              "selection overhead %.3f s (%.2f%% of training; %.3f s = %.2f%% net of the tuning applies' share of the "
+              "aggregation)\n",
+              ms, agg, ms - agg, result.sparse_features ? "sparse" : "dense", result.setup_seconds,
+              result.selection_seconds, 100 * result.selection_seconds / train_s, result.selection_net_seconds,
               100 * result.selection_net_seconds / train_s);
   for (auto const &p : result.plans)
     std::printf("%s", p.summary().c_str());
@@ -160,6 +164,7 @@ void write_train_json(std::string const &path, std::string const &data_path, Dat
                             {"model", name_of(o.model)},
                             {"kernel", name_of(o.spmm.algorithm)},
                             {"features_random", random},
+                            {"features_sparse", result.sparse_features},
                             {"epochs_run", result.epochs_run},
                             {"early_stopped", result.early_stopped},
                             {"train_accuracy", result.train_acc},

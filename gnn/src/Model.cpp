@@ -3,6 +3,7 @@
 #include <tessel/gnn/Model.hpp>
 
 #include "impl/MatrixRef.hpp"
+#include "impl/SparseFeatures.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -24,20 +25,21 @@ ModelKind parse_model_kind(std::string const &text) {
   TESSEL_THROW("unknown model '", text, "' (expected gcn or gin)");
 }
 
-namespace Impl {
-
-/// Counter-based uniform [0, 1) draws: dropout masks depend only on (seed, epoch, layer, element), so a resumed
-/// run draws exactly the masks the uninterrupted run would have.
-KOKKOS_INLINE_FUNCTION double counter_uniform(std::uint64_t seed, std::uint64_t epoch, std::uint64_t layer,
-                                              std::uint64_t index) {
-  std::uint64_t x =
-      seed ^ (epoch * 0x9e3779b97f4a7c15ULL) ^ (layer * 0xc2b2ae3d27d4eb4fULL) ^ (index * 0x165667b19e3779f9ULL);
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
+char const *name_of(FeatureFormat format) {
+  return format == FeatureFormat::dense ? "dense" : format == FeatureFormat::sparse ? "sparse" : "auto";
 }
+
+FeatureFormat parse_feature_format(std::string const &text) {
+  if (text == "auto")
+    return FeatureFormat::automatic;
+  if (text == "dense")
+    return FeatureFormat::dense;
+  if (text == "sparse")
+    return FeatureFormat::sparse;
+  TESSEL_THROW("unknown feature format '", text, "' (expected auto, dense or sparse)");
+}
+
+namespace Impl {
 
 template <class ExecSpace> struct ModelState {
   using M = typename ExecSpace::memory_space;
@@ -61,6 +63,7 @@ template <class ExecSpace> struct ModelState {
   std::vector<Matrix<M>> s;    // aggregated input (aggregate-first layers) or transformed input
   std::vector<Matrix<M>> grad; // scratch
   std::vector<bool> aggregate_first;
+  std::unique_ptr<SparseFeatures<ExecSpace>> sparse; // the first layer's input by its nonzeros (when chosen)
   int last_epoch = 0;
   bool last_training = false;
   long adam_t = 0;
@@ -94,6 +97,12 @@ template <class ExecSpace> struct ModelState {
 
   static Matrix<M> matrix(char const *label, std::size_t rows, std::size_t cols) {
     return Matrix<M>(label, rows, cols);
+  }
+
+  /// hd[layer]: the dropout of h[layer] for \p epoch.
+  Matrix<M> const &dropped(int layer, int epoch) const {
+    dropout(layer, epoch, h[static_cast<std::size_t>(layer)], hd[static_cast<std::size_t>(layer)]);
+    return hd[static_cast<std::size_t>(layer)];
   }
 
   void dropout(int layer, int epoch, ConstMatrix<M> const &in, Matrix<M> const &out) const {
@@ -138,13 +147,13 @@ template <class ExecSpace> struct ModelState {
     last_training = training;
     for (int l = 0; l < layers(); ++l) {
       auto const ul = static_cast<std::size_t>(l);
-      ConstMatrix<M> input = h[ul];
-      if (use_dropout(training)) {
-        dropout(l, epoch, h[ul], hd[ul]);
-        input = hd[ul];
-      }
       auto &out = h[ul + 1];
-      if (aggregate_first[ul]) {
+      if (l == 0 && sparse) {
+        if (use_dropout(training))
+          sparse->dropout(space, options.dropout, options.seed, epoch);
+        sparse->transform(space, use_dropout(training), ConstMatrix<M>(w[ul]), s[ul]);
+        aggregate(*fwd, s[ul], out);
+      } else if (ConstMatrix<M> input = use_dropout(training) ? dropped(l, epoch) : h[ul]; aggregate_first[ul]) {
         aggregate(*fwd, input, s[ul]);
         tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                      Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(out));
@@ -253,7 +262,11 @@ template <class ExecSpace> struct ModelState {
       }
       ConstMatrix<M> input = use_dropout(last_training) ? hd[ul] : h[ul];
       bool const need_input_grad = l > 0;
-      if (aggregate_first[ul]) {
+      if (l == 0 && sparse) {
+        // out = A (X W): dt = A^T dz, dW = X^T dt (the input needs no gradient).
+        aggregate(backward_handle(), dz, s[ul]);
+        sparse->weight_gradient(space, use_dropout(last_training), ConstMatrix<M>(s[ul]), dw[ul]);
+      } else if (aggregate_first[ul]) {
         // out = (A in) W: dW = s^T dz, ds = dz W^T, din = A^T ds.
         tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                      Impl::matrix_ref(ConstMatrix<M>(dz)), 0.0f, Impl::matrix_ref(dw[ul]));
@@ -449,8 +462,17 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
     s.aggregate_first.push_back(in <= out);
     s.s.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::aggregated"), un, in <= out ? in : out));
   }
+  // The first layer reads the features by their nonzeros when they are sparse and it transforms first (aggregating
+  // first would make them dense before the GEMM).
+  if (options.features != FeatureFormat::dense && !s.aggregate_first[0]) {
+    auto const nonzero = static_cast<double>(Impl::count_nonzero(space, ConstMatrix<M>(s.x))) /
+                         std::max(1.0, static_cast<double>(s.x.size()));
+    if (options.features == FeatureFormat::sparse || nonzero <= sparse_feature_density)
+      s.sparse = std::make_unique<Impl::SparseFeatures<ExecSpace>>(space, ConstMatrix<M>(s.x));
+  }
   s.h.push_back(s.x);
-  s.hd.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::dropped"), un, s.x.extent(1)));
+  s.hd.push_back(
+      Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::dropped"), s.sparse ? 0 : un, s.sparse ? 0 : s.x.extent(1)));
   s.grad.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::grad"), un, s.x.extent(1)));
   for (int l = 0; l < s.layers(); ++l) {
     auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
@@ -567,6 +589,7 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   auto const &o = s.options;
   TrainResult result;
   result.setup_seconds = s.setup_seconds;
+  result.sparse_features = s.sparse != nullptr;
   std::vector<EpochRecord> history;
   if (o.resume && !o.checkpoint.empty() && std::ifstream(o.checkpoint).good())
     history = load_checkpoint(o.checkpoint);

@@ -157,6 +157,7 @@ def case_options():
         (MOE + ["--bandwidth", "100", "--comm-share", "0.3"], "give one of them"),
         (GNN_TRAIN + ["--resume"], "need --checkpoint"),
         (GNN_TRAIN + ["--kernel", "nosuch"], "option --kernel"),
+        (GNN_TRAIN + ["--feature-format", "nosuch"], "option --feature-format"),
         (SIM + ["--repair-rounds", "3"], "needs --node-mtbf"),
         (SIM + ["--checkpoint", "600"], "needs --node-mtbf or --job-mtbf"),
         (SIM[:-1] + ["nosuch"], "option --policy"),

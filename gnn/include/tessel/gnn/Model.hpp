@@ -21,6 +21,18 @@ enum class ModelKind { gcn, gin };
 char const *name_of(ModelKind kind);
 ModelKind parse_model_kind(std::string const &text);
 
+/// \brief How the first layer reads the input features.
+enum class FeatureFormat {
+  automatic, ///< sparse when at most sparse_feature_density of them are nonzero and the first layer transforms first
+  dense,     ///< as an n x F matrix (GEMM; dropout draws a mask per element)
+  sparse     ///< by their nonzeros (transform, weight gradient and dropout per nonzero), when the first layer
+             ///< transforms before it aggregates (otherwise dense)
+};
+char const *name_of(FeatureFormat format);
+FeatureFormat parse_feature_format(std::string const &text);
+/// The largest fraction of nonzero input features FeatureFormat::automatic reads as sparse.
+constexpr double sparse_feature_density = 0.1;
+
 /// \brief One epoch of training.
 struct EpochRecord {
   int epoch = 0;
@@ -43,6 +55,7 @@ struct TrainOptions {
   double gin_eps = 0.0;           ///< GIN aggregation A + (1 + eps) I
   int random_features = 0;        ///< width of uniform random features when the data set has none
   SpmmOptions spmm;               ///< aggregation algorithm (adaptive by default)
+  FeatureFormat features = FeatureFormat::automatic; ///< how the first layer reads the input features
   std::uint64_t seed = 42;
   std::string checkpoint;   ///< HDF5 checkpoint path ("" = none)
   int checkpoint_every = 0; ///< epochs between checkpoints (0: only at the end when checkpoint is set)
@@ -61,6 +74,7 @@ struct TrainResult {
   double train_seconds = 0;                        ///< sum of epoch times
   double aggregation_seconds = 0;                  ///< sum of aggregation times
   double setup_seconds = 0;                        ///< model construction (normalization, partition, handles)
+  bool sparse_features = false;                    ///< the first layer read the features by their nonzeros
   double selection_seconds = 0;                    ///< AdaptGear selection: partition/decomposition plus tuning applies
   /// selection_seconds less the work the tuning applies did for training (each returns the aggregation an epoch
   /// needs): their count times the frozen plan's time per apply (SpmmPlan::apply_seconds).
