@@ -128,40 +128,30 @@ template <class ExecSpace> struct SparseFeatures {
 
   /// out = X W (X with or without its dropout): rows in parallel, each summed over its nonzeros in column order.
   void transform(ExecSpace const &space, bool with_dropout, ConstMatrix<M> const &w, Matrix<M> const &out) const {
-    auto const rp = row_ptr;
-    auto const c = col;
-    auto const v = with_dropout ? dropped : val;
-    auto const width = static_cast<std::int64_t>(w.extent(1));
-    Kokkos::parallel_for(
-        "Tessel::gnn::sparse_transform", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
-          for (std::int64_t q = 0; q < width; ++q)
-            out(i, q) = 0.0f;
-          for (auto k = rp(i); k < rp(i + 1); ++k) {
-            float const x = v(k);
-            auto const j = c(k);
-            for (std::int64_t q = 0; q < width; ++q)
-              out(i, q) += x * w(j, q);
-          }
-        });
+    gather_sum(space, "Tessel::gnn::sparse_transform", row_ptr, col, with_dropout ? dropped : val, w, out);
   }
 
   /// dw = X^T dt (X with or without its dropout): feature rows of dw in parallel, each summed over its column's
   /// nonzeros in row order.
   void weight_gradient(ExecSpace const &space, bool with_dropout, ConstMatrix<M> const &dt, Matrix<M> const &dw) const {
-    auto const cp = col_ptr;
-    auto const r = row;
-    auto const v = with_dropout ? dropped_t : val_t;
-    auto const width = static_cast<std::int64_t>(dt.extent(1));
+    gather_sum(space, "Tessel::gnn::sparse_weight_gradient", col_ptr, row, with_dropout ? dropped_t : val_t, dt, dw);
+  }
+
+  /// out(i, :) = sum over k in [ptr(i), ptr(i + 1)) of v(k) b(index(k), :), in k order, one work item per row i.
+  static void gather_sum(ExecSpace const &space, char const *label, Array<std::int64_t> const &ptr,
+                         Array<std::int32_t> const &index, Array<float> const &v, ConstMatrix<M> const &b,
+                         Matrix<M> const &out) {
+    auto const width = static_cast<std::int64_t>(b.extent(1));
     Kokkos::parallel_for(
-        "Tessel::gnn::sparse_weight_gradient", Kokkos::RangePolicy<ExecSpace>(space, 0, cols),
-        KOKKOS_LAMBDA(std::int64_t j) {
+        label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(out.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t i) {
           for (std::int64_t q = 0; q < width; ++q)
-            dw(j, q) = 0.0f;
-          for (auto k = cp(j); k < cp(j + 1); ++k) {
+            out(i, q) = 0.0f;
+          for (auto k = ptr(i); k < ptr(i + 1); ++k) {
             float const x = v(k);
-            auto const i = r(k);
+            auto const j = index(k);
             for (std::int64_t q = 0; q < width; ++q)
-              dw(j, q) += x * dt(i, q);
+              out(i, q) += x * b(j, q);
           }
         });
   }
