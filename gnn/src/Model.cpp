@@ -465,10 +465,10 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   // The first layer reads the features by their nonzeros when they are sparse and it transforms first (aggregating
   // first would make them dense before the GEMM).
   if (options.features != FeatureFormat::dense && !s.aggregate_first[0]) {
-    auto const nonzero = static_cast<double>(Impl::count_nonzero(space, ConstMatrix<M>(s.x))) /
-                         std::max(1.0, static_cast<double>(s.x.size()));
-    if (options.features == FeatureFormat::sparse || nonzero <= sparse_feature_density)
-      s.sparse = std::make_unique<Impl::SparseFeatures<ExecSpace>>(space, ConstMatrix<M>(s.x));
+    auto const csr = Impl::nonzeros(ConstMatrix<M>(s.x));
+    if (options.features == FeatureFormat::sparse ||
+        static_cast<double>(csr.nnz()) <= sparse_feature_density * static_cast<double>(s.x.size()))
+      s.sparse = std::make_unique<Impl::SparseFeatures<ExecSpace>>(space, csr);
   }
   s.h.push_back(s.x);
   s.hd.push_back(

@@ -3,9 +3,9 @@
 
 // The input features by their nonzeros, for a first layer that transforms before it aggregates: bag-of-words and
 // TF-IDF features (Cora 1.3%, CiteSeer 0.9% nonzero) make the dense first layer spend its epoch on zeros (the dropout
-// drew a mask for every element, and the GEMM packed the whole n x F matrix). Rows (CSR) serve the transform
-// X W and the dropout, columns (CSC) the weight gradient X^T dT: each output row is owned by one work item and
-// summed in a fixed order, so the results are the same on every backend and thread count. The dropout keeps exactly
+// drew a mask for every element, and the GEMM packed the whole n x F matrix). X as a CSR Graph serves the transform
+// X W, its transpose (transpose(), rows sorted) the weight gradient X^T dT: each output row is owned by one work item
+// and summed in a fixed order, so the results are the same on every backend and thread count. The dropout keeps exactly
 // the dense path's mask (same counter per element), so the two paths train the same model up to the order of
 // floating-point sums.
 #include <tessel/gnn/Graph.hpp>
@@ -13,7 +13,6 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace tessel::gnn::Impl {
@@ -31,127 +30,90 @@ KOKKOS_INLINE_FUNCTION double counter_uniform(std::uint64_t seed, std::uint64_t 
   return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/// Nonzero elements of \p x.
-template <class ExecSpace>
-std::int64_t count_nonzero(ExecSpace const &space, ConstMatrix<typename ExecSpace::memory_space> const &x) {
-  std::int64_t count = 0;
-  auto const cols = static_cast<std::int64_t>(x.extent(1));
-  Kokkos::parallel_reduce(
-      "Tessel::gnn::count_nonzero", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(x.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t & sum) {
-        for (std::int64_t j = 0; j < cols; ++j)
-          sum += x(i, j) != 0.0f;
-      },
-      count);
-  return count;
+/// The nonzeros of \p x as a host CSR matrix (rows and columns of \p x, columns sorted in each row).
+template <class M> Graph<std::int32_t> nonzeros(ConstMatrix<M> const &x) {
+  auto const hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+  std::vector<offset_type> row_map{0};
+  std::vector<std::int32_t> entries;
+  std::vector<float> values;
+  for (std::size_t i = 0; i < hx.extent(0); ++i) {
+    for (std::size_t j = 0; j < hx.extent(1); ++j)
+      if (hx(i, j) != 0.0f) {
+        entries.push_back(static_cast<std::int32_t>(j));
+        values.push_back(hx(i, j));
+      }
+    row_map.push_back(static_cast<offset_type>(entries.size()));
+  }
+  return make_graph("features", static_cast<std::int32_t>(hx.extent(0)), static_cast<std::int32_t>(hx.extent(1)),
+                    row_map, entries, values);
 }
 
 template <class ExecSpace> struct SparseFeatures {
   using M = typename ExecSpace::memory_space;
-  template <class T> using Array = Kokkos::View<T *, M>;
 
-  std::int64_t rows = 0, cols = 0, nnz = 0;
-  Array<std::int64_t> row_ptr, col_ptr;
-  Array<std::int32_t> col, row; // CSR column of entry k; CSC row of entry k
-  Array<float> val, val_t;      // as given (CSR, CSC)
-  Array<float> dropped, dropped_t;
-  Array<std::int64_t> csr_of_csc; // CSC entry k is CSR entry csr_of_csc(k)
+  Graph<std::int32_t, M> x, xt;                // X by rows (CSR) and by columns (X^T's CSR)
+  Kokkos::View<float *, M> dropped, dropped_t; // the dropout's values, in x's and xt's entry order
 
-  /// The nonzeros of \p x (rows in the model's order).
-  SparseFeatures(ExecSpace const &space, ConstMatrix<M> const &x) : rows(x.extent(0)), cols(x.extent(1)) {
-    auto const hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
-    std::vector<std::int64_t> rp(static_cast<std::size_t>(rows) + 1, 0), cp(static_cast<std::size_t>(cols) + 1, 0);
-    std::vector<std::int32_t> c, r;
-    std::vector<float> v;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      for (std::int64_t j = 0; j < cols; ++j)
-        if (hx(i, j) != 0.0f) {
-          c.push_back(static_cast<std::int32_t>(j));
-          v.push_back(hx(i, j));
-          ++cp[static_cast<std::size_t>(j) + 1];
-        }
-      rp[static_cast<std::size_t>(i) + 1] = static_cast<std::int64_t>(c.size());
-    }
-    nnz = static_cast<std::int64_t>(c.size());
-    for (std::size_t j = 0; j < static_cast<std::size_t>(cols); ++j)
-      cp[j + 1] += cp[j];
-    std::vector<std::int64_t> next(cp.begin(), cp.end() - 1), map(c.size());
-    r.resize(c.size());
-    std::vector<float> vt(c.size());
-    for (std::int64_t i = 0; i < rows; ++i) // rows ascending: each column's entries by row
-      for (auto k = rp[static_cast<std::size_t>(i)]; k < rp[static_cast<std::size_t>(i) + 1]; ++k) {
-        auto const at = static_cast<std::size_t>(next[static_cast<std::size_t>(c[static_cast<std::size_t>(k)])]++);
-        r[at] = static_cast<std::int32_t>(i);
-        vt[at] = v[static_cast<std::size_t>(k)];
-        map[at] = k;
-      }
-    row_ptr = upload(space, "Tessel::gnn::features_row_ptr", rp);
-    col_ptr = upload(space, "Tessel::gnn::features_col_ptr", cp);
-    col = upload(space, "Tessel::gnn::features_col", c);
-    row = upload(space, "Tessel::gnn::features_row", r);
-    val = upload(space, "Tessel::gnn::features_val", v);
-    val_t = upload(space, "Tessel::gnn::features_val_t", vt);
-    csr_of_csc = upload(space, "Tessel::gnn::features_csr_of_csc", map);
-    dropped = Array<float>(Kokkos::view_alloc(space, "Tessel::gnn::features_dropped"), c.size());
-    dropped_t = Array<float>(Kokkos::view_alloc(space, "Tessel::gnn::features_dropped_t"), c.size());
-  }
+  /// \p csr: nonzeros() of the features (rows in the model's order).
+  SparseFeatures(ExecSpace const &space, Graph<std::int32_t> const &csr)
+      : x(csr.to(space)), xt(transpose(csr).to(space)),
+        dropped(Kokkos::view_alloc(space, "Tessel::gnn::features_dropped"), static_cast<std::size_t>(csr.nnz())),
+        dropped_t(Kokkos::view_alloc(space, "Tessel::gnn::features_dropped_t"), static_cast<std::size_t>(csr.nnz())) {}
 
-  template <class T> static Array<T> upload(ExecSpace const &space, char const *label, std::vector<T> const &host) {
-    Array<T> a(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, std::string(label)), host.size());
-    Kokkos::deep_copy(space, a, Kokkos::View<T const *, Kokkos::HostSpace>(host.data(), host.size()));
-    space.fence(); // the host vector dies with the caller's frame
-    return a;
-  }
-
-  /// The dense path's dropout of layer 0 on the nonzeros (a dropped zero stays zero): dropped, dropped_t.
+  /// The dense path's dropout of layer 0 on the nonzeros (a dropped zero stays zero), for both entry orders: the
+  /// mask of element (i, j) is the dense path's draw for i * cols + j.
   void dropout(ExecSpace const &space, double p, std::uint64_t seed, int epoch) const {
-    float const scale = static_cast<float>(1.0 / (1.0 - p));
-    auto const rp = row_ptr;
-    auto const c = col;
-    auto const v = val;
-    auto const d = dropped;
-    auto const n_cols = cols;
-    Kokkos::parallel_for(
-        "Tessel::gnn::sparse_dropout", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
-          for (auto k = rp(i); k < rp(i + 1); ++k) {
-            bool const keep = counter_uniform(seed, static_cast<std::uint64_t>(epoch), 0,
-                                              static_cast<std::uint64_t>(i * n_cols + c(k))) >= p;
-            d(k) = keep ? v(k) * scale : 0.0f;
-          }
-        });
-    auto const map = csr_of_csc;
-    auto const dt = dropped_t;
-    Kokkos::parallel_for(
-        "Tessel::gnn::sparse_dropout_t", Kokkos::RangePolicy<ExecSpace>(space, 0, nnz),
-        KOKKOS_LAMBDA(std::int64_t k) { dt(k) = d(map(k)); });
+    drop(space, "Tessel::gnn::sparse_dropout", x, false, p, seed, epoch, dropped);
+    drop(space, "Tessel::gnn::sparse_dropout_t", xt, true, p, seed, epoch, dropped_t);
   }
 
   /// out = X W (X with or without its dropout): rows in parallel, each summed over its nonzeros in column order.
   void transform(ExecSpace const &space, bool with_dropout, ConstMatrix<M> const &w, Matrix<M> const &out) const {
-    gather_sum(space, "Tessel::gnn::sparse_transform", row_ptr, col, with_dropout ? dropped : val, w, out);
+    gather_sum(space, "Tessel::gnn::sparse_transform", x, with_dropout ? dropped : x.values(), w, out);
   }
 
   /// dw = X^T dt (X with or without its dropout): feature rows of dw in parallel, each summed over its column's
   /// nonzeros in row order.
   void weight_gradient(ExecSpace const &space, bool with_dropout, ConstMatrix<M> const &dt, Matrix<M> const &dw) const {
-    gather_sum(space, "Tessel::gnn::sparse_weight_gradient", col_ptr, row, with_dropout ? dropped_t : val_t, dt, dw);
+    gather_sum(space, "Tessel::gnn::sparse_weight_gradient", xt, with_dropout ? dropped_t : xt.values(), dt, dw);
   }
 
-  /// out(i, :) = sum over k in [ptr(i), ptr(i + 1)) of v(k) b(index(k), :), in k order, one work item per row i.
-  static void gather_sum(ExecSpace const &space, char const *label, Array<std::int64_t> const &ptr,
-                         Array<std::int32_t> const &index, Array<float> const &v, ConstMatrix<M> const &b,
-                         Matrix<M> const &out) {
+  /// d(k) = a's value k, or 0 where the dropout of layer 0 drops its element (transposed: \p a is X^T).
+  static void drop(ExecSpace const &space, char const *label, Graph<std::int32_t, M> const &a, bool transposed,
+                   double p, std::uint64_t seed, int epoch, Kokkos::View<float *, M> const &d) {
+    float const scale = static_cast<float>(1.0 / (1.0 - p));
+    auto const ptr = a.row_map();
+    auto const index = a.entries();
+    auto const v = a.values();
+    auto const cols = static_cast<std::uint64_t>(transposed ? a.num_rows() : a.num_cols());
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(a.num_rows())),
+        KOKKOS_LAMBDA(std::int64_t r) {
+          for (auto k = ptr(r); k < ptr(r + 1); ++k) {
+            auto const i = static_cast<std::uint64_t>(transposed ? index(k) : r);
+            auto const j = static_cast<std::uint64_t>(transposed ? r : index(k));
+            bool const keep = counter_uniform(seed, static_cast<std::uint64_t>(epoch), 0, i * cols + j) >= p;
+            d(k) = keep ? v(k) * scale : 0.0f;
+          }
+        });
+  }
+
+  /// out(r, :) = sum over a's entries k of row r of v(k) b(column of k, :), in entry order, one work item per row.
+  static void gather_sum(ExecSpace const &space, char const *label, Graph<std::int32_t, M> const &a,
+                         Kokkos::View<float *, M> const &v, ConstMatrix<M> const &b, Matrix<M> const &out) {
+    auto const ptr = a.row_map();
+    auto const index = a.entries();
     auto const width = static_cast<std::int64_t>(b.extent(1));
     Kokkos::parallel_for(
         label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(out.extent(0))),
-        KOKKOS_LAMBDA(std::int64_t i) {
+        KOKKOS_LAMBDA(std::int64_t r) {
           for (std::int64_t q = 0; q < width; ++q)
-            out(i, q) = 0.0f;
-          for (auto k = ptr(i); k < ptr(i + 1); ++k) {
+            out(r, q) = 0.0f;
+          for (auto k = ptr(r); k < ptr(r + 1); ++k) {
             float const x = v(k);
             auto const j = index(k);
             for (std::int64_t q = 0; q < width; ++q)
-              out(i, q) += x * b(j, q);
+              out(r, q) += x * b(j, q);
           }
         });
   }

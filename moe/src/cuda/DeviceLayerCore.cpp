@@ -32,24 +32,12 @@ Timeout DeviceLayerCore::timeout() const {
   return Timeout(static_cast<std::int64_t>(host * 1000.0));
 }
 
-namespace {
-
-int wait_code(DeviceWait wait) {
-  switch (wait) {
-  case DeviceWait::packed:
-    return timeout_packed;
-  case DeviceWait::message:
-    return timeout_message;
-  case DeviceWait::split:
-    return timeout_split;
-  case DeviceWait::combine:
-    return timeout_combine;
-  default:
-    return no_error;
-  }
-}
-
-} // namespace
+// A skipped wait is named by the error code its timeout would leave (RankView::skip_wait).
+static_assert(static_cast<int>(DeviceWait::none) == no_error &&
+              static_cast<int>(DeviceWait::packed) == timeout_packed &&
+              static_cast<int>(DeviceWait::message) == timeout_message &&
+              static_cast<int>(DeviceWait::split) == timeout_split &&
+              static_cast<int>(DeviceWait::combine) == timeout_combine);
 
 void DeviceLayerCore::require_usable() const {
   TESSEL_REQUIRE(stopped.empty(), name, ": the layer stopped on an earlier error (", stopped,
@@ -90,7 +78,7 @@ RankView DeviceLayerCore::view(int rank, char *const *peer_base, Control *contro
   v.topk = config.topk;
   v.timeout_ns = static_cast<long long>(options.timeout_seconds * 1e9);
   v.control = control;
-  v.skip_wait = wait_code(options.debug.skip_wait);
+  v.skip_wait = static_cast<int>(options.debug.skip_wait);
   return v;
 }
 

@@ -25,11 +25,11 @@ bool device_available();
 
 /// \brief A kind of device-side wait of the comet schedule (see DeviceDebug::skip_wait).
 enum class DeviceWait {
-  none,    ///< every wait is kept
-  packed,  ///< layer0's communication blocks on a source's packed flag (VirtualRanksLayer: stream order holds too)
-  message, ///< layer0's GEMM blocks on the arrival of a message's rows
-  split,   ///< layer1's communication blocks on the GEMM tiles of a column block
-  combine  ///< the final sum on every rank's combine stores (VirtualRanksLayer: events order it too)
+  none = 0,    ///< every wait is kept
+  packed = 1,  ///< layer0's communication blocks on a source's packed flag (VirtualRanksLayer: stream order holds too)
+  message = 2, ///< layer0's GEMM blocks on the arrival of a message's rows
+  split = 3,   ///< layer1's communication blocks on the GEMM tiles of a column block
+  combine = 4  ///< the final sum on every rank's combine stores (VirtualRanksLayer: events order it too)
 };
 
 /// \brief Debug switches of the device layers, for tests: they make a synchronization bug visible.
