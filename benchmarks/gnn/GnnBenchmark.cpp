@@ -106,9 +106,11 @@ public:
     double const flops = 2.0 * static_cast<double>(_op.nnz()) * _f;
     double const bytes = compulsory_bytes(_op, _f);
     _roofline = roofline_seconds(_limits, bytes, flops);
-    std::printf("\nF = %d (roofline %.4f ms: %.1f MB at the triad bandwidth)\n  %-22s %10s %9s %9s %10s %12s  %s\n", _f,
-                1e3 * _roofline, bytes * 1e-6, "kernel", "median ms", "GFLOP/s", "roofline", "setup s", "max rel err",
-                "note");
+    double const no_reuse = no_reuse_seconds(_limits, _op, _f);
+    std::printf("\nF = %d (roofline %.4f ms: %.1f MB at the triad bandwidth; no-reuse time %.4f ms)\n  %-22s %10s %9s "
+                "%9s %10s %12s  %s\n",
+                _f, 1e3 * _roofline, bytes * 1e-6, 1e3 * no_reuse, "kernel", "median ms", "GFLOP/s", "roofline",
+                "setup s", "max rel err", "note");
     add_kernels();
     time_rounds();
     std::map<std::string, double> ms;
@@ -117,6 +119,8 @@ public:
     std::fflush(stdout);
     auto record = report_width(_f, flops, ms, nullptr, _notes, {}, std::move(plan));
     record["roofline_ms"] = 1e3 * _roofline;
+    record["compulsory_bytes"] = bytes;
+    record["no_reuse_ms"] = 1e3 * no_reuse;
     tessel::Json fraction = tessel::Json::object();
     for (auto const &[k, v] : ms)
       if (k != "permute_in_out")
@@ -292,10 +296,14 @@ int bench_host(HostBenchConfig const &c) {
   std::string const blas_threads = blas_env ? blas_env : "unset";
   std::printf("tessel-gnn-bench: '%s' (%zu nodes, %lld entries, operator %s), OPENBLAS_NUM_THREADS=%s, reps %d\n",
               data.name.c_str(), n, static_cast<long long>(op.nnz()), c.op_name.c_str(), blas_threads.c_str(), c.reps);
-  auto const limits = measure_host_limits(space);
+  auto const limits = measure_host_limits(space, c.widths);
   std::printf("machine: triad %.1f GB/s, fp32 FMA %.1f GFLOP/s (%d threads); roofline = max(bytes of A, X and Y once "
               "/ triad, flops / FMA peak)\n",
               limits.triad_gbs, limits.fma_gflops, limits.threads);
+  std::printf("machine: random row gather");
+  for (auto const &[f, g] : limits.gather_gbs)
+    std::printf(" %.1f GB/s (F = %d)", g, f);
+  std::printf("; no-reuse time = every entry's row of X gathered from memory at that rate\n");
   bool wrong = false;
   auto results = tessel::Json::array();
   for (int f : c.widths)

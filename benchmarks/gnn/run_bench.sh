@@ -4,6 +4,9 @@
 #
 #   benchmarks/gnn/run_bench.sh [BUILD_DIR] [OUT_DIR]      (data from TESSEL_DATA_DIR, default ../shared/datasets)
 # Several runs into several OUT_DIRs combine with benchmarks/gnn/bench_table.py --runs DIR1 DIR2 ... (medians).
+# PEERS=1 also times the peers (scipy.sparse, torch.sparse.mm, PyTorch Geometric; benchmarks/gnn/peers/) on each
+# graph right after Tessel, one thread each, creating their virtual environment under BUILD_DIR on first use.
+# The summary table then has their columns, and OUT_DIR/roofline.png the roofline plot.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build/default}
@@ -19,9 +22,17 @@ py=/usr/bin/python3
 
 source "$root/benchmarks/gnn/graphs.sh"
 
+venv=$build/peers-venv
+if [[ ${PEERS:-0} == 1 && ! -x $venv/bin/python ]]; then
+  "$root/benchmarks/gnn/peers/setup-venv.sh" "$venv"
+fi
 for g in "${graphs[@]}"; do
   base=$(basename "$g" .h5)
   echo "== $base =="
   "$bench" --data "$g" --features "$features" --reps "$reps" --json "$out/bench-$base.json" | tee "$out/bench-$base.log"
+  if [[ ${PEERS:-0} == 1 ]]; then
+    "$venv/bin/python" "$root/benchmarks/gnn/peers/peers.py" spmm --data "$g" --features "$features" --reps "$reps" \
+      --threads 1 --json "$out/peers-$base.json"
+  fi
 done
-$py "$root/benchmarks/gnn/bench_table.py" "$out"/bench-*.json
+$py "$root/benchmarks/gnn/bench_table.py" --plot "$out/roofline.png" "$out"/bench-*.json
