@@ -2,6 +2,7 @@
 #include <tessel/gnn/Reorder.hpp>
 
 #include "impl/HostCsr.hpp"
+#include "impl/KwayParts.hpp"
 
 #ifdef TESSEL_GNN_HAVE_METIS
 #include <metis.h>
@@ -353,33 +354,9 @@ Partition partition(Graph<Index> const &g, std::int64_t part_size, PartitionMeth
     break;
   }
   case PartitionMethod::metis: {
-#ifdef TESSEL_GNN_HAVE_METIS
-    idx_t const nparts = static_cast<idx_t>(std::max<std::int64_t>(1, (n + part_size - 1) / part_size));
-    std::vector<std::int64_t> label(static_cast<std::size_t>(n), 0);
-    if (nparts > 1) {
-      auto const adj = undirected(g);
-      TESSEL_REQUIRE(n < std::numeric_limits<idx_t>::max() &&
-                         adj.neighbours.size() < static_cast<std::size_t>(std::numeric_limits<idx_t>::max()),
-                     "partition: graph '", g.name(), "' is too large for METIS' ", sizeof(idx_t) * 8, "-bit indices");
-      std::vector<idx_t> xadj(adj.offsets.begin(), adj.offsets.end());
-      std::vector<idx_t> adjncy(adj.neighbours.begin(), adj.neighbours.end());
-      std::vector<idx_t> part(static_cast<std::size_t>(n));
-      idx_t nvtxs = static_cast<idx_t>(n), ncon = 1, nparts_io = nparts, objval = 0;
-      idx_t options[METIS_NOPTIONS];
-      METIS_SetDefaultOptions(options);
-      options[METIS_OPTION_SEED] = static_cast<idx_t>(seed % 1000003);
-      options[METIS_OPTION_NUMBERING] = 0;
-      int const rc = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), nullptr, nullptr, nullptr,
-                                         &nparts_io, nullptr, nullptr, options, &objval, part.data());
-      TESSEL_REQUIRE(rc == METIS_OK, "partition: METIS_PartGraphKway failed on graph '", g.name(), "' with code ", rc);
-      label.assign(part.begin(), part.end());
-    }
-    p = parts_from_labels(label, identity, part_size, max_part_size);
+    std::int64_t const nparts = std::max<std::int64_t>(1, (n + part_size - 1) / part_size);
+    p = parts_from_labels(Impl::kway_parts(g, nparts, {}, seed), identity, part_size, max_part_size);
     break;
-#else
-    TESSEL_THROW("partition: this Tessel was built without METIS (Tessel_ENABLE_METIS=OFF or libmetis not found); "
-                 "use 'lp' or 'rcm'");
-#endif
   }
   case PartitionMethod::automatic:
     break;
@@ -389,6 +366,52 @@ Partition partition(Graph<Index> const &g, std::int64_t part_size, PartitionMeth
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;
 }
+
+namespace Impl {
+
+template <class Index>
+std::vector<std::int64_t> kway_parts(Graph<Index> const &g, std::int64_t nparts,
+                                     std::vector<std::int64_t> const &vertex_weights, std::uint64_t seed) {
+  auto const n = static_cast<std::int64_t>(g.num_rows());
+  std::vector<std::int64_t> label(static_cast<std::size_t>(n), 0);
+  TESSEL_REQUIRE(vertex_weights.empty() || static_cast<std::int64_t>(vertex_weights.size()) == n, "graph '", g.name(),
+                 "': ", vertex_weights.size(), " vertex weights for ", n, " vertices");
+#ifdef TESSEL_GNN_HAVE_METIS
+  if (nparts > 1 && n > 0) {
+    auto const adj = undirected(g);
+    TESSEL_REQUIRE(n < std::numeric_limits<idx_t>::max() &&
+                       adj.neighbours.size() < static_cast<std::size_t>(std::numeric_limits<idx_t>::max()),
+                   "partition: graph '", g.name(), "' is too large for METIS' ", sizeof(idx_t) * 8, "-bit indices");
+    std::vector<idx_t> xadj(adj.offsets.begin(), adj.offsets.end());
+    std::vector<idx_t> adjncy(adj.neighbours.begin(), adj.neighbours.end());
+    std::vector<idx_t> vwgt(vertex_weights.begin(), vertex_weights.end());
+    std::vector<idx_t> part(static_cast<std::size_t>(n));
+    idx_t nvtxs = static_cast<idx_t>(n), ncon = 1, nparts_io = static_cast<idx_t>(nparts), objval = 0;
+    idx_t options[METIS_NOPTIONS];
+    METIS_SetDefaultOptions(options);
+    options[METIS_OPTION_SEED] = static_cast<idx_t>(seed % 1000003);
+    options[METIS_OPTION_NUMBERING] = 0;
+    int const rc = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), vwgt.empty() ? nullptr : vwgt.data(),
+                                       nullptr, nullptr, &nparts_io, nullptr, nullptr, options, &objval, part.data());
+    TESSEL_REQUIRE(rc == METIS_OK, "partition: METIS_PartGraphKway failed on graph '", g.name(), "' with code ", rc);
+    label.assign(part.begin(), part.end());
+  }
+  return label;
+#else
+  (void)seed;
+  if (nparts > 1 && n > 0)
+    TESSEL_THROW("partition: this Tessel was built without METIS (Tessel_ENABLE_METIS=OFF or libmetis not found); "
+                 "use 'lp' or 'rcm'");
+  return label;
+#endif
+}
+
+template std::vector<std::int64_t> kway_parts(Graph<std::int32_t> const &, std::int64_t,
+                                              std::vector<std::int64_t> const &, std::uint64_t);
+template std::vector<std::int64_t> kway_parts(Graph<std::int64_t> const &, std::int64_t,
+                                              std::vector<std::int64_t> const &, std::uint64_t);
+
+} // namespace Impl
 
 template <class Index> Graph<Index> permute(Graph<Index> const &g, Permutation const &perm) {
   TESSEL_REQUIRE(g.num_rows() == g.num_cols() && perm.size() == static_cast<std::int64_t>(g.num_rows()),

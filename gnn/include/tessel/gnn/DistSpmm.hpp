@@ -1,0 +1,63 @@
+#ifndef TESSEL_GNN_DISTSPMM_HPP
+#define TESSEL_GNN_DISTSPMM_HPP
+
+/// \file DistSpmm.hpp
+/// \brief Y = A X on a DistGraph. Per apply the halo rows go out to the peers and come in through the
+/// communicator's isend / irecv (every wait with its timeout), the local block is computed while they are in flight
+/// (with any SpmmHandle algorithm, adaptive included), then each peer's halo block as soon as that peer's rows have
+/// landed, in arrival order. The halo results are added to the local one in increasing peer order, so the result
+/// does not depend on the order in which messages arrive.
+#include <tessel/core/Communicator.hpp>
+#include <tessel/core/Execution.hpp>
+#include <tessel/gnn/DistGraph.hpp>
+#include <tessel/gnn/Spmm.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <memory>
+
+namespace tessel::gnn {
+
+/// \brief Where the time of the last DistSpmm::apply went (seconds) and what it moved.
+struct DistSpmmTimings {
+  double pack_seconds = 0;  ///< copying the rows the peers need into send buffers
+  double local_seconds = 0; ///< the local block (overlaps the messages in flight)
+  double wait_seconds = 0;  ///< waiting for halo rows that had not landed when the local block finished
+  double halo_seconds = 0;  ///< the peers' halo blocks and their fixed-order sum
+  double total_seconds = 0;
+  std::int64_t bytes_sent = 0, bytes_received = 0;
+};
+
+/// \brief Y = A X for a DistGraph and any feature width; X and Y hold this rank's rows (DistGraph::owned_rows order).
+/// Every apply is collective over the communicator.
+template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class DistSpmm {
+  static_assert(is_host_execution_space_v<ExecSpace>, "tessel::gnn::DistSpmm runs on the host execution spaces");
+
+public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+
+  /// The local block gets \p options (an adaptive handle keeps the local order: its parts are cut from it); the halo
+  /// blocks, few entries per row in a rectangular block, run csr. \p graph must outlive this object.
+  DistSpmm(ExecSpace const &space, Communicator comm, DistGraph<std::int32_t> const &graph,
+           SpmmOptions const &options = {});
+  ~DistSpmm();
+  DistSpmm(DistSpmm &&) noexcept;
+  DistSpmm &operator=(DistSpmm &&) noexcept;
+
+  /// y = A x on this rank's rows (x and y: local_rows() x F, the same F on every rank).
+  void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
+
+  DistSpmmTimings const &last() const;
+  /// The local handle's plans (empty on a rank without rows).
+  std::vector<SpmmPlan> local_plans() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> _s;
+};
+
+} // namespace tessel::gnn
+
+#endif

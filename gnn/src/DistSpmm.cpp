@@ -1,0 +1,178 @@
+#include <tessel/core/Error.hpp>
+#include <tessel/gnn/DistSpmm.hpp>
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tessel::gnn {
+
+namespace {
+/// Tag of the halo messages; MPI keeps the order of messages with one tag between two ranks, so consecutive applies
+/// cannot mix.
+constexpr int halo_tag = 0x6a10;
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+} // namespace
+
+template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
+  using M = memory_space;
+  using Handle = SpmmHandle<std::int32_t, ExecSpace>;
+
+  Communicator comm;
+  DistGraph<std::int32_t> const &graph;
+  std::optional<Handle> local;
+  std::vector<std::optional<Handle>> halo; // per DistGraph::halos() entry; empty where nothing is received
+  int width = -1;
+  std::set<int> checked; // widths whose agreement across ranks has been checked
+  std::vector<Matrix<M>> send_buf, recv_buf, halo_y;
+  DistSpmmTimings last;
+
+  State(ExecSpace const &space, Communicator c, DistGraph<std::int32_t> const &g, SpmmOptions const &options)
+      : comm(std::move(c)), graph(g) {
+    TESSEL_REQUIRE(comm.rank() == g.rank() && comm.size() == g.size(), "DistSpmm: the communicator (rank ", comm.rank(),
+                   " of ", comm.size(), ") is not the one graph '", g.name(), "' was built on (rank ", g.rank(), " of ",
+                   g.size(), ")");
+    if (g.local_rows() > 0) {
+      auto o = options;
+      // The local block keeps its order: X and Y are this rank's rows as DistGraph numbers them.
+      if (o.algorithm == SpmmAlgorithm::adaptive)
+        o.partition = PartitionMethod::none;
+      local.emplace(space, g.local_block(), o);
+    }
+    SpmmOptions csr;
+    csr.algorithm = SpmmAlgorithm::csr;
+    for (auto const &h : g.halos()) {
+      halo.emplace_back();
+      if (g.local_rows() > 0 && !h.recv_rows.empty())
+        halo.back().emplace(space, h.block, csr);
+    }
+  }
+
+  void resize(int f) {
+    if (f == width)
+      return;
+    auto const uf = static_cast<std::size_t>(f);
+    send_buf.clear();
+    recv_buf.clear();
+    halo_y.clear();
+    auto const rows = static_cast<std::size_t>(graph.local_rows());
+    for (auto const &h : graph.halos()) {
+      send_buf.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::send")), h.send_rows.size(), uf);
+      recv_buf.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::recv")), h.recv_rows.size(), uf);
+      halo_y.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::halo_y")),
+                          h.recv_rows.empty() ? 0 : rows, uf);
+    }
+    width = f;
+  }
+};
+
+template <class ExecSpace>
+DistSpmm<ExecSpace>::DistSpmm(ExecSpace const &space, Communicator comm, DistGraph<std::int32_t> const &graph,
+                              SpmmOptions const &options)
+    : _s(std::make_unique<State>(space, std::move(comm), graph, options)) {}
+
+template <class ExecSpace> DistSpmm<ExecSpace>::~DistSpmm() = default;
+template <class ExecSpace> DistSpmm<ExecSpace>::DistSpmm(DistSpmm &&) noexcept = default;
+template <class ExecSpace> DistSpmm<ExecSpace> &DistSpmm<ExecSpace>::operator=(DistSpmm &&) noexcept = default;
+
+template <class ExecSpace>
+void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space> const &x,
+                                Matrix<memory_space> const &y) {
+  auto &s = *_s;
+  auto const &g = s.graph;
+  auto const rows = static_cast<std::size_t>(g.local_rows());
+  TESSEL_REQUIRE(x.extent(0) == rows && y.extent(0) == rows && x.extent(1) == y.extent(1), "DistSpmm on '", g.name(),
+                 "', rank ", g.rank(), ": x is ", x.extent(0), " x ", x.extent(1), " and y ", y.extent(0), " x ",
+                 y.extent(1), ", expected ", rows, " rows (this rank's) and equal widths");
+  int const f = static_cast<int>(x.extent(1));
+  // A width that differs between ranks would post messages of different sizes: one clear error on every rank
+  // instead, checked collectively at the first apply of each width (later applies then need no collective, so a
+  // silent peer shows as a timeout of the messages from that peer, naming it).
+  if (s.checked.insert(f).second)
+    s.comm.require_same("DistSpmm on '" + g.name() + "': the feature width", static_cast<std::uint64_t>(f));
+  s.resize(f);
+  DistSpmmTimings t;
+  auto const t0 = std::chrono::steady_clock::now();
+  auto const &halos = g.halos();
+  std::vector<Request> recvs, sends;
+  for (std::size_t k = 0; k < halos.size(); ++k) {
+    auto const &buf = s.recv_buf[k];
+    recvs.push_back(buf.size() > 0 ? s.comm.irecv(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag)
+                                   : Request());
+    t.bytes_received += static_cast<std::int64_t>(buf.size() * sizeof(float));
+  }
+  for (std::size_t k = 0; k < halos.size(); ++k) {
+    auto const &buf = s.send_buf[k];
+    if (buf.size() == 0)
+      continue;
+    auto const p0 = std::chrono::steady_clock::now();
+    Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const idx(
+        halos[k].send_rows.data(), halos[k].send_rows.size());
+    Kokkos::parallel_for(
+        "Tessel::gnn::DistSpmm::pack",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {buf.extent(0), buf.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t r, std::size_t c) { buf(r, c) = x(static_cast<std::size_t>(idx(r)), c); });
+    compat::fence(space, "Tessel::gnn::DistSpmm::pack");
+    t.pack_seconds += since(p0);
+    sends.push_back(s.comm.isend(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag));
+    t.bytes_sent += static_cast<std::int64_t>(buf.size() * sizeof(float));
+  }
+  auto const l0 = std::chrono::steady_clock::now();
+  if (s.local)
+    s.local->apply(space, x, y);
+  compat::fence(space, "Tessel::gnn::DistSpmm::local");
+  t.local_seconds = since(l0);
+  // The peers' halo blocks in arrival order, each into its own buffer.
+  std::size_t pending = 0;
+  for (auto const &r : recvs)
+    pending += r.is_null() ? 0 : 1;
+  while (pending > 0) {
+    auto const w0 = std::chrono::steady_clock::now();
+    std::size_t const k = Request::wait_any(recvs, s.comm.timeout());
+    t.wait_seconds += since(w0);
+    --pending;
+    auto const h0 = std::chrono::steady_clock::now();
+    if (s.halo[k])
+      s.halo[k]->apply(space, s.recv_buf[k], s.halo_y[k]);
+    compat::fence(space, "Tessel::gnn::DistSpmm::halo");
+    t.halo_seconds += since(h0);
+  }
+  // Fixed order: y = local + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
+  auto const a0 = std::chrono::steady_clock::now();
+  std::vector<Matrix<memory_space>> parts;
+  for (std::size_t k = 0; k < halos.size(); ++k)
+    if (s.halo_y[k].extent(0) > 0)
+      parts.push_back(s.halo_y[k]);
+  if (!parts.empty()) {
+    Kokkos::parallel_for(
+        "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
+          for (auto const &part : parts)
+            for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
+              y(r, c) += part(r, c);
+        });
+    compat::fence(space, "Tessel::gnn::DistSpmm::sum");
+  }
+  t.halo_seconds += since(a0);
+  auto const w1 = std::chrono::steady_clock::now();
+  Request::wait_all(sends, s.comm.timeout());
+  t.wait_seconds += since(w1);
+  t.total_seconds = since(t0);
+  s.last = t;
+}
+
+template <class ExecSpace> DistSpmmTimings const &DistSpmm<ExecSpace>::last() const { return _s->last; }
+
+template <class ExecSpace> std::vector<SpmmPlan> DistSpmm<ExecSpace>::local_plans() const {
+  return _s->local ? _s->local->plans() : std::vector<SpmmPlan>{};
+}
+
+#define TESSEL_GNN_INSTANTIATE_DISTSPMM(SPACE) template class DistSpmm<SPACE>;
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_GNN_INSTANTIATE_DISTSPMM)
+#undef TESSEL_GNN_INSTANTIATE_DISTSPMM
+
+} // namespace tessel::gnn

@@ -1,0 +1,249 @@
+// Distributed Y = A X (DistGraph, DistSpmm) under mpiexec at 1, 2 and 4 ranks: every rank's rows against the
+// single-process handle on the whole graph, for every kernel of the local block, every partition method, uneven
+// partitions, ranks without rows or without halo; and the errors every rank must see alike.
+#include <tessel/core/Communicator.hpp>
+#include <tessel/core/Error.hpp>
+#include <tessel/gnn/DistGraph.hpp>
+#include <tessel/gnn/DistSpmm.hpp>
+#include <tessel/gnn/Reorder.hpp>
+
+#include <gtest/gtest.h>
+
+#include <GnnTestGraphs.hpp>
+#include <TesselTestError.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+
+namespace {
+
+using namespace tessel::gnn;
+using Exec = Kokkos::DefaultHostExecutionSpace;
+using Mem = Exec::memory_space;
+using tessel::Communicator;
+
+/// Fresh random X (the same on every rank for a seed), the single-process csr result on the whole graph, and the
+/// distributed one on this rank's rows: the largest difference relative to the largest value of the reference.
+double relative_error(Communicator const &comm, DistSpmm<Exec> &dist, DistGraph<std::int32_t> const &dg,
+                      Graph<std::int32_t> const &g, int f, std::uint64_t seed) {
+  Exec space;
+  auto const n = static_cast<std::size_t>(g.num_rows()), uf = static_cast<std::size_t>(f);
+  Matrix<Mem> x("x", n, uf), ref("ref", n, uf);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (std::size_t k = 0; k < x.size(); ++k)
+    x.data()[k] = u(rng);
+  SpmmOptions csr;
+  csr.algorithm = SpmmAlgorithm::csr;
+  SpmmHandle<std::int32_t, Exec>(space, g, csr).apply(space, x, ref);
+  auto const rows = static_cast<std::size_t>(dg.local_rows());
+  Matrix<Mem> xl("xl", rows, uf), yl("yl", rows, uf);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < uf; ++c)
+      xl(r, c) = x(static_cast<std::size_t>(dg.owned_rows()[r]), c);
+  Kokkos::deep_copy(yl, std::nanf(""));
+  dist.apply(space, xl, yl);
+  double diff = 0, scale = 0;
+  for (std::size_t k = 0; k < ref.size(); ++k)
+    scale = std::max(scale, static_cast<double>(std::abs(ref.data()[k])));
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < uf; ++c) {
+      double const d = std::abs(static_cast<double>(yl(r, c)) -
+                                static_cast<double>(ref(static_cast<std::size_t>(dg.owned_rows()[r]), c)));
+      diff = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(diff, d);
+    }
+  // The worst rank decides, on every rank.
+  double worst = 0;
+  comm.allreduce(&diff, &worst, 1, tessel::ReduceOp::max);
+  return scale > 0 ? worst / scale : worst;
+}
+
+/// Every row owned by exactly one rank, and the blocks hold every entry once.
+void check_partition(Communicator const &comm, DistGraph<std::int32_t> const &dg, Graph<std::int32_t> const &g) {
+  std::int64_t rows = dg.local_rows(), entries = dg.local_block().nnz();
+  for (auto const &h : dg.halos())
+    entries += h.block.nnz();
+  std::int64_t total_rows = 0, total_entries = 0;
+  comm.allreduce(&rows, &total_rows, 1, tessel::ReduceOp::sum);
+  comm.allreduce(&entries, &total_entries, 1, tessel::ReduceOp::sum);
+  EXPECT_EQ(total_rows, static_cast<std::int64_t>(g.num_rows()));
+  EXPECT_EQ(total_entries, static_cast<std::int64_t>(g.nnz()));
+  for (auto const i : dg.owned_rows())
+    EXPECT_EQ(dg.owner()[static_cast<std::size_t>(i)], comm.rank());
+  // What this rank sends a peer is what the peer receives from it, and the other way round (a peer that shares
+  // no rows with this rank has no halo entry on either side).
+  for (auto const &h : dg.halos()) {
+    std::int64_t const mine[2] = {static_cast<std::int64_t>(h.send_rows.size()),
+                                  static_cast<std::int64_t>(h.recv_rows.size())};
+    std::int64_t theirs[2] = {-1, -1};
+    auto send = comm.isend(mine, 2, h.peer, 11);
+    comm.irecv(theirs, 2, h.peer, 11).wait();
+    send.wait();
+    EXPECT_EQ(mine[0], theirs[1]) << "rows sent to rank " << h.peer;
+    EXPECT_EQ(mine[1], theirs[0]) << "rows received from rank " << h.peer;
+  }
+  comm.barrier();
+}
+
+SpmmOptions csr_options() {
+  SpmmOptions o;
+  o.algorithm = SpmmAlgorithm::csr;
+  return o;
+}
+
+Graph<std::int32_t> symmetric_graph(std::int32_t n, std::uint64_t seed) {
+  auto const a = test::awkward_graph<std::int32_t>(n, seed);
+  std::vector<std::pair<std::int32_t, std::int32_t>> edges;
+  for (std::int32_t i = 0; i < a.num_rows(); ++i)
+    for (offset_type k = a.row_map()(i); k < a.row_map()(i + 1); ++k)
+      edges.emplace_back(i, a.entries()(k));
+  return gcn_normalize(graph_from_edges<std::int32_t>("symmetric", n, edges, /*symmetrize=*/true,
+                                                      /*merge_duplicates=*/true));
+}
+
+TEST(DistSpmm, equals_the_single_process_result_for_every_kernel) {
+  auto const comm = Communicator::world();
+  Exec space;
+  std::vector<DistPartitionMethod> methods{DistPartitionMethod::contiguous};
+  if (metis_available())
+    methods.push_back(DistPartitionMethod::metis);
+  std::uint64_t seed = 100;
+  for (bool directed : {true, false}) {
+    auto const g = directed ? test::awkward_graph<std::int32_t>(301, 5) : symmetric_graph(257, 6);
+    for (auto method : methods) {
+      DistGraphOptions o;
+      o.method = method;
+      DistGraph<std::int32_t> const dg(comm, g, o);
+      check_partition(comm, dg, g);
+      for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::csr_feature_tiled, SpmmAlgorithm::coo,
+                             SpmmAlgorithm::tiles, SpmmAlgorithm::dense, SpmmAlgorithm::adaptive}) {
+        SpmmOptions so;
+        so.algorithm = algorithm;
+        so.part_size = 16;
+        DistSpmm<Exec> dist(space, comm, dg, so);
+        for (int f : {1, 5, 37, 64})
+          for (int apply = 0; apply < (algorithm == SpmmAlgorithm::adaptive ? 8 : 1); ++apply) // through tuning
+            EXPECT_LT(relative_error(comm, dist, dg, g, f, ++seed), 1e-6)
+                << (directed ? "directed" : "symmetric") << ", " << name_of(method) << ", " << name_of(algorithm)
+                << ", F = " << f << ", apply " << apply;
+      }
+    }
+  }
+}
+
+TEST(DistSpmm, uneven_partitions_and_ranks_without_rows_or_halo) {
+  auto const comm = Communicator::world();
+  Exec space;
+  int const w = comm.size();
+  auto const g = test::awkward_graph<std::int32_t>(200, 9); // its last 20 vertices are isolated
+  // Rank 0 gets two thirds of the rows, rank 1 (if any) the isolated vertices only (rows but no halo), the others
+  // a few rows each, and the last of four ranks none.
+  std::vector<int> owner(200, 0);
+  for (int i = 0; i < 200; ++i) {
+    if (i >= 180)
+      owner[static_cast<std::size_t>(i)] = std::min(1, w - 1);
+    else if (i % 3 == 2 && w > 2)
+      owner[static_cast<std::size_t>(i)] = 2 + (i / 3) % std::max(1, w - 3);
+  }
+  DistGraphOptions o;
+  o.method = DistPartitionMethod::given;
+  o.owner = owner;
+  DistGraph<std::int32_t> const dg(comm, g, o);
+  check_partition(comm, dg, g);
+  if (w >= 2 && comm.rank() == 1) {
+    EXPECT_EQ(dg.local_rows(), 20);
+    EXPECT_TRUE(dg.halos().empty());
+  }
+  if (w == 4 && comm.rank() == 3) {
+    EXPECT_EQ(dg.local_rows(), 0);
+  }
+  for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::adaptive}) {
+    SpmmOptions so;
+    so.algorithm = algorithm;
+    DistSpmm<Exec> dist(space, comm, dg, so);
+    for (int f : {3, 32})
+      for (int apply = 0; apply < 4; ++apply)
+        EXPECT_LT(relative_error(comm, dist, dg, g, f, 1000 + static_cast<std::uint64_t>(f * 10 + apply)), 1e-6)
+            << name_of(algorithm) << ", F = " << f;
+  }
+}
+
+TEST(DistSpmm, the_same_result_at_every_arrival_order) {
+  // Repeated applies on the same X give bitwise the same Y, whatever order the messages landed in.
+  auto const comm = Communicator::world();
+  Exec space;
+  auto const g = symmetric_graph(400, 3);
+  DistGraph<std::int32_t> const dg(comm, g);
+  DistSpmm<Exec> dist(space, comm, dg, csr_options());
+  auto const rows = static_cast<std::size_t>(dg.local_rows());
+  Matrix<Mem> x("x", rows, 16), y0("y0", rows, 16), y("y", rows, 16);
+  for (std::size_t k = 0; k < x.size(); ++k)
+    x.data()[k] = static_cast<float>(std::sin(static_cast<double>(k + 1)));
+  dist.apply(space, x, y0);
+  for (int rep = 0; rep < 20; ++rep) {
+    if (comm.rank() == rep % comm.size()) // one rank late: the others' messages land in another order
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    dist.apply(space, x, y);
+    for (std::size_t k = 0; k < y.size(); ++k)
+      ASSERT_EQ(y.data()[k], y0.data()[k]) << "apply " << rep << ", element " << k;
+  }
+  EXPECT_EQ(dist.last().bytes_sent, static_cast<std::int64_t>(dg.halo_send_rows() * 16 * sizeof(float)));
+  EXPECT_EQ(dist.last().bytes_received, static_cast<std::int64_t>(dg.halo_recv_rows() * 16 * sizeof(float)));
+}
+
+TEST(DistSpmm, ranks_given_different_graphs_or_options_fail_alike) {
+  auto const comm = Communicator::world();
+  if (comm.size() < 2)
+    GTEST_SKIP() << "needs two ranks";
+  auto const g = test::awkward_graph<std::int32_t>(100, comm.rank() == 1 ? 8 : 7);
+  auto const message = tessel::test::error_of([&] { DistGraph<std::int32_t> const dg(comm, g); });
+  EXPECT_NE(message.find("differs across ranks"), std::string::npos) << message;
+  EXPECT_NE(message.find("the graph"), std::string::npos) << message;
+  auto const same = test::awkward_graph<std::int32_t>(100, 7);
+  DistGraphOptions o;
+  o.method = comm.rank() == 0 ? DistPartitionMethod::contiguous : DistPartitionMethod::given;
+  o.owner.assign(comm.rank() == 0 ? 0 : 100, 0);
+  auto const options = tessel::test::error_of([&] { DistGraph<std::int32_t> const dg(comm, same, o); });
+  EXPECT_NE(options.find("the options"), std::string::npos) << options;
+  DistGraph<std::int32_t> const dg(comm, same);
+  Exec space;
+  DistSpmm<Exec> dist(space, comm, dg);
+  auto const rows = static_cast<std::size_t>(dg.local_rows());
+  std::size_t const f = comm.rank() == 0 ? 8 : 9;
+  Matrix<Mem> x("x", rows, f), y("y", rows, f);
+  auto const width = tessel::test::error_of([&] { dist.apply(space, x, y); });
+  EXPECT_NE(width.find("feature width differs across ranks"), std::string::npos) << width;
+}
+
+TEST(DistSpmm, a_silent_peer_times_out_naming_it) {
+  auto const world = Communicator::world();
+  if (world.size() < 2)
+    GTEST_SKIP() << "needs two ranks";
+  // Its own communicator: the abandoned messages of this test cannot match another test's.
+  auto comm = world.split(0, world.rank());
+  comm.set_timeout(std::chrono::milliseconds(300));
+  auto const g = symmetric_graph(120, 4);
+  DistGraphOptions o;
+  o.method = DistPartitionMethod::contiguous;
+  DistGraph<std::int32_t> const dg(comm, g, o);
+  Exec space;
+  DistSpmm<Exec> dist(space, comm, dg, csr_options());
+  auto const rows = static_cast<std::size_t>(dg.local_rows());
+  Matrix<Mem> x("x", rows, 4), y("y", rows, 4);
+  dist.apply(space, x, y); // every rank: the width is checked once, collectively
+  bool const reads_rank_1 = std::any_of(dg.halos().begin(), dg.halos().end(),
+                                        [](auto const &h) { return h.peer == 1 && !h.recv_rows.empty(); });
+  if (comm.rank() != 1) { // rank 1 stays silent in the second apply
+    auto const message = tessel::test::error_of([&] { dist.apply(space, x, y); });
+    if (reads_rank_1)
+      EXPECT_NE(message.find("from rank 1"), std::string::npos) << message;
+    else // nothing to wait for from rank 1
+      EXPECT_EQ(message, "") << message;
+  }
+  world.barrier();
+}
+
+} // namespace
