@@ -326,7 +326,8 @@ DataType File::dtype(std::string const &dataset) const {
   return to_data_type(found);
 }
 
-void File::read_raw(std::string const &dataset, DataType type, void *out, std::size_t count) const {
+void File::read_raw(std::string const &dataset, DataType type, void *out, std::size_t count, std::size_t first_row,
+                    std::optional<std::size_t> rows) const {
   Handle d(H5Dopen2(_id, normalize(dataset).c_str(), H5P_DEFAULT), H5Dclose);
   TESSEL_REQUIRE(d.valid(), _path, ": cannot open dataset '", dataset, "'", hdf5_reason());
   Handle ftype(H5Dget_type(d.get()), H5Tclose);
@@ -336,7 +337,24 @@ void File::read_raw(std::string const &dataset, DataType type, void *out, std::s
                  name_of(type), " (or a type that converts to it without loss)");
   if (count == 0)
     return;
-  herr_t const rc = H5Dread(d.get(), native_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
+  herr_t rc = 0;
+  if (rows) {
+    // A hyperslab of whole rows: the file reads only them.
+    Handle file_space(H5Dget_space(d.get()), H5Sclose);
+    int const rank = H5Sget_simple_extent_ndims(file_space.get());
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+    H5Sget_simple_extent_dims(file_space.get(), dims.data(), nullptr);
+    std::vector<hsize_t> start(dims.size(), 0), extent = dims;
+    start[0] = first_row;
+    extent[0] = *rows;
+    TESSEL_REQUIRE(
+        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr) >= 0,
+        _path, ": cannot select rows of dataset '", dataset, "'", hdf5_reason());
+    Handle memory_space(H5Screate_simple(static_cast<int>(extent.size()), extent.data(), nullptr), H5Sclose);
+    rc = H5Dread(d.get(), native_type(type), memory_space.get(), file_space.get(), H5P_DEFAULT, out);
+  } else {
+    rc = H5Dread(d.get(), native_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
+  }
   TESSEL_REQUIRE(rc >= 0, _path, ": reading dataset '", dataset, "' failed; the file may be truncated or corrupt",
                  hdf5_reason());
 }

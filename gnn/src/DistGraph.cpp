@@ -1,4 +1,6 @@
 #include <tessel/core/Error.hpp>
+#include <tessel/core/H5File.hpp>
+#include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/DistGraph.hpp>
 #include <tessel/gnn/Reorder.hpp>
 
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <type_traits>
 
 namespace tessel::gnn {
 
@@ -46,14 +49,14 @@ template <class T> void fnv(std::uint64_t &h, T const *data, std::size_t n) {
   }
 }
 
-/// Contiguous ranges with about equal weight (the row's entries + 1) per rank.
-template <class Index> std::vector<int> contiguous_owner(Graph<Index> const &g, int size) {
-  auto const n = static_cast<std::int64_t>(g.num_rows());
-  double const total = static_cast<double>(g.nnz() + n);
+/// Contiguous ranges with about equal weight (the row's entries + 1) per rank, from the row offsets.
+template <class Offsets> std::vector<int> contiguous_owner(Offsets const &row_map, std::int64_t n, int size) {
+  double const total = static_cast<double>(row_map[static_cast<std::size_t>(n)] + n);
   std::vector<int> owner(static_cast<std::size_t>(n));
   double acc = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    double const w = static_cast<double>(g.row_map()(i + 1) - g.row_map()(i) + 1);
+    auto const u = static_cast<std::size_t>(i);
+    double const w = static_cast<double>(row_map[u + 1] - row_map[u] + 1);
     // The rank whose share of the total contains the middle of this row's weight.
     owner[static_cast<std::size_t>(i)] = std::min(size - 1, static_cast<int>((acc + 0.5 * w) * size / total));
     acc += w;
@@ -107,100 +110,170 @@ DistGraph<Index>::DistGraph(Communicator const &comm, Graph<Index> const &graph,
     break;
   }
   default:
-    _owner = contiguous_owner(graph, _size);
+    _owner = contiguous_owner(graph.row_map().data(), n, _size);
     break;
   }
   _partition_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // Local numbering: owned vertices in increasing global id; every vertex's index within its owner.
-  std::vector<std::int64_t> index_in_owner(static_cast<std::size_t>(n));
-  std::vector<std::int64_t> count(static_cast<std::size_t>(_size), 0);
+  // This rank's rows with their global columns, then the blocks and plans from them alone.
+  Impl::HostCsr<std::int64_t> mine;
+  mine.row_map.push_back(0);
   for (std::int64_t i = 0; i < n; ++i) {
-    auto const r = static_cast<std::size_t>(_owner[static_cast<std::size_t>(i)]);
-    index_in_owner[static_cast<std::size_t>(i)] = count[r]++;
-    if (static_cast<int>(r) == _rank)
-      _owned.push_back(i);
-  }
-
-  // What this rank receives from each peer: the peer's columns in its rows (sorted, unique) ...
-  std::vector<std::vector<std::int64_t>> recv(static_cast<std::size_t>(_size));
-  for (auto const i : _owned)
+    if (_owner[static_cast<std::size_t>(i)] != _rank)
+      continue;
+    _owned.push_back(i);
     for (offset_type k = graph.row_map()(i); k < graph.row_map()(i + 1); ++k) {
-      auto const j = static_cast<std::int64_t>(graph.entries()(k));
-      int const p = _owner[static_cast<std::size_t>(j)];
-      if (p != _rank)
-        recv[static_cast<std::size_t>(p)].push_back(j);
+      mine.entries.push_back(static_cast<std::int64_t>(graph.entries()(k)));
+      mine.values.push_back(graph.values()(k));
     }
+    mine.row_map.push_back(static_cast<offset_type>(mine.entries.size()));
+  }
+  build(comm, std::move(mine));
+}
+
+template <class Index> void DistGraph<Index>::build(Communicator const &comm, Impl::HostCsr<std::int64_t> &&mine) {
+  auto const size = static_cast<std::size_t>(_size);
+  auto const local_of = [this](std::int64_t global) {
+    auto const it = std::lower_bound(_owned.begin(), _owned.end(), global);
+    return static_cast<std::int64_t>(it - _owned.begin());
+  };
+  // What this rank receives from each peer: the peer's columns in its rows (sorted, unique).
+  std::vector<std::vector<std::int64_t>> recv(size);
+  for (auto const j : mine.entries) {
+    int const p = _owner[static_cast<std::size_t>(j)];
+    if (p != _rank)
+      recv[static_cast<std::size_t>(p)].push_back(j);
+  }
   for (auto &v : recv) {
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
   }
-  // ... and what it sends: every rank holds the whole graph, so it finds each peer's needs itself, in the same order
-  // as the peer's recv list (increasing global id); no exchange of plans is needed.
-  std::vector<std::vector<std::int64_t>> send(static_cast<std::size_t>(_size));
-  {
-    std::vector<std::int64_t> last_reader(static_cast<std::size_t>(n), -1);
-    for (std::int64_t i = 0; i < n; ++i) {
-      int const p = _owner[static_cast<std::size_t>(i)];
-      if (p == _rank)
-        continue;
-      for (offset_type k = graph.row_map()(i); k < graph.row_map()(i + 1); ++k) {
-        auto const j = static_cast<std::int64_t>(graph.entries()(k));
-        // Mark (peer, vertex) once: a vertex's readers on one peer are counted once.
-        if (_owner[static_cast<std::size_t>(j)] == _rank && last_reader[static_cast<std::size_t>(j)] != p) {
-          last_reader[static_cast<std::size_t>(j)] = p;
-          send[static_cast<std::size_t>(p)].push_back(j);
-        }
-      }
-    }
-    for (auto &v : send) {
-      std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
-    }
+  // What it sends: each peer's receive list for this rank, exchanged (counts first, then the global ids).
+  std::vector<std::uint64_t> counts(size), all(size * size);
+  for (std::size_t p = 0; p < size; ++p)
+    counts[p] = recv[p].size();
+  comm.host_allgather(counts.data(), all.data(), size * sizeof(std::uint64_t));
+  std::vector<std::size_t> send_counts(size), send_displs(size), recv_counts(size), recv_displs(size);
+  std::vector<std::int64_t> wanted, asked;
+  for (std::size_t p = 0; p < size; ++p) {
+    send_counts[p] = recv[p].size();
+    send_displs[p] = wanted.size();
+    wanted.insert(wanted.end(), recv[p].begin(), recv[p].end());
+    recv_counts[p] = static_cast<std::size_t>(all[p * size + static_cast<std::size_t>(_rank)]);
+    recv_displs[p] = p == 0 ? 0 : recv_displs[p - 1] + recv_counts[p - 1];
   }
+  asked.resize(recv_displs[size - 1] + recv_counts[size - 1]);
+  comm.alltoallv(wanted.data(), send_counts.data(), send_displs.data(), asked.data(), recv_counts.data(),
+                 recv_displs.data(), DataType::int64);
 
-  // The blocks: local columns, and per peer the position in that peer's recv list.
-  std::vector<std::int64_t> halo_col(static_cast<std::size_t>(n), -1);
-  for (int p = 0; p < _size; ++p)
-    for (std::size_t c = 0; c < recv[static_cast<std::size_t>(p)].size(); ++c)
-      halo_col[static_cast<std::size_t>(recv[static_cast<std::size_t>(p)][c])] = static_cast<std::int64_t>(c);
-  std::vector<Impl::HostCsr<Index>> blocks(static_cast<std::size_t>(_size));
+  // The blocks: local columns, and per peer the position in this rank's recv list from that peer.
+  std::vector<Impl::HostCsr<Index>> blocks(size);
   for (auto &b : blocks)
     b.row_map.assign(_owned.size() + 1, 0);
   for (std::size_t r = 0; r < _owned.size(); ++r) {
-    auto const i = _owned[r];
-    for (offset_type k = graph.row_map()(i); k < graph.row_map()(i + 1); ++k) {
-      auto const j = static_cast<std::int64_t>(graph.entries()(k));
+    for (offset_type k = mine.row_map[r]; k < mine.row_map[r + 1]; ++k) {
+      auto const j = mine.entries[static_cast<std::size_t>(k)];
       int const p = _owner[static_cast<std::size_t>(j)];
       auto &b = blocks[static_cast<std::size_t>(p)];
-      b.entries.push_back(static_cast<Index>(p == _rank ? index_in_owner[static_cast<std::size_t>(j)]
-                                                        : halo_col[static_cast<std::size_t>(j)]));
-      b.values.push_back(graph.values()(k));
+      if (p == _rank) {
+        b.entries.push_back(static_cast<Index>(local_of(j)));
+      } else {
+        auto const &rv = recv[static_cast<std::size_t>(p)];
+        b.entries.push_back(static_cast<Index>(std::lower_bound(rv.begin(), rv.end(), j) - rv.begin()));
+      }
+      b.values.push_back(mine.values[static_cast<std::size_t>(k)]);
     }
     for (auto &b : blocks)
       b.row_map[r + 1] = static_cast<offset_type>(b.entries.size());
   }
   auto const rows = static_cast<Index>(_owned.size());
-  for (int p = 0; p < _size; ++p) {
-    auto &b = blocks[static_cast<std::size_t>(p)];
-    if (p == _rank) {
+  for (std::size_t p = 0; p < size; ++p) {
+    auto &b = blocks[p];
+    if (static_cast<int>(p) == _rank) {
       _local = Impl::to_graph(_name + " (rank " + std::to_string(_rank) + ")", rows, rows, std::move(b));
       continue;
     }
-    auto const &rv = recv[static_cast<std::size_t>(p)];
-    auto const &sv = send[static_cast<std::size_t>(p)];
-    if (rv.empty() && sv.empty())
+    if (recv[p].empty() && recv_counts[p] == 0)
       continue;
     Halo h;
-    h.peer = p;
+    h.peer = static_cast<int>(p);
     h.block = Impl::to_graph(_name + " (rank " + std::to_string(_rank) + " <- " + std::to_string(p) + ")", rows,
-                             static_cast<Index>(rv.size()), std::move(b));
-    h.recv_rows = rv;
-    h.send_rows.reserve(sv.size());
-    for (auto const j : sv)
-      h.send_rows.push_back(static_cast<Index>(index_in_owner[static_cast<std::size_t>(j)]));
+                             static_cast<Index>(recv[p].size()), std::move(b));
+    h.recv_rows = std::move(recv[p]);
+    for (std::size_t k = recv_displs[p]; k < recv_displs[p] + recv_counts[p]; ++k) {
+      TESSEL_REQUIRE(_owner[static_cast<std::size_t>(asked[k])] == _rank, "DistGraph '", _name, "': rank ", p,
+                     " asked rank ", _rank, " for row ", asked[k], ", which it does not own");
+      h.send_rows.push_back(static_cast<Index>(local_of(asked[k])));
+    }
     _halos.push_back(std::move(h));
   }
+}
+
+template <class Index>
+DistGraph<Index> DistGraph<Index>::load(Communicator const &comm, std::string const &path,
+                                        DistGraphOptions const &options) {
+  auto const method =
+      options.method == DistPartitionMethod::automatic
+          ? (metis_available() && comm.size() > 1 ? DistPartitionMethod::metis : DistPartitionMethod::contiguous)
+          : options.method;
+  if (method != DistPartitionMethod::contiguous) { // the partitioner needs the whole graph
+    auto const data = load_dataset(path);
+    if constexpr (std::is_same_v<Index, std::int32_t>)
+      return DistGraph(comm, data.graph, options);
+    else
+      return DistGraph(comm, convert_index<Index>(data.graph), options);
+  }
+  h5::File const file(path);
+  std::string const name = file.has_attribute("/", "name") ? file.read_string_attribute("/", "name") : path;
+  auto const indptr = file.read<std::int64_t>("graph/indptr").data;
+  TESSEL_REQUIRE(indptr.size() >= 1 && indptr.front() == 0, path,
+                 ": graph/indptr must start with 0 and hold num_nodes "
+                 "+ 1 entries");
+  auto const n = static_cast<std::int64_t>(indptr.size()) - 1;
+  for (std::size_t i = 0; i + 1 < indptr.size(); ++i)
+    TESSEL_REQUIRE(indptr[i + 1] >= indptr[i], path, ": graph/indptr is not monotone at row ", i, ": indptr[", i,
+                   "] = ", indptr[i], " > indptr[", i + 1, "] = ", indptr[i + 1]);
+  auto const nnz = static_cast<std::size_t>(indptr.back());
+  auto const index_rows = file.shape("graph/indices");
+  TESSEL_REQUIRE(index_rows.size() == 1 && index_rows[0] == nnz, path, ": graph/indices has shape [",
+                 index_rows.empty() ? 0 : index_rows[0], "], expected [", nnz, "] (graph/indptr[", n, "])");
+  bool const weighted = file.has("graph/values");
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  fnv(h, indptr.data(), indptr.size());
+  comm.require_same("DistGraph::load: graph/indptr of '" + path + "'", h);
+  std::uint64_t o = 0xcbf29ce484222325ull;
+  fnv(o, &options.seed, 1);
+  comm.require_same("DistGraph::load: the options (partition method, seed)", o ^ static_cast<std::uint64_t>(method));
+
+  DistGraph g;
+  g._name = name;
+  g._global_rows = n;
+  g._global_nnz = static_cast<std::int64_t>(nnz);
+  g._rank = comm.rank();
+  g._size = comm.size();
+  g._method = method;
+  g._owner = contiguous_owner(indptr.data(), n, g._size);
+  // This rank's rows form one range; only that range of indices and values is read.
+  auto const first = std::find(g._owner.begin(), g._owner.end(), g._rank) - g._owner.begin();
+  auto const last = g._owner.rend() - std::find(g._owner.rbegin(), g._owner.rend(), g._rank);
+  Impl::HostCsr<std::int64_t> mine;
+  mine.row_map.push_back(0);
+  if (first < last) {
+    auto const b = static_cast<std::size_t>(indptr[static_cast<std::size_t>(first)]);
+    auto const e = static_cast<std::size_t>(indptr[static_cast<std::size_t>(last)]);
+    mine.entries = file.read_rows<std::int64_t>("graph/indices", b, e - b).data;
+    mine.values = weighted ? file.read_rows<float>("graph/values", b, e - b).data : std::vector<float>(e - b, 1.0f);
+    for (std::size_t k = 0; k < mine.entries.size(); ++k)
+      TESSEL_REQUIRE(mine.entries[k] >= 0 && mine.entries[k] < n, path, ": graph/indices[", b + k,
+                     "] = ", mine.entries[k], " is out of range [0, ", n, ")");
+    for (auto i = first; i < last; ++i) {
+      g._owned.push_back(i);
+      mine.row_map.push_back(static_cast<offset_type>(indptr[static_cast<std::size_t>(i) + 1]) -
+                             static_cast<offset_type>(b));
+    }
+  }
+  g.build(comm, std::move(mine));
+  return g;
 }
 
 template <class Index> std::int64_t DistGraph<Index>::halo_recv_rows() const {

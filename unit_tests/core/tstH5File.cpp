@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -96,6 +97,31 @@ TEST_F(H5FileTest, one_dimensional_empty_and_scalar) {
   EXPECT_TRUE(scalar.shape.empty());
   ASSERT_EQ(scalar.data.size(), 1u);
   EXPECT_EQ(scalar.data[0], 3.25);
+}
+
+TEST_F(H5FileTest, rows_of_a_dataset_read_alone) {
+  auto const flat = random_values<std::int64_t>(1000, 3);
+  auto const matrix = random_values<float>(60 * 7, 4);
+  {
+    File f(path("rows.h5"), Mode::truncate);
+    f.write("flat", flat.data(), {1000});
+    f.write("matrix", matrix.data(), {60, 7});
+    f.close();
+  }
+  File f(path("rows.h5"));
+  for (auto [first, count] : {std::pair<std::size_t, std::size_t>{0, 1000}, {0, 1}, {999, 1}, {123, 456}, {500, 0}}) {
+    auto const part = f.read_rows<std::int64_t>("flat", first, count);
+    EXPECT_EQ(part.shape, (std::vector<std::size_t>{count}));
+    EXPECT_EQ(part.data, std::vector<std::int64_t>(flat.begin() + static_cast<std::ptrdiff_t>(first),
+                                                   flat.begin() + static_cast<std::ptrdiff_t>(first + count)));
+  }
+  auto const rows = f.read_rows<double>("matrix", 13, 9); // widened while read
+  ASSERT_EQ(rows.shape, (std::vector<std::size_t>{9, 7}));
+  for (std::size_t k = 0; k < rows.data.size(); ++k)
+    EXPECT_EQ(rows.data[k], static_cast<double>(matrix[13 * 7 + k]));
+  expect_error([&] { f.read_rows<std::int64_t>("flat", 990, 11); }, {"rows.h5", "'flat'", "1000 rows", "[990, 1001)"});
+  expect_error([&] { f.read_rows<std::int64_t>("flat", 1001, 0); }, {"rows.h5", "'flat'", "1000 rows"});
+  expect_error([&] { f.read_rows<std::int32_t>("flat", 0, 1); }, {"rows.h5", "'flat'", "int32"});
 }
 
 TEST_F(H5FileTest, widening_reads_are_allowed) {

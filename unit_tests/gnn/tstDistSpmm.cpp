@@ -3,6 +3,7 @@
 // partitions, ranks without rows or without halo; and the errors every rank must see alike.
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/DistGraph.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
 #include <tessel/gnn/Reorder.hpp>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -192,6 +194,55 @@ TEST(DistSpmm, the_same_result_at_every_arrival_order) {
   }
   EXPECT_EQ(dist.last().bytes_sent, static_cast<std::int64_t>(dg.halo_send_rows() * 16 * sizeof(float)));
   EXPECT_EQ(dist.last().bytes_received, static_cast<std::int64_t>(dg.halo_recv_rows() * 16 * sizeof(float)));
+}
+
+/// The same blocks and plans, entry for entry.
+void expect_same(DistGraph<std::int32_t> const &a, DistGraph<std::int32_t> const &b) {
+  auto const same_graph = [](Graph<std::int32_t> const &x, Graph<std::int32_t> const &y) {
+    ASSERT_EQ(x.num_rows(), y.num_rows());
+    ASSERT_EQ(x.num_cols(), y.num_cols());
+    ASSERT_EQ(x.nnz(), y.nnz());
+    for (std::size_t k = 0; k < x.row_map().extent(0); ++k)
+      ASSERT_EQ(x.row_map()(k), y.row_map()(k));
+    for (std::size_t k = 0; k < x.entries().extent(0); ++k) {
+      ASSERT_EQ(x.entries()(k), y.entries()(k));
+      ASSERT_EQ(x.values()(k), y.values()(k));
+    }
+  };
+  EXPECT_EQ(a.owned_rows(), b.owned_rows());
+  EXPECT_EQ(a.owner(), b.owner());
+  same_graph(a.local_block(), b.local_block());
+  ASSERT_EQ(a.halos().size(), b.halos().size());
+  for (std::size_t k = 0; k < a.halos().size(); ++k) {
+    EXPECT_EQ(a.halos()[k].peer, b.halos()[k].peer);
+    EXPECT_EQ(a.halos()[k].recv_rows, b.halos()[k].recv_rows);
+    EXPECT_EQ(a.halos()[k].send_rows, b.halos()[k].send_rows);
+    same_graph(a.halos()[k].block, b.halos()[k].block);
+  }
+}
+
+TEST(DistSpmm, each_rank_reads_its_own_rows_of_the_file) {
+  auto const comm = Communicator::world();
+  std::string const path =
+      (std::filesystem::temp_directory_path() / ("tessel_dist_graph_" + std::to_string(comm.size()) + ".h5")).string();
+  Dataset data;
+  data.name = "awkward";
+  data.graph = test::awkward_graph<std::int32_t>(240, 21);
+  if (comm.rank() == 0)
+    save_dataset(path, data);
+  comm.barrier();
+  DistGraphOptions o;
+  o.method = DistPartitionMethod::contiguous;
+  auto const loaded = DistGraph<std::int32_t>::load(comm, path, o);
+  DistGraph<std::int32_t> const built(comm, data.graph, o);
+  expect_same(loaded, built);
+  check_partition(comm, loaded, data.graph);
+  Exec space;
+  DistSpmm<Exec> dist(space, comm, loaded);
+  EXPECT_LT(relative_error(comm, dist, loaded, data.graph, 7, 77), 1e-6);
+  comm.barrier();
+  if (comm.rank() == 0)
+    std::filesystem::remove(path);
 }
 
 TEST(DistSpmm, ranks_given_different_graphs_or_options_fail_alike) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -96,6 +97,20 @@ public:
     out.shape = checked_shape(dataset, expected, /*check=*/true);
     out.data.resize(element_count(out.shape));
     read_raw(dataset, data_type_of<T>, out.data.data(), out.data.size());
+    return out;
+  }
+  /// \brief Reads rows [\p first, \p first + \p count) of a 1-D or 2-D numeric dataset as T (a hyperslab: only
+  /// those rows are read from the file). Throws naming the file and dataset when the range exceeds its rows.
+  template <class T> Array<T> read_rows(std::string const &dataset, std::size_t first, std::size_t count) const {
+    Array<T> out;
+    out.shape = checked_shape(dataset, {}, /*check=*/false);
+    TESSEL_REQUIRE(out.shape.size() == 1 || out.shape.size() == 2, _path, ": dataset '", dataset, "' has rank ",
+                   out.shape.size(), ", expected 1 or 2 for a read of rows");
+    TESSEL_REQUIRE(first <= out.shape[0] && count <= out.shape[0] - first, _path, ": dataset '", dataset, "' has ",
+                   out.shape[0], " rows, cannot read rows [", first, ", ", first + count, ")");
+    out.shape[0] = count;
+    out.data.resize(element_count(out.shape));
+    read_raw(dataset, data_type_of<T>, out.data.data(), out.data.size(), first, count);
     return out;
   }
   /// \brief Reads a 1-D or 2-D dataset into a View of the same extents (any layout or memory space).
@@ -175,7 +190,9 @@ private:
   static std::size_t element_count(std::vector<std::size_t> const &shape);
   std::vector<std::size_t> checked_shape(std::string const &dataset, std::vector<std::size_t> const &expected,
                                          bool check) const;
-  void read_raw(std::string const &dataset, DataType type, void *out, std::size_t count) const;
+  /// Reads \p count elements; with \p rows given, only rows [first_row, first_row + *rows) of the dataset.
+  void read_raw(std::string const &dataset, DataType type, void *out, std::size_t count, std::size_t first_row = 0,
+                std::optional<std::size_t> rows = std::nullopt) const;
   void write_raw(std::string const &dataset, DataType type, void const *data, std::vector<std::size_t> const &shape);
   std::size_t attribute_size(std::string const &object, std::string const &name) const;
   void read_attribute_raw(std::string const &object, std::string const &name, DataType type, void *out,

@@ -15,6 +15,10 @@
 
 namespace tessel::gnn {
 
+namespace Impl {
+template <class Index> struct HostCsr;
+}
+
 /// \brief How DistGraph assigns rows to ranks.
 enum class DistPartitionMethod {
   automatic,  ///< metis where Tessel has METIS, else contiguous
@@ -53,6 +57,11 @@ public:
   /// Collective over \p comm: partitions \p graph (the whole graph, on every rank) and builds this rank's blocks.
   DistGraph(Communicator const &comm, Graph<Index> const &graph, DistGraphOptions const &options = {});
 
+  /// Collective: the adjacency of a Tessel data set file (graph/indptr, graph/indices, graph/values). With the
+  /// contiguous method every rank reads graph/indptr and only its own rows of the rest (HDF5 hyperslabs), so a graph
+  /// larger than one rank's memory loads; metis, automatic and given read the whole graph on every rank.
+  static DistGraph load(Communicator const &comm, std::string const &path, DistGraphOptions const &options = {});
+
   std::string const &name() const { return _name; }
   std::int64_t global_rows() const { return _global_rows; }
   std::int64_t global_nnz() const { return _global_nnz; }
@@ -74,6 +83,10 @@ public:
   double partition_seconds() const { return _partition_seconds; }
 
 private:
+  DistGraph() = default;
+  /// The blocks and exchange plans from this rank's rows (global columns) and _owner, _owned: collective.
+  void build(Communicator const &comm, Impl::HostCsr<std::int64_t> &&mine);
+
   std::string _name;
   std::int64_t _global_rows = 0, _global_nnz = 0;
   int _rank = 0, _size = 1;
