@@ -15,6 +15,7 @@
 #include <tessel/gnn/ToolOptions.hpp>
 
 #include "CudaBench.hpp"
+#include "DistBench.hpp"
 #include "Report.hpp"
 #include "Roofline.hpp"
 
@@ -51,6 +52,10 @@ char const *usage_text =
     "                         cusparse, adaptive) on the first GPU, CUDA events, default --reps 20; skipped\n"
     "                         with a message (exit 0) where no GPU is visible\n"
     "  --tf32 on|off --dense-engine automatic|wmma|cublas   (--backend cuda)\n"
+    "  --backend dist         under mpiexec: distributed Y = A X (DistGraph, DistSpmm), the sequential and the\n"
+    "                         overlapped schedule side by side, each rank's result checked (exit 3 if wrong)\n"
+    "  --kernel K --dist-partition auto|metis|contiguous --bandwidth MB/s --latency US   (--backend dist; a\n"
+    "                         bandwidth or latency emulates that link per rank, PacedCommunicator)\n"
     "  --version, --help      --debug (or TESSEL_DEBUG=1): add source locations to error messages\n";
 
 SpmmOptions fixed(SpmmAlgorithm algorithm) {
@@ -342,6 +347,24 @@ int run_host(tessel::CommandLine &a) {
   return bench_host(c);
 }
 
+int run_dist(tessel::CommandLine &a) {
+  DistBenchConfig c;
+  c.data = a.get("data", "");
+  c.op_name = a.get("operator", "gcn");
+  TESSEL_REQUIRE_USAGE(c.op_name == "gcn" || c.op_name == "raw", "--operator must be gcn or raw, got '", c.op_name,
+                       "'");
+  c.widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
+  c.reps = a.get_int("reps", 15, 1, 1000000);
+  c.warmup = a.get_int("warmup", 3, 0, 1000000);
+  c.options = spmm_options(a, a.get_parsed("kernel", "adaptive", parse_spmm_algorithm));
+  c.partition = a.get_parsed("dist-partition", "auto", parse_dist_partition_method);
+  c.bandwidth_mbps = a.get_double("bandwidth", 0.0, tessel::Range::closed(0, 1e9));
+  c.latency_us = a.get_double("latency", 0.0, tessel::Range::closed(0, 1e7));
+  c.json = a.get("json", "");
+  a.finish();
+  return bench_dist(c);
+}
+
 int run_cuda(tessel::CommandLine &a) {
   CudaBenchConfig c;
   c.data = a.get("data", "");
@@ -383,7 +406,8 @@ int main(int argc, char **argv) {
     TESSEL_REQUIRE_USAGE(a.has("data"), "tessel-gnn-bench needs --data FILE");
     // --backend, not --device: Kokkos 3.4 takes --device (a device id) from the command line before we see it.
     std::string const backend = a.get("backend", "host");
-    TESSEL_REQUIRE_USAGE(backend == "host" || backend == "cuda", "--backend must be host or cuda, got '", backend, "'");
-    return backend == "cuda" ? run_cuda(a) : run_host(a);
+    TESSEL_REQUIRE_USAGE(backend == "host" || backend == "cuda" || backend == "dist",
+                         "--backend must be host, cuda or dist, got '", backend, "'");
+    return backend == "cuda" ? run_cuda(a) : backend == "dist" ? run_dist(a) : run_host(a);
   });
 }

@@ -9,6 +9,18 @@
 
 namespace tessel::gnn {
 
+char const *name_of(DistSchedule schedule) {
+  return schedule == DistSchedule::overlapped ? "overlapped" : "sequential";
+}
+
+DistSchedule parse_dist_schedule(std::string const &text) {
+  if (text == "overlapped")
+    return DistSchedule::overlapped;
+  if (text == "sequential")
+    return DistSchedule::sequential;
+  TESSEL_THROW("unknown distributed schedule '", text, "' (expected overlapped or sequential)");
+}
+
 namespace {
 /// Tag of the halo messages; MPI keeps the order of messages with one tag between two ranks, so consecutive applies
 /// cannot mix.
@@ -28,6 +40,7 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
   std::optional<Handle> local;
   std::vector<std::optional<Handle>> halo; // per DistGraph::halos() entry; empty where nothing is received
   int width = -1;
+  DistSchedule schedule = DistSchedule::overlapped;
   std::set<int> checked; // widths whose agreement across ranks has been checked
   std::vector<Matrix<M>> send_buf, recv_buf, halo_y;
   DistSpmmTimings last;
@@ -122,20 +135,33 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
     sends.push_back(s.comm.isend(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag));
     t.bytes_sent += static_cast<std::int64_t>(buf.size() * sizeof(float));
   }
+  std::size_t pending = 0;
+  for (auto const &r : recvs)
+    pending += r.is_null() ? 0 : 1;
+  if (s.schedule == DistSchedule::sequential) { // every halo row first: nothing overlaps the messages
+    auto const w0 = std::chrono::steady_clock::now();
+    Request::wait_all(recvs, s.comm.timeout());
+    t.wait_seconds += since(w0);
+  }
   auto const l0 = std::chrono::steady_clock::now();
   if (s.local)
     s.local->apply(space, x, y);
   compat::fence(space, "Tessel::gnn::DistSpmm::local");
   t.local_seconds = since(l0);
-  // The peers' halo blocks in arrival order, each into its own buffer.
-  std::size_t pending = 0;
-  for (auto const &r : recvs)
-    pending += r.is_null() ? 0 : 1;
-  while (pending > 0) {
-    auto const w0 = std::chrono::steady_clock::now();
-    std::size_t const k = Request::wait_any(recvs, s.comm.timeout());
-    t.wait_seconds += since(w0);
-    --pending;
+  // The peers' halo blocks in arrival order (all have landed under the sequential schedule), each into its own
+  // buffer.
+  std::vector<char> done(recvs.size(), 0);
+  for (std::size_t left = pending; left > 0; --left) {
+    std::size_t k = 0;
+    if (s.schedule == DistSchedule::sequential) {
+      while (done[k] || s.recv_buf[k].size() == 0)
+        ++k;
+    } else {
+      auto const w0 = std::chrono::steady_clock::now();
+      k = Request::wait_any(recvs, s.comm.timeout());
+      t.wait_seconds += since(w0);
+    }
+    done[k] = 1;
     auto const h0 = std::chrono::steady_clock::now();
     if (s.halo[k])
       s.halo[k]->apply(space, s.recv_buf[k], s.halo_y[k]);
@@ -166,6 +192,10 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
 }
 
 template <class ExecSpace> DistSpmmTimings const &DistSpmm<ExecSpace>::last() const { return _s->last; }
+
+template <class ExecSpace> void DistSpmm<ExecSpace>::set_schedule(DistSchedule schedule) { _s->schedule = schedule; }
+
+template <class ExecSpace> DistSchedule DistSpmm<ExecSpace>::schedule() const { return _s->schedule; }
 
 template <class ExecSpace> std::vector<SpmmPlan> DistSpmm<ExecSpace>::local_plans() const {
   return _s->local ? _s->local->plans() : std::vector<SpmmPlan>{};

@@ -16,8 +16,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace tessel::gnn {
+
+/// \brief When DistSpmm computes relative to its messages.
+enum class DistSchedule {
+  overlapped, ///< the local block while the halo rows are in flight, then each peer's block as its rows land
+  sequential  ///< all halo rows first, then the local block and the peers' blocks (the baseline of the overlap)
+};
+char const *name_of(DistSchedule schedule);
+/// Parses "overlapped" or "sequential".
+DistSchedule parse_dist_schedule(std::string const &text);
 
 /// \brief Where the time of the last DistSpmm::apply went (seconds) and what it moved.
 struct DistSpmmTimings {
@@ -50,6 +60,9 @@ public:
   void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
 
   DistSpmmTimings const &last() const;
+  /// The schedule of the next applies (overlapped unless set; both give bitwise the same result).
+  void set_schedule(DistSchedule schedule);
+  DistSchedule schedule() const;
   /// The local handle's plans (empty on a rank without rows).
   std::vector<SpmmPlan> local_plans() const;
 
