@@ -1,6 +1,9 @@
 #include <tessel/core/Error.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
 
+#include "impl/HostCsr.hpp"
+
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <set>
@@ -26,6 +29,22 @@ namespace {
 /// cannot mix.
 constexpr int halo_tag = 0x6a10;
 
+/// Most row tiles of the local block.
+constexpr std::int64_t max_tiles = 8;
+
+/// Rows [r0, r1) of \p a, all columns.
+Graph<std::int32_t> row_slice(Graph<std::int32_t> const &a, std::int64_t r0, std::int64_t r1) {
+  Impl::HostCsr<std::int32_t> csr;
+  auto const b = a.row_map()(r0);
+  for (std::int64_t r = r0; r <= r1; ++r)
+    csr.row_map.push_back(a.row_map()(r) - b);
+  for (offset_type k = b; k < a.row_map()(r1); ++k) {
+    csr.entries.push_back(a.entries()(k));
+    csr.values.push_back(a.values()(k));
+  }
+  return Impl::to_graph(a.name(), static_cast<std::int32_t>(r1 - r0), a.num_cols(), std::move(csr));
+}
+
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -37,7 +56,10 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
 
   Communicator comm;
   DistGraph<std::int32_t> const &graph;
-  std::optional<Handle> local;
+  /// The local block in row tiles (each its own handle), so that the pending messages can be progressed between
+  /// them: a large message (rendezvous protocol) moves only while its ranks are inside MPI calls.
+  std::vector<Handle> local;
+  std::vector<std::int64_t> tile_rows;     // tile t is local rows [tile_rows[t], tile_rows[t + 1])
   std::vector<std::optional<Handle>> halo; // per DistGraph::halos() entry; empty where nothing is received
   int width = -1;
   DistSchedule schedule = DistSchedule::overlapped;
@@ -55,7 +77,17 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
       // The local block keeps its order: X and Y are this rank's rows as DistGraph numbers them.
       if (o.algorithm == SpmmAlgorithm::adaptive)
         o.partition = PartitionMethod::none;
-      local.emplace(space, g.local_block(), o);
+      auto const &a = g.local_block();
+      auto const rows = static_cast<std::int64_t>(a.num_rows());
+      // Up to 8 tiles of at least 64 rows. An adaptive handle reorders within a square block, so it keeps the
+      // local block whole (its applies then give the messages no chance to progress: see gnn/README.md).
+      std::int64_t const tiles =
+          o.algorithm == SpmmAlgorithm::adaptive ? 1 : std::clamp<std::int64_t>(rows / 64, 1, max_tiles);
+      for (std::int64_t t = 0; t <= tiles; ++t)
+        tile_rows.push_back(rows * t / tiles);
+      for (std::int64_t t = 0; t < tiles; ++t)
+        local.emplace_back(
+            space, row_slice(a, tile_rows[static_cast<std::size_t>(t)], tile_rows[static_cast<std::size_t>(t) + 1]), o);
     }
     SpmmOptions csr;
     csr.algorithm = SpmmAlgorithm::csr;
@@ -135,38 +167,53 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
     sends.push_back(s.comm.isend(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag));
     t.bytes_sent += static_cast<std::int64_t>(buf.size() * sizeof(float));
   }
-  std::size_t pending = 0;
-  for (auto const &r : recvs)
-    pending += r.is_null() ? 0 : 1;
-  if (s.schedule == DistSchedule::sequential) { // every halo row first: nothing overlaps the messages
-    auto const w0 = std::chrono::steady_clock::now();
-    Request::wait_all(recvs, s.comm.timeout());
-    t.wait_seconds += since(w0);
-  }
-  auto const l0 = std::chrono::steady_clock::now();
-  if (s.local)
-    s.local->apply(space, x, y);
-  compat::fence(space, "Tessel::gnn::DistSpmm::local");
-  t.local_seconds = since(l0);
-  // The peers' halo blocks in arrival order (all have landed under the sequential schedule), each into its own
-  // buffer.
+  // A peer's halo block, into its own buffer, once its rows have landed.
   std::vector<char> done(recvs.size(), 0);
-  for (std::size_t left = pending; left > 0; --left) {
-    std::size_t k = 0;
-    if (s.schedule == DistSchedule::sequential) {
-      while (done[k] || s.recv_buf[k].size() == 0)
-        ++k;
-    } else {
-      auto const w0 = std::chrono::steady_clock::now();
-      k = Request::wait_any(recvs, s.comm.timeout());
-      t.wait_seconds += since(w0);
-    }
+  std::size_t left = 0;
+  for (std::size_t k = 0; k < recvs.size(); ++k)
+    left += s.recv_buf[k].size() > 0 ? 1 : 0;
+  auto const run_halo = [&](std::size_t k) {
     done[k] = 1;
+    --left;
     auto const h0 = std::chrono::steady_clock::now();
     if (s.halo[k])
       s.halo[k]->apply(space, s.recv_buf[k], s.halo_y[k]);
     compat::fence(space, "Tessel::gnn::DistSpmm::halo");
     t.halo_seconds += since(h0);
+  };
+  bool const overlapped = s.schedule == DistSchedule::overlapped;
+  if (!overlapped) { // every halo row first: nothing overlaps the messages
+    auto const w0 = std::chrono::steady_clock::now();
+    Request::wait_all(recvs, s.comm.timeout());
+    t.wait_seconds += since(w0);
+  }
+  for (std::size_t tile = 0; tile < s.local.size(); ++tile) {
+    auto const l0 = std::chrono::steady_clock::now();
+    auto const rows_of_tile =
+        std::make_pair(static_cast<std::size_t>(s.tile_rows[tile]), static_cast<std::size_t>(s.tile_rows[tile + 1]));
+    s.local[tile].apply(space, x, Kokkos::subview(y, rows_of_tile, Kokkos::ALL()));
+    compat::fence(space, "Tessel::gnn::DistSpmm::local");
+    t.local_seconds += since(l0);
+    if (!overlapped)
+      continue;
+    // Between tiles the messages progress, and the halos that have landed are computed (COMET's order: whatever
+    // is ready, as soon as it is).
+    for (auto &r : sends)
+      r.test();
+    for (std::size_t k = 0; k < recvs.size(); ++k)
+      if (!done[k] && s.recv_buf[k].size() > 0 && recvs[k].test())
+        run_halo(k);
+  }
+  if (!overlapped) {
+    for (std::size_t k = 0; k < recvs.size(); ++k)
+      if (s.recv_buf[k].size() > 0)
+        run_halo(k);
+  }
+  while (left > 0) { // the rest in arrival order
+    auto const w0 = std::chrono::steady_clock::now();
+    std::size_t const k = Request::wait_any(recvs, s.comm.timeout());
+    t.wait_seconds += since(w0);
+    run_halo(k);
   }
   // Fixed order: y = local + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
   auto const a0 = std::chrono::steady_clock::now();
@@ -198,7 +245,11 @@ template <class ExecSpace> void DistSpmm<ExecSpace>::set_schedule(DistSchedule s
 template <class ExecSpace> DistSchedule DistSpmm<ExecSpace>::schedule() const { return _s->schedule; }
 
 template <class ExecSpace> std::vector<SpmmPlan> DistSpmm<ExecSpace>::local_plans() const {
-  return _s->local ? _s->local->plans() : std::vector<SpmmPlan>{};
+  std::vector<SpmmPlan> out;
+  for (auto const &h : _s->local)
+    for (auto const &p : h.plans())
+      out.push_back(p);
+  return out;
 }
 
 #define TESSEL_GNN_INSTANTIATE_DISTSPMM(SPACE) template class DistSpmm<SPACE>;
