@@ -32,17 +32,36 @@ constexpr int halo_tag = 0x6a10;
 /// Most row tiles of the local block.
 constexpr std::int64_t max_tiles = 8;
 
-/// Rows [r0, r1) of \p a, all columns.
-Graph<std::int32_t> row_slice(Graph<std::int32_t> const &a, std::int64_t r0, std::int64_t r1) {
+/// Which entries of a row tile a slice keeps.
+enum class TilePart {
+  all,    ///< every column, numbered as in the block
+  inside, ///< columns [r0, r1), renumbered from 0: the square diagonal tile
+  outside ///< the other columns, numbered as in the block
+};
+
+/// Rows [r0, r1) of \p a, with the entries \p part keeps.
+Graph<std::int32_t> tile_slice(Graph<std::int32_t> const &a, std::int64_t r0, std::int64_t r1, TilePart part) {
   Impl::HostCsr<std::int32_t> csr;
-  auto const b = a.row_map()(r0);
-  for (std::int64_t r = r0; r <= r1; ++r)
-    csr.row_map.push_back(a.row_map()(r) - b);
-  for (offset_type k = b; k < a.row_map()(r1); ++k) {
-    csr.entries.push_back(a.entries()(k));
-    csr.values.push_back(a.values()(k));
+  csr.row_map.push_back(0);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k) {
+      auto const c = static_cast<std::int64_t>(a.entries()(k));
+      bool const in = c >= r0 && c < r1;
+      if (part == TilePart::all || (part == TilePart::inside) == in) {
+        csr.entries.push_back(static_cast<std::int32_t>(part == TilePart::inside ? c - r0 : c));
+        csr.values.push_back(a.values()(k));
+      }
+    }
+    csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
   }
-  return Impl::to_graph(a.name(), static_cast<std::int32_t>(r1 - r0), a.num_cols(), std::move(csr));
+  auto const cols = part == TilePart::inside ? static_cast<std::int32_t>(r1 - r0) : a.num_cols();
+  return Impl::to_graph(a.name(), static_cast<std::int32_t>(r1 - r0), cols, std::move(csr));
+}
+
+SpmmOptions csr_options() {
+  SpmmOptions o;
+  o.algorithm = SpmmAlgorithm::csr;
+  return o;
 }
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -58,8 +77,11 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
   DistGraph<std::int32_t> const &graph;
   /// The local block in row tiles (each its own handle), so that the pending messages can be progressed between
   /// them: a large message (rendezvous protocol) moves only while its ranks are inside MPI calls.
-  std::vector<Handle> local;
-  std::vector<std::int64_t> tile_rows;     // tile t is local rows [tile_rows[t], tile_rows[t + 1])
+  /// An adaptive handle reorders within a square block: its tiles are the diagonal ones, and the entries outside
+  /// them go to a csr handle per tile (rest) whose result is added with the halos'.
+  std::vector<Handle> local, rest;
+  std::vector<std::int64_t> tile_rows; // tile t is local rows [tile_rows[t], tile_rows[t + 1])
+  Matrix<M> rest_y;
   std::vector<std::optional<Handle>> halo; // per DistGraph::halos() entry; empty where nothing is received
   int width = -1;
   DistSchedule schedule = DistSchedule::overlapped;
@@ -79,18 +101,23 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
         o.partition = PartitionMethod::none;
       auto const &a = g.local_block();
       auto const rows = static_cast<std::int64_t>(a.num_rows());
-      // Up to 8 tiles of at least 64 rows. An adaptive handle reorders within a square block, so it keeps the
-      // local block whole (its applies then give the messages no chance to progress: see gnn/README.md).
-      std::int64_t const tiles =
-          o.algorithm == SpmmAlgorithm::adaptive ? 1 : std::clamp<std::int64_t>(rows / 64, 1, max_tiles);
+      // Up to 8 tiles of at least 64 rows.
+      std::int64_t const tiles = std::clamp<std::int64_t>(rows / 64, 1, max_tiles);
       for (std::int64_t t = 0; t <= tiles; ++t)
         tile_rows.push_back(rows * t / tiles);
-      for (std::int64_t t = 0; t < tiles; ++t)
-        local.emplace_back(
-            space, row_slice(a, tile_rows[static_cast<std::size_t>(t)], tile_rows[static_cast<std::size_t>(t) + 1]), o);
+      bool const square = o.algorithm == SpmmAlgorithm::adaptive && tiles > 1;
+      for (std::size_t t = 0; t < static_cast<std::size_t>(tiles); ++t) {
+        auto const r0 = tile_rows[t], r1 = tile_rows[t + 1];
+        if (!square) {
+          local.emplace_back(space, tile_slice(a, r0, r1, TilePart::all), o);
+          continue;
+        }
+        auto const inside = tile_slice(a, r0, r1, TilePart::inside);
+        local.emplace_back(space, inside, inside.nnz() > 0 ? o : csr_options());
+        rest.emplace_back(space, tile_slice(a, r0, r1, TilePart::outside), csr_options());
+      }
     }
-    SpmmOptions csr;
-    csr.algorithm = SpmmAlgorithm::csr;
+    auto const csr = csr_options();
     for (auto const &h : g.halos()) {
       halo.emplace_back();
       if (g.local_rows() > 0 && !h.recv_rows.empty())
@@ -106,6 +133,7 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     recv_buf.clear();
     halo_y.clear();
     auto const rows = static_cast<std::size_t>(graph.local_rows());
+    rest_y = Matrix<M>(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::rest_y")), rest.empty() ? 0 : rows, uf);
     for (auto const &h : graph.halos()) {
       send_buf.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::send")), h.send_rows.size(), uf);
       recv_buf.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::recv")), h.recv_rows.size(), uf);
@@ -191,7 +219,13 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
     auto const l0 = std::chrono::steady_clock::now();
     auto const rows_of_tile =
         std::make_pair(static_cast<std::size_t>(s.tile_rows[tile]), static_cast<std::size_t>(s.tile_rows[tile + 1]));
-    s.local[tile].apply(space, x, Kokkos::subview(y, rows_of_tile, Kokkos::ALL()));
+    auto const y_tile = Kokkos::subview(y, rows_of_tile, Kokkos::ALL());
+    if (s.rest.empty()) {
+      s.local[tile].apply(space, x, y_tile);
+    } else { // the diagonal tile reads its own rows of X; the rest of the row goes to rest_y
+      s.local[tile].apply(space, Kokkos::subview(x, rows_of_tile, Kokkos::ALL()), y_tile);
+      s.rest[tile].apply(space, x, Kokkos::subview(s.rest_y, rows_of_tile, Kokkos::ALL()));
+    }
     compat::fence(space, "Tessel::gnn::DistSpmm::local");
     t.local_seconds += since(l0);
     if (!overlapped)
@@ -215,9 +249,11 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
     t.wait_seconds += since(w0);
     run_halo(k);
   }
-  // Fixed order: y = local + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
+  // Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
   auto const a0 = std::chrono::steady_clock::now();
   std::vector<Matrix<memory_space>> parts;
+  if (s.rest_y.extent(0) > 0)
+    parts.push_back(s.rest_y);
   for (std::size_t k = 0; k < halos.size(); ++k)
     if (s.halo_y[k].extent(0) > 0)
       parts.push_back(s.halo_y[k]);
