@@ -1,5 +1,6 @@
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
+#include <tessel/core/Digest.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
@@ -61,15 +62,6 @@ void print_error(char const *name, std::string const &ranks, std::string const &
   std::fprintf(stderr, "%s: error%s: %s\n", name, ranks.c_str(), message.c_str());
   std::fflush(stderr);
 }
-
-// FNV-1a over [data, data + n), continuing from \p h.
-std::uint64_t fnv1a(std::uint64_t h, unsigned char const *data, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    h = (h ^ data[i]) * 0x100000001b3ull;
-  return h;
-}
-
-constexpr std::uint64_t fnv1a_basis = 0xcbf29ce484222325ull;
 
 #ifdef TESSEL_ENABLE_MPI
 

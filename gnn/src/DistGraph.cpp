@@ -1,3 +1,4 @@
+#include <tessel/core/Digest.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/H5File.hpp>
 #include <tessel/gnn/Dataset.hpp>
@@ -40,14 +41,8 @@ DistPartitionMethod parse_dist_partition_method(std::string const &text) {
 
 namespace {
 
-/// FNV-1a over the bytes of a range: the graph's identity for the check that every rank passed the same one.
-template <class T> void fnv(std::uint64_t &h, T const *data, std::size_t n) {
-  auto const *p = reinterpret_cast<unsigned char const *>(data);
-  for (std::size_t k = 0; k < n * sizeof(T); ++k) {
-    h ^= p[k];
-    h *= 0x100000001b3ull;
-  }
-}
+/// Continues the digest \p h over \p n values at \p data (the identity of a graph or options across ranks).
+template <class T> void fnv(std::uint64_t &h, T const *data, std::size_t n) { h = fnv1a(h, data, n * sizeof(T)); }
 
 /// Contiguous ranges with about equal weight (the row's entries + 1) per rank, from the row offsets.
 template <class Offsets> std::vector<int> contiguous_owner(Offsets const &row_map, std::int64_t n, int size) {
@@ -74,13 +69,13 @@ DistGraph<Index>::DistGraph(Communicator const &comm, Graph<Index> const &graph,
                  " x ", graph.num_cols(), ", expected a square adjacency");
   auto const n = _global_rows;
   // Every rank must hold the same graph and options: a mismatch would silently exchange wrong rows.
-  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t h = fnv1a_basis;
   fnv(h, &n, 1);
   fnv(h, graph.row_map().data(), graph.row_map().extent(0));
   fnv(h, graph.entries().data(), graph.entries().extent(0));
   fnv(h, graph.values().data(), graph.values().extent(0));
   comm.require_same("DistGraph: the graph (rows, entries and values) of '" + graph.name() + "'", h);
-  std::uint64_t o = 0xcbf29ce484222325ull;
+  std::uint64_t o = fnv1a_basis;
   auto const method = static_cast<int>(options.method);
   fnv(o, &method, 1);
   fnv(o, &options.seed, 1);
@@ -238,10 +233,10 @@ DistGraph<Index> DistGraph<Index>::load(Communicator const &comm, std::string co
   TESSEL_REQUIRE(index_rows.size() == 1 && index_rows[0] == nnz, path, ": graph/indices has shape [",
                  index_rows.empty() ? 0 : index_rows[0], "], expected [", nnz, "] (graph/indptr[", n, "])");
   bool const weighted = file.has("graph/values");
-  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t h = fnv1a_basis;
   fnv(h, indptr.data(), indptr.size());
   comm.require_same("DistGraph::load: graph/indptr of '" + path + "'", h);
-  std::uint64_t o = 0xcbf29ce484222325ull;
+  std::uint64_t o = fnv1a_basis;
   fnv(o, &options.seed, 1);
   comm.require_same("DistGraph::load: the options (partition method, seed)", o ^ static_cast<std::uint64_t>(method));
 
@@ -258,20 +253,32 @@ DistGraph<Index> DistGraph<Index>::load(Communicator const &comm, std::string co
   auto const last = g._owner.rend() - std::find(g._owner.rbegin(), g._owner.rend(), g._rank);
   Impl::HostCsr<std::int64_t> mine;
   mine.row_map.push_back(0);
-  if (first < last) {
-    auto const b = static_cast<std::size_t>(indptr[static_cast<std::size_t>(first)]);
-    auto const e = static_cast<std::size_t>(indptr[static_cast<std::size_t>(last)]);
-    mine.entries = file.read_rows<std::int64_t>("graph/indices", b, e - b).data;
-    mine.values = weighted ? file.read_rows<float>("graph/values", b, e - b).data : std::vector<float>(e - b, 1.0f);
-    for (std::size_t k = 0; k < mine.entries.size(); ++k)
-      TESSEL_REQUIRE(mine.entries[k] >= 0 && mine.entries[k] < n, path, ": graph/indices[", b + k,
-                     "] = ", mine.entries[k], " is out of range [0, ", n, ")");
-    for (auto i = first; i < last; ++i) {
-      g._owned.push_back(i);
-      mine.row_map.push_back(static_cast<offset_type>(indptr[static_cast<std::size_t>(i) + 1]) -
-                             static_cast<offset_type>(b));
+  // A bad entry or a failed read in one rank's range must end every rank, not leave the others waiting in build.
+  std::string problem;
+  try {
+    if (first < last) {
+      auto const b = static_cast<std::size_t>(indptr[static_cast<std::size_t>(first)]);
+      auto const e = static_cast<std::size_t>(indptr[static_cast<std::size_t>(last)]);
+      mine.entries = file.read_rows<std::int64_t>("graph/indices", b, e - b).data;
+      mine.values = weighted ? file.read_rows<float>("graph/values", b, e - b).data : std::vector<float>(e - b, 1.0f);
+      for (std::size_t k = 0; k < mine.entries.size(); ++k)
+        TESSEL_REQUIRE(mine.entries[k] >= 0 && mine.entries[k] < n, path, ": graph/indices[", b + k,
+                       "] = ", mine.entries[k], " is out of range [0, ", n, ")");
+      for (auto i = first; i < last; ++i) {
+        g._owned.push_back(i);
+        mine.row_map.push_back(static_cast<offset_type>(indptr[static_cast<std::size_t>(i) + 1]) -
+                               static_cast<offset_type>(b));
+      }
     }
+  } catch (Exception const &e) {
+    problem = e.what();
   }
+  int const failed = problem.empty() ? 0 : 1;
+  int any = 0;
+  comm.allreduce(&failed, &any, 1, ReduceOp::max);
+  TESSEL_REQUIRE(!any, problem.empty() ? path + ": another rank found its rows of graph/indices or graph/values bad "
+                                                "(see its error)"
+                                       : problem);
   g.build(comm, std::move(mine));
   return g;
 }

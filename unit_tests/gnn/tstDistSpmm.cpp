@@ -3,6 +3,7 @@
 // partitions, ranks without rows or without halo; and the errors every rank must see alike.
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/core/H5File.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/DistGraph.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
@@ -244,6 +245,36 @@ TEST(DistSpmm, each_rank_reads_its_own_rows_of_the_file) {
   Exec space;
   DistSpmm<Exec> dist(space, comm, loaded);
   EXPECT_LT(relative_error(comm, dist, loaded, data.graph, 7, 77), 1e-6);
+  // Every method through the file: the ones that partition the whole graph read it whole.
+  DistGraphOptions automatic;
+  expect_same(DistGraph<std::int32_t>::load(comm, path, automatic), DistGraph<std::int32_t>(comm, data.graph));
+  comm.barrier();
+  if (comm.rank() == 0)
+    std::filesystem::remove(path);
+}
+
+TEST(DistSpmm, a_bad_entry_in_one_ranks_rows_ends_every_rank) {
+  auto const comm = Communicator::world();
+  std::string const path =
+      (std::filesystem::temp_directory_path() / ("tessel_dist_graph_bad_" + std::to_string(comm.size()) + ".h5"))
+          .string();
+  if (comm.rank() == 0) {
+    // The last row's last column out of range: only the last rank reads it.
+    std::vector<std::int64_t> indptr{0, 1, 2, 3, 4, 5, 6, 7, 8}, indices{1, 2, 3, 4, 5, 6, 7, 99};
+    tessel::h5::File f(path, tessel::h5::Mode::truncate);
+    f.write("graph/indptr", indptr.data(), {indptr.size()});
+    f.write("graph/indices", indices.data(), {indices.size()});
+    f.close();
+  }
+  comm.barrier();
+  DistGraphOptions o;
+  o.method = DistPartitionMethod::contiguous;
+  auto const message = tessel::test::error_of([&] { DistGraph<std::int32_t>::load(comm, path, o); });
+  if (comm.rank() == comm.size() - 1)
+    EXPECT_NE(message.find("graph/indices[7] = 99 is out of range [0, 8)"), std::string::npos) << message;
+  else
+    EXPECT_NE(message.find("another rank found"), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
   comm.barrier();
   if (comm.rank() == 0)
     std::filesystem::remove(path);

@@ -160,6 +160,8 @@ def case_options():
         (GNN_TRAIN + ["--resume"], "need --checkpoint"),
         (GNN_TRAIN + ["--kernel", "nosuch"], "option --kernel"),
         (GNN_TRAIN + ["--feature-format", "nosuch"], "option --feature-format"),
+        (GNN_BENCH_DIST + ["--dist-partition", "nosuch"], "option --dist-partition"),
+        (GNN_BENCH_DIST + ["--kernel", "nosuch"], "option --kernel"),
         (SIM + ["--repair-rounds", "3"], "needs --node-mtbf"),
         (SIM + ["--checkpoint", "600"], "needs --node-mtbf or --job-mtbf"),
         (SIM[:-1] + ["nosuch"], "option --policy"),
