@@ -1,5 +1,7 @@
+#include <tessel/core/Digest.hpp>
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/H5File.hpp>
+#include <tessel/gnn/DistSpmm.hpp>
 #include <tessel/gnn/Model.hpp>
 
 #include "impl/MatrixRef.hpp"
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 
 namespace tessel::gnn {
@@ -52,10 +55,15 @@ template <class ExecSpace> struct ModelState {
   int classes = 0;
   std::vector<int> dims; // dims[l] -> dims[l+1]
   std::unique_ptr<Handle> fwd, bwd;
-  Matrix<M> x;                        // input features, handle order
-  std::vector<std::int32_t> labels;   // handle order
-  std::vector<std::uint8_t> masks[3]; // train, val, test in handle order
-  std::int64_t train_count = 0;
+  // Distributed: this rank's rows as a DistGraph of the operator (and of its transpose when not symmetric).
+  std::optional<Communicator> comm;
+  std::unique_ptr<DistGraph<std::int32_t>> dist, dist_t;
+  std::unique_ptr<DistSpmm<ExecSpace>> dfwd, dbwd;
+  Matrix<M> x;                            // input features, handle order
+  Kokkos::View<std::int64_t *, M> vertex; // original id of each row (dropout masks are drawn per vertex)
+  std::vector<std::int32_t> labels;       // handle order
+  std::vector<std::uint8_t> masks[3];     // train, val, test in handle order
+  std::int64_t mask_count[3] = {0, 0, 0}; // over every rank
 
   std::vector<Matrix<M>> w, b, dw, db, mw, vw, mb, vb;
   std::vector<Matrix<M>> h;    // h[l]: input of layer l (h[0] = x), h[L]: logits
@@ -68,9 +76,19 @@ template <class ExecSpace> struct ModelState {
   bool last_training = false;
   long adam_t = 0;
   double aggregation_seconds = 0;
+  double communication_seconds = 0;
+  std::int64_t halo_bytes = 0;
   double setup_seconds = 0;
 
   int layers() const { return static_cast<int>(dims.size()) - 1; }
+  /// The rows' owners (0 when single-process), recorded in checkpoints.
+  std::uint64_t partition_digest() const {
+    if (!dist)
+      return 0;
+    auto const &owner = dist->owner();
+    // Kept within int64 for the HDF5 attribute.
+    return fnv1a(fnv1a_basis, owner.data(), owner.size() * sizeof(int)) >> 1;
+  }
   /// Calls visit(dataset, tensor) for each tensor a checkpoint holds: every layer's weight with its Adam moments,
   /// and its bias with its moments where the layer has one.
   template <class Visit> void for_each_checkpoint_tensor(Visit &&visit) const {
@@ -88,12 +106,39 @@ template <class ExecSpace> struct ModelState {
     }
   }
 
-  void aggregate(Handle &handle, ConstMatrix<M> const &in, Matrix<M> const &out) {
+  /// out = A in, or A^T in when \p transposed.
+  void aggregate(bool transposed, ConstMatrix<M> const &in, Matrix<M> const &out) {
     Timer<ExecSpace> timer(space, "Tessel::gnn::aggregate");
-    handle.apply(space, in, out);
+    if (dfwd) {
+      auto &d = transposed && dbwd ? *dbwd : *dfwd;
+      d.apply(space, in, out);
+      double const total = timer.seconds();
+      communication_seconds += d.last().wait_seconds;
+      aggregation_seconds += total - d.last().wait_seconds;
+      halo_bytes += d.last().bytes_received;
+      return;
+    }
+    (transposed && bwd ? *bwd : *fwd).apply(space, in, out);
     aggregation_seconds += timer.seconds();
   }
-  Handle &backward_handle() { return bwd ? *bwd : *fwd; }
+
+  /// Sums \p values over the ranks in place (nothing when single-process).
+  template <class T> void sum_over_ranks(T *values, std::size_t count) {
+    if (!comm || count == 0)
+      return;
+    auto const t0 = std::chrono::steady_clock::now();
+    std::vector<T> sum(count);
+    comm->allreduce(values, sum.data(), count, ReduceOp::sum);
+    std::copy(sum.begin(), sum.end(), values);
+    communication_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  /// A gradient summed over the ranks (each holds its rows' share).
+  void sum_over_ranks(Matrix<M> const &g) {
+    if (!comm)
+      return;
+    compat::fence(space, "Tessel::gnn::gradient_allreduce");
+    sum_over_ranks(g.data(), g.size());
+  }
 
   static Matrix<M> matrix(char const *label, std::size_t rows, std::size_t cols) {
     return Matrix<M>(label, rows, cols);
@@ -110,13 +155,14 @@ template <class ExecSpace> struct ModelState {
     float const scale = static_cast<float>(1.0 / (1.0 - p));
     std::uint64_t const seed = options.seed;
     auto const cols = static_cast<std::int64_t>(in.extent(1));
+    auto const id = vertex;
     Kokkos::parallel_for(
         "Tessel::gnn::dropout", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(in.extent(0))),
         KOKKOS_LAMBDA(std::int64_t i) {
           for (std::int64_t j = 0; j < cols; ++j) {
             bool const keep =
                 counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(layer),
-                                static_cast<std::uint64_t>(i * cols + j)) >= p;
+                                static_cast<std::uint64_t>(id(i) * cols + j)) >= p;
             out(i, j) = keep ? in(i, j) * scale : 0.0f;
           }
         });
@@ -150,17 +196,17 @@ template <class ExecSpace> struct ModelState {
       auto &out = h[ul + 1];
       if (l == 0 && sparse) {
         if (use_dropout(training))
-          sparse->dropout(space, options.dropout, options.seed, epoch);
+          sparse->dropout(space, options.dropout, options.seed, epoch, vertex);
         sparse->transform(space, use_dropout(training), ConstMatrix<M>(w[ul]), s[ul]);
-        aggregate(*fwd, s[ul], out);
+        aggregate(false, s[ul], out);
       } else if (ConstMatrix<M> input = use_dropout(training) ? dropped(l, epoch) : h[ul]; aggregate_first[ul]) {
-        aggregate(*fwd, input, s[ul]);
+        aggregate(false, input, s[ul]);
         tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                      Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(out));
       } else {
         tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(input), Impl::matrix_ref(ConstMatrix<M>(w[ul])),
                      0.0f, Impl::matrix_ref(s[ul]));
-        aggregate(*fwd, s[ul], out);
+        aggregate(false, s[ul], out);
       }
       if (b[ul].extent(0) > 0)
         add_bias(out, b[ul]);
@@ -183,7 +229,7 @@ template <class ExecSpace> struct ModelState {
     double total = 0;
     std::int64_t count = 0, correct = 0;
     auto const &m = masks[mask];
-    std::int64_t const denom = std::max<std::int64_t>(1, std::count(m.begin(), m.end(), 1));
+    std::int64_t const denom = std::max<std::int64_t>(1, mask_count[mask]);
     std::vector<double> p(static_cast<std::size_t>(classes));
     for (std::int64_t i = 0; i < n; ++i) {
       if (!m[static_cast<std::size_t>(i)])
@@ -211,6 +257,11 @@ template <class ExecSpace> struct ModelState {
     }
     if (gradient)
       Kokkos::deep_copy(space, *gradient, g);
+    double sums[3] = {total, static_cast<double>(count), static_cast<double>(correct)};
+    sum_over_ranks(sums, 3);
+    total = sums[0];
+    count = static_cast<std::int64_t>(sums[1]);
+    correct = static_cast<std::int64_t>(sums[2]);
     return {count ? total / static_cast<double>(count) : 0.0,
             count ? static_cast<double>(correct) / static_cast<double>(count) : 0.0};
   }
@@ -259,27 +310,31 @@ template <class ExecSpace> struct ModelState {
                 dbl(0, j) = sum;
               }
             });
+        sum_over_ranks(db[ul]);
       }
       ConstMatrix<M> input = use_dropout(last_training) ? hd[ul] : h[ul];
       bool const need_input_grad = l > 0;
       if (l == 0 && sparse) {
         // out = A (X W): dt = A^T dz, dW = X^T dt (the input needs no gradient).
-        aggregate(backward_handle(), dz, s[ul]);
+        aggregate(true, dz, s[ul]);
         sparse->weight_gradient(space, use_dropout(last_training), ConstMatrix<M>(s[ul]), dw[ul]);
+        sum_over_ranks(dw[ul]);
       } else if (aggregate_first[ul]) {
         // out = (A in) W: dW = s^T dz, ds = dz W^T, din = A^T ds.
         tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                      Impl::matrix_ref(ConstMatrix<M>(dz)), 0.0f, Impl::matrix_ref(dw[ul]));
+        sum_over_ranks(dw[ul]);
         if (need_input_grad) {
           tessel::gemm(space, Op::none, Op::transpose, 1.0f, Impl::matrix_ref(ConstMatrix<M>(dz)),
                        Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(s[ul]));
-          aggregate(backward_handle(), s[ul], grad[ul]);
+          aggregate(true, s[ul], grad[ul]);
         }
       } else {
         // out = A (in W): dt = A^T dz, dW = in^T dt, din = dt W^T.
-        aggregate(backward_handle(), dz, s[ul]);
+        aggregate(true, dz, s[ul]);
         tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(input),
                      Impl::matrix_ref(ConstMatrix<M>(s[ul])), 0.0f, Impl::matrix_ref(dw[ul]));
+        sum_over_ranks(dw[ul]);
         if (need_input_grad)
           tessel::gemm(space, Op::none, Op::transpose, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                        Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(grad[ul]));
@@ -303,6 +358,7 @@ template <class ExecSpace> struct ModelState {
         std::uint64_t const seed = options.seed;
         int const epoch = last_epoch;
         auto const cols = static_cast<std::int64_t>(g.extent(1));
+        auto const id = vertex;
         Kokkos::parallel_for(
             "Tessel::gnn::dropout_backward",
             Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(g.extent(0))),
@@ -310,7 +366,7 @@ template <class ExecSpace> struct ModelState {
               for (std::int64_t j = 0; j < cols; ++j) {
                 bool const keep =
                     counter_uniform(seed, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(l),
-                                    static_cast<std::uint64_t>(i * cols + j)) >= p;
+                                    static_cast<std::uint64_t>(id(i) * cols + j)) >= p;
                 g(i, j) = keep ? g(i, j) * scale : 0.0f;
               }
             });
@@ -350,6 +406,16 @@ template <class ExecSpace> struct ModelState {
 
 template <class ExecSpace>
 GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, TrainOptions const &options)
+    : GnnModel(space, nullptr, data, options) {}
+
+template <class ExecSpace>
+GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Communicator const &comm, Dataset const &data,
+                              TrainOptions const &options)
+    : GnnModel(space, &comm, data, options) {}
+
+template <class ExecSpace>
+GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Communicator const *comm, Dataset const &data,
+                              TrainOptions const &options)
     : _state(std::make_unique<Impl::ModelState<ExecSpace>>()) {
   auto const t0 = std::chrono::steady_clock::now();
   auto &s = *_state;
@@ -365,8 +431,33 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   TESSEL_REQUIRE(!data.labels.empty() && data.num_classes >= 1, "train: dataset '", data.name, "' has no labels");
   TESSEL_REQUIRE(!data.train_mask.empty() && !data.val_mask.empty() && !data.test_mask.empty(), "train: dataset '",
                  data.name, "' has no train/val/test masks");
-  s.n = data.num_nodes();
   s.classes = data.num_classes;
+  if (comm) {
+    // Every rank must train the same model on the same graph: one clear error on every rank otherwise.
+    std::uint64_t h = fnv1a_basis;
+    auto const mix = [&h](auto const &v) { h = fnv1a(h, &v, sizeof(v)); };
+    mix(static_cast<int>(options.model));
+    mix(options.hidden);
+    mix(options.layers);
+    mix(options.epochs);
+    mix(options.learning_rate);
+    mix(options.weight_decay);
+    mix(options.dropout);
+    mix(options.gin_eps);
+    mix(options.random_features);
+    mix(options.seed);
+    mix(static_cast<int>(options.spmm.algorithm));
+    mix(static_cast<int>(options.features));
+    mix(options.normalize_features);
+    mix(data.num_nodes());
+    mix(data.graph.nnz());
+    mix(data.num_classes);
+    // The graph itself is compared by DistGraph.
+    h = fnv1a(h, data.labels.data(), data.labels.size() * sizeof(data.labels[0]));
+    for (auto const *mask : {&data.train_mask, &data.val_mask, &data.test_mask})
+      h = fnv1a(h, mask->data(), mask->size());
+    comm->require_same("distributed training on '" + data.name + "': the data set and the training options", h);
+  }
 
   // Aggregation operator: GCN's D^-1/2 (A + I) D^-1/2 or GIN's A + (1 + eps) I.
   auto const op = options.model == ModelKind::gcn
@@ -387,29 +478,49 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
     widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
     spmm.probe_features = widths;
   }
-  std::string const plan_path = options.checkpoint + ".plan.h5";
-  std::string const plan_t_path = options.checkpoint + ".plan_t.h5";
-  bool const reuse_plans = options.resume && !options.checkpoint.empty() &&
-                           options.spmm.algorithm == SpmmAlgorithm::adaptive && std::ifstream(plan_path).good();
-  if (reuse_plans)
-    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, spmm, plan_path);
-  else
-    s.fwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, op, spmm);
-  if (!symmetric) {
-    auto const opt = transpose(op);
-    if (options.spmm.algorithm == SpmmAlgorithm::adaptive) {
-      if (reuse_plans && std::ifstream(plan_t_path).good())
-        s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm, plan_t_path);
-      else
-        s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm,
-                                                                               s.fwd->partition());
-    } else {
-      s.bwd = std::make_unique<typename Impl::ModelState<ExecSpace>::Handle>(space, opt, options.spmm);
+  // rows[k]: the original vertex held at row k (the handle's order, or this rank's rows in increasing id).
+  std::vector<std::int64_t> rows;
+  if (comm) {
+    using Dist = DistGraph<std::int32_t>;
+    s.comm = *comm;
+    s.dist = std::make_unique<Dist>(*comm, op, options.distribution);
+    s.dfwd = std::make_unique<DistSpmm<ExecSpace>>(space, *comm, *s.dist, spmm);
+    if (!symmetric) {
+      // A^T with the forward's owners, so that both act on the same rows of each rank.
+      DistGraphOptions given;
+      given.method = DistPartitionMethod::given;
+      given.owner = s.dist->owner();
+      s.dist_t = std::make_unique<Dist>(*comm, transpose(op), given);
+      s.dbwd = std::make_unique<DistSpmm<ExecSpace>>(space, *comm, *s.dist_t, options.spmm);
     }
+    rows = s.dist->owned_rows();
+  } else {
+    std::string const plan_path = options.checkpoint + ".plan.h5";
+    std::string const plan_t_path = options.checkpoint + ".plan_t.h5";
+    bool const reuse_plans = options.resume && !options.checkpoint.empty() &&
+                             options.spmm.algorithm == SpmmAlgorithm::adaptive && std::ifstream(plan_path).good();
+    using Handle = typename Impl::ModelState<ExecSpace>::Handle;
+    if (reuse_plans)
+      s.fwd = std::make_unique<Handle>(space, op, spmm, plan_path);
+    else
+      s.fwd = std::make_unique<Handle>(space, op, spmm);
+    if (!symmetric) {
+      auto const opt = transpose(op);
+      if (options.spmm.algorithm == SpmmAlgorithm::adaptive) {
+        if (reuse_plans && std::ifstream(plan_t_path).good())
+          s.bwd = std::make_unique<Handle>(space, opt, options.spmm, plan_t_path);
+        else
+          s.bwd = std::make_unique<Handle>(space, opt, options.spmm, s.fwd->partition());
+      } else {
+        s.bwd = std::make_unique<Handle>(space, opt, options.spmm);
+      }
+    }
+    rows = s.fwd->permutation().old_of_new;
   }
-  auto const &perm = s.fwd->permutation();
+  s.n = static_cast<std::int64_t>(rows.size());
+  auto const un = static_cast<std::size_t>(s.n);
 
-  // Features (normalized, random when absent), labels and masks in the handle's order.
+  // Features (normalized, random when absent), labels and masks of this process's rows, in their order.
   Matrix<Kokkos::HostSpace> features;
   if (data.num_features() > 0) {
     features = Matrix<Kokkos::HostSpace>(Kokkos::view_alloc(space, "Tessel::gnn::features"), data.features.extent(0),
@@ -419,25 +530,47 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   } else {
     TESSEL_REQUIRE(options.random_features > 0, "train: dataset '", data.name,
                    "' has no features; pass random_features (--random-features) to train on random ones");
-    features = random_features(s.n, options.random_features, options.seed);
+    features = random_features(data.num_nodes(), options.random_features, options.seed);
   }
   if (options.normalize_features)
     normalize_rows(features);
-  auto const fdev = Kokkos::create_mirror_view_and_copy(space, features);
-  s.x = Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::x"), fdev.extent(0), fdev.extent(1));
-  permute_rows(space, perm, ConstMatrix<M>(fdev), s.x);
-  s.labels = permute_vector(perm, data.labels);
-  s.masks[0] = permute_vector(perm, data.train_mask);
-  s.masks[1] = permute_vector(perm, data.val_mask);
-  s.masks[2] = permute_vector(perm, data.test_mask);
-  s.train_count = std::count(s.masks[0].begin(), s.masks[0].end(), 1);
+  {
+    Matrix<Kokkos::HostSpace> mine(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::features_mine"), un,
+                                   features.extent(1));
+    auto const cols = features.extent(1);
+    Kokkos::parallel_for(
+        "Tessel::gnn::gather_features", Kokkos::RangePolicy<ExecSpace>(space, 0, s.n), KOKKOS_LAMBDA(std::int64_t k) {
+          for (std::size_t j = 0; j < cols; ++j)
+            mine(k, j) = features(static_cast<std::size_t>(rows[static_cast<std::size_t>(k)]), j);
+        });
+    space.fence();
+    s.x = Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::x"), un, cols);
+    Kokkos::deep_copy(space, s.x, mine);
+  }
+  s.vertex = Kokkos::View<std::int64_t *, M>(Kokkos::view_alloc(space, "Tessel::gnn::vertex"), un);
+  Kokkos::deep_copy(
+      space, s.vertex,
+      Kokkos::View<std::int64_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(rows.data(), un));
+  space.fence();
+  auto const gather = [&rows](auto const &v) {
+    std::decay_t<decltype(v)> out(rows.size());
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      out[k] = v[static_cast<std::size_t>(rows[k])];
+    return out;
+  };
+  s.labels = gather(data.labels);
+  s.masks[0] = gather(data.train_mask);
+  s.masks[1] = gather(data.val_mask);
+  s.masks[2] = gather(data.test_mask);
+  for (int m = 0; m < 3; ++m)
+    s.mask_count[m] = std::count(s.masks[m].begin(), s.masks[m].end(), 1);
+  s.sum_over_ranks(s.mask_count, 3);
 
   s.dims.push_back(static_cast<int>(s.x.extent(1)));
   for (int l = 0; l + 1 < options.layers; ++l)
     s.dims.push_back(options.hidden);
   s.dims.push_back(s.classes);
   std::mt19937_64 rng(options.seed);
-  auto const un = static_cast<std::size_t>(s.n);
   for (int l = 0; l < s.layers(); ++l) {
     auto const in = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l)]);
     auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
@@ -466,8 +599,10 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Dataset const &data, Train
   // first would make them dense before the GEMM).
   if (options.features != FeatureFormat::dense && !s.aggregate_first[0]) {
     auto const csr = Impl::nonzeros(ConstMatrix<M>(s.x));
-    if (options.features == FeatureFormat::sparse ||
-        static_cast<double>(csr.nnz()) <= sparse_feature_density * static_cast<double>(s.x.size()))
+    // One choice on every rank: the density of the whole feature matrix.
+    double counts[2] = {static_cast<double>(csr.nnz()), static_cast<double>(s.x.size())};
+    s.sum_over_ranks(counts, 2);
+    if (options.features == FeatureFormat::sparse || counts[0] <= sparse_feature_density * counts[1])
       s.sparse = std::make_unique<Impl::SparseFeatures<ExecSpace>>(space, csr);
   }
   s.h.push_back(s.x);
@@ -505,6 +640,7 @@ template <class ExecSpace> typename GnnModel<ExecSpace>::Metrics GnnModel<ExecSp
 }
 
 template <class ExecSpace> int GnnModel<ExecSpace>::num_layers() const { return _state->layers(); }
+template <class ExecSpace> std::int64_t GnnModel<ExecSpace>::local_rows() const { return _state->n; }
 template <class ExecSpace> Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::weight(int l) const {
   return _state->w.at(static_cast<std::size_t>(l));
 }
@@ -523,6 +659,33 @@ Matrix<typename GnnModel<ExecSpace>::memory_space> GnnModel<ExecSpace>::bias_gra
 template <class ExecSpace>
 void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const {
   auto const &s = *_state;
+  if (s.comm) {
+    // Every rank holds the same parameters (the gradients are all-reduced): rank 0 writes them, and a failure there
+    // ends every rank rather than leaving the others to train on believing the checkpoint was written.
+    std::uint64_t h = fnv1a_basis;
+    s.for_each_checkpoint_tensor(
+        [&h](std::string const &, auto const &tensor) { h = fnv1a(h, tensor.data(), tensor.size() * sizeof(float)); });
+    s.comm->require_same("checkpoint '" + path + "': the parameters (they must be the same on every rank)", h);
+    std::string problem;
+    if (s.comm->rank() == 0) {
+      try {
+        write_checkpoint(path, history);
+      } catch (Exception const &e) {
+        problem = e.what();
+      }
+    }
+    int failed = problem.empty() ? 0 : 1;
+    s.comm->broadcast(&failed, 1, DataType::int32, 0);
+    TESSEL_REQUIRE(!failed,
+                   problem.empty() ? "checkpoint '" + path + "': rank 0 could not write it (see its error)" : problem);
+    return;
+  }
+  write_checkpoint(path, history);
+}
+
+template <class ExecSpace>
+void GnnModel<ExecSpace>::write_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const {
+  auto const &s = *_state;
   {
     // File writes beside the path, reads the file back and only then renames it into place (h5::File::close),
     // so that neither a full disk nor an interruption can leave a truncated checkpoint behind.
@@ -533,6 +696,8 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
     file.write_attribute("/", "model", name_of(s.options.model));
     file.write_attribute("/", "seed", static_cast<std::int64_t>(s.options.seed));
     file.write_attribute("/", "adam_t", static_cast<std::int64_t>(s.adam_t));
+    file.write_attribute("/", "ranks", static_cast<std::int64_t>(s.comm ? s.comm->size() : 1));
+    file.write_attribute("/", "partition", static_cast<std::int64_t>(s.partition_digest()));
     std::vector<int> dims(s.dims.begin(), s.dims.end());
     file.write("dims", dims);
     s.for_each_checkpoint_tensor([&](std::string const &dataset, auto const &tensor) { file.write(dataset, tensor); });
@@ -544,7 +709,7 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
     file.write("history", rows.data(), {history.size(), 8});
     file.close();
   }
-  if (s.options.spmm.algorithm == SpmmAlgorithm::adaptive) {
+  if (s.fwd && s.options.spmm.algorithm == SpmmAlgorithm::adaptive) {
     s.fwd->save_plans(path + ".plan.h5");
     if (s.bwd)
       s.bwd->save_plans(path + ".plan_t.h5");
@@ -552,6 +717,24 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
 }
 
 template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_checkpoint(std::string const &path) {
+  auto &s = *_state;
+  if (!s.comm)
+    return read_checkpoint(path);
+  // Every rank reads the file; one that cannot ends them all.
+  std::string problem;
+  std::vector<EpochRecord> history;
+  try {
+    history = read_checkpoint(path);
+  } catch (Exception const &e) {
+    problem = e.what();
+  }
+  int const failed = s.comm->allreduce_value(problem.empty() ? 0 : 1, ReduceOp::max);
+  TESSEL_REQUIRE(!failed, problem.empty() ? "checkpoint '" + path + "': another rank could not read it (see its error)"
+                                          : problem);
+  return history;
+}
+
+template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::read_checkpoint(std::string const &path) {
   auto &s = *_state;
   h5::File file(path, h5::Mode::read);
   TESSEL_REQUIRE(file.has_attribute("/", "schema") &&
@@ -563,6 +746,16 @@ template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_ch
                  " on '", dataset, "', not ", name_of(s.options.model), " on '", s.data_name, "'");
   auto const dims = file.read<int>("dims").data;
   TESSEL_REQUIRE(dims == s.dims, "checkpoint '", path, "': layer widths differ from the model's");
+  // Parameters are the same at every rank count, but the optimizer's path is not bit for bit (the gradients are
+  // summed in another order), so a resume continues exactly only at the rank count and partition that wrote it.
+  auto const ranks = file.has_attribute("/", "ranks") ? file.read_attribute<std::int64_t>("/", "ranks") : 1;
+  auto const here = static_cast<std::int64_t>(s.comm ? s.comm->size() : 1);
+  TESSEL_REQUIRE(ranks == here, "checkpoint '", path, "' was written by ", ranks, " rank(s); resume it with ", ranks,
+                 " (this run has ", here, ")");
+  TESSEL_REQUIRE(!file.has_attribute("/", "partition") || static_cast<std::uint64_t>(file.read_attribute<std::int64_t>(
+                                                              "/", "partition")) == s.partition_digest(),
+                 "checkpoint '", path, "': its rows were partitioned otherwise (another --dist-partition or seed); ",
+                 "resume with the options that wrote it");
   s.adam_t = static_cast<long>(file.read_attribute<std::int64_t>("/", "adam_t"));
   // Views are handles: reading into a const one fills the model's tensor.
   s.for_each_checkpoint_tensor([&](std::string const &dataset, auto const &tensor) { file.read(dataset, tensor); });
@@ -591,7 +784,10 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   result.setup_seconds = s.setup_seconds;
   result.sparse_features = s.sparse != nullptr;
   std::vector<EpochRecord> history;
-  if (o.resume && !o.checkpoint.empty() && std::ifstream(o.checkpoint).good())
+  bool resume = o.resume && !o.checkpoint.empty() && std::ifstream(o.checkpoint).good();
+  if (s.comm) // a file seen by some ranks only is an error on every rank (in load_checkpoint), not a split run
+    resume = s.comm->allreduce_value(resume ? 1 : 0, ReduceOp::max) != 0;
+  if (resume)
     history = load_checkpoint(o.checkpoint);
   int const start = history.empty() ? 1 : history.back().epoch + 1;
   bool stopped = false;
@@ -607,9 +803,11 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   };
   if (!history.empty())
     stopped = should_stop();
+  std::int64_t epochs_here = 0, halo_bytes_here = 0;
   for (int epoch = start; epoch <= o.epochs && !stopped; ++epoch) {
     ScopedRegion region("Tessel::gnn::epoch");
-    double const agg0 = s.aggregation_seconds;
+    double const agg0 = s.aggregation_seconds, comm0 = s.communication_seconds;
+    auto const bytes0 = s.halo_bytes;
     Timer<ExecSpace> timer(s.space, "Tessel::gnn::epoch");
     s.forward(true, epoch);
     auto const [train_loss, train_acc] = s.loss(0, nullptr);
@@ -625,6 +823,9 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
     r.test_acc = m.test_acc;
     r.seconds = timer.seconds();
     r.aggregation_seconds = s.aggregation_seconds - agg0;
+    r.communication_seconds = s.communication_seconds - comm0;
+    ++epochs_here;
+    halo_bytes_here += s.halo_bytes - bytes0;
     TESSEL_REQUIRE(!o.stop_on_divergence || (std::isfinite(r.train_loss) && std::isfinite(r.val_loss)),
                    "training diverged at epoch ", epoch, ": the ",
                    std::isfinite(r.train_loss) ? "validation" : "training", " loss is ",
@@ -649,11 +850,20 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   for (auto const &r : history) {
     result.train_seconds += r.seconds;
     result.aggregation_seconds += r.aggregation_seconds;
+    result.communication_seconds += r.communication_seconds;
   }
-  result.selection_seconds = s.fwd->overhead_seconds() + (s.bwd ? s.bwd->overhead_seconds() : 0.0);
-  result.plans = s.fwd->plans();
-  if (s.bwd)
-    result.backward_plans = s.bwd->plans();
+  if (s.fwd) {
+    result.selection_seconds = s.fwd->overhead_seconds() + (s.bwd ? s.bwd->overhead_seconds() : 0.0);
+    result.plans = s.fwd->plans();
+    if (s.bwd)
+      result.backward_plans = s.bwd->plans();
+  } else {
+    result.plans = s.dfwd->local_plans();
+    if (s.dbwd)
+      result.backward_plans = s.dbwd->local_plans();
+    result.ranks = s.comm->size();
+    result.halo_bytes_per_epoch = epochs_here ? halo_bytes_here / epochs_here : 0;
+  }
   result.selection_net_seconds = result.selection_seconds;
   for (auto const *plans : {&result.plans, &result.backward_plans})
     for (auto const &p : *plans)

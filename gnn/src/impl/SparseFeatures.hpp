@@ -61,10 +61,11 @@ template <class ExecSpace> struct SparseFeatures {
         dropped_t(Kokkos::view_alloc(space, "Tessel::gnn::features_dropped_t"), static_cast<std::size_t>(csr.nnz())) {}
 
   /// The dense path's dropout of layer 0 on the nonzeros (a dropped zero stays zero), for both entry orders: the
-  /// mask of element (i, j) is the dense path's draw for i * cols + j.
-  void dropout(ExecSpace const &space, double p, std::uint64_t seed, int epoch) const {
-    drop(space, "Tessel::gnn::sparse_dropout", x, false, p, seed, epoch, dropped);
-    drop(space, "Tessel::gnn::sparse_dropout_t", xt, true, p, seed, epoch, dropped_t);
+  /// mask of element (i, j) is the dense path's draw for vertex(i) * cols + j (vertex: the original id of row i).
+  void dropout(ExecSpace const &space, double p, std::uint64_t seed, int epoch,
+               Kokkos::View<std::int64_t const *, M> const &vertex) const {
+    drop(space, "Tessel::gnn::sparse_dropout", x, false, p, seed, epoch, vertex, dropped);
+    drop(space, "Tessel::gnn::sparse_dropout_t", xt, true, p, seed, epoch, vertex, dropped_t);
   }
 
   /// out = X W (X with or without its dropout): rows in parallel, each summed over its nonzeros in column order.
@@ -80,7 +81,8 @@ template <class ExecSpace> struct SparseFeatures {
 
   /// d(k) = a's value k, or 0 where the dropout of layer 0 drops its element (transposed: \p a is X^T).
   static void drop(ExecSpace const &space, char const *label, Graph<std::int32_t, M> const &a, bool transposed,
-                   double p, std::uint64_t seed, int epoch, Kokkos::View<float *, M> const &d) {
+                   double p, std::uint64_t seed, int epoch, Kokkos::View<std::int64_t const *, M> const &vertex,
+                   Kokkos::View<float *, M> const &d) {
     float const scale = static_cast<float>(1.0 / (1.0 - p));
     auto const ptr = a.row_map();
     auto const index = a.entries();
@@ -90,7 +92,7 @@ template <class ExecSpace> struct SparseFeatures {
         label, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<std::int64_t>(a.num_rows())),
         KOKKOS_LAMBDA(std::int64_t r) {
           for (auto k = ptr(r); k < ptr(r + 1); ++k) {
-            auto const i = static_cast<std::uint64_t>(transposed ? index(k) : r);
+            auto const i = static_cast<std::uint64_t>(vertex(transposed ? index(k) : r));
             auto const j = static_cast<std::uint64_t>(transposed ? r : index(k));
             bool const keep = counter_uniform(seed, static_cast<std::uint64_t>(epoch), 0, i * cols + j) >= p;
             d(k) = keep ? v(k) * scale : 0.0f;

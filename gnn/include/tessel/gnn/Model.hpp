@@ -5,7 +5,9 @@
 /// \brief Full-graph GNN training on top of SpmmHandle: GCN (Kipf & Welling) and GIN (GNNAdvisor's setup),
 /// forward and backward, softmax cross-entropy, dropout, Adam, early stopping and exact-resume HDF5 checkpoints.
 
+#include <tessel/core/Communicator.hpp>
 #include <tessel/gnn/Dataset.hpp>
+#include <tessel/gnn/DistGraph.hpp>
 #include <tessel/gnn/Spmm.hpp>
 
 #include <cstdint>
@@ -38,7 +40,10 @@ struct EpochRecord {
   int epoch = 0;
   double train_loss = 0, train_acc = 0, val_loss = 0, val_acc = 0, test_acc = 0;
   double seconds = 0;             ///< wall time of the epoch (train step + evaluation)
-  double aggregation_seconds = 0; ///< part of it spent in SpmmHandle::apply
+  double aggregation_seconds = 0; ///< part of it spent aggregating (SpmmHandle or DistSpmm, less its exposed waits)
+  /// Distributed: communication the computation did not hide (the halo waits of DistSpmm, the all-reduces of the
+  /// gradients and of the loss and accuracy sums).
+  double communication_seconds = 0;
 };
 
 /// \brief Hyper-parameters and run control. Defaults are Kipf & Welling's GCN setup.
@@ -55,6 +60,7 @@ struct TrainOptions {
   double gin_eps = 0.0;           ///< GIN aggregation A + (1 + eps) I
   int random_features = 0;        ///< width of uniform random features when the data set has none
   SpmmOptions spmm;               ///< aggregation algorithm (adaptive by default)
+  DistGraphOptions distribution;  ///< distributed training: how the rows are spread over the ranks
   FeatureFormat features = FeatureFormat::automatic; ///< how the first layer reads the input features
   std::uint64_t seed = 42;
   std::string checkpoint;   ///< HDF5 checkpoint path ("" = none)
@@ -73,14 +79,17 @@ struct TrainResult {
   double train_acc = 0, val_acc = 0, test_acc = 0; ///< of the final parameters
   double train_seconds = 0;                        ///< sum of epoch times
   double aggregation_seconds = 0;                  ///< sum of aggregation times
+  double communication_seconds = 0;                ///< sum of exposed communication times (distributed)
   double setup_seconds = 0;                        ///< model construction (normalization, partition, handles)
   bool sparse_features = false;                    ///< the first layer read the features by their nonzeros
   double selection_seconds = 0;                    ///< AdaptGear selection: partition/decomposition plus tuning applies
   /// selection_seconds less the work the tuning applies did for training (each returns the aggregation an epoch
   /// needs): their count times the frozen plan's time per apply (SpmmPlan::apply_seconds).
   double selection_net_seconds = 0;
-  std::vector<SpmmPlan> plans;          ///< the forward handle's plans (one per aggregated width)
-  std::vector<SpmmPlan> backward_plans; ///< the A^T handle's plans (empty when A is symmetric)
+  std::vector<SpmmPlan> plans;           ///< the forward handle's plans (one per aggregated width)
+  std::vector<SpmmPlan> backward_plans;  ///< the A^T handle's plans (empty when A is symmetric)
+  int ranks = 1;                         ///< ranks that trained (1: single-process)
+  std::int64_t halo_bytes_per_epoch = 0; ///< distributed: feature bytes this rank received per epoch
 };
 
 namespace Impl {
@@ -91,6 +100,13 @@ template <class ExecSpace> struct ModelState;
 ///
 /// Node data are kept in the aggregation handle's vertex order. Parameters: weight(l) is in_l x out_l;
 /// GIN layers also have bias(l) (1 x out_l).
+///
+/// Distributed (the constructor with a Communicator): the rows are spread over the ranks as a DistGraph
+/// (TrainOptions::distribution), each rank keeps its rows' node data, aggregates with DistSpmm (A^T through a
+/// DistGraph of the transpose with the same owners when A is not symmetric), and the weight and bias gradients and
+/// the loss and accuracy sums are all-reduced, so every rank holds the same parameters. Dropout masks are drawn per
+/// (original vertex, feature), so one seed trains the same model at every rank count, up to the order of
+/// floating-point sums. Checkpoints are written by rank 0 and resume at the same rank count and partition.
 /// Instantiated for every enabled host execution space (tessel::is_host_execution_space_v).
 template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class GnnModel {
   // The shared refusal of other spaces (its message names the enabled host spaces).
@@ -99,6 +115,9 @@ template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class GnnModel {
 public:
   using memory_space = typename ExecSpace::memory_space;
   GnnModel(ExecSpace const &space, Dataset const &data, TrainOptions const &options);
+  /// Distributed over \p comm (collective): every rank passes the whole data set and the same options, and keeps
+  /// only its own rows' node data and blocks.
+  GnnModel(ExecSpace const &space, Communicator const &comm, Dataset const &data, TrainOptions const &options);
   ~GnnModel();
   GnnModel(GnnModel const &) = delete;
   GnnModel &operator=(GnnModel const &) = delete;
@@ -119,6 +138,8 @@ public:
   TrainResult train();
 
   int num_layers() const;
+  /// Rows this process holds (all of them unless distributed).
+  std::int64_t local_rows() const;
   Matrix<memory_space> weight(int layer) const;
   Matrix<memory_space> weight_gradient(int layer) const;
   Matrix<memory_space> bias(int layer) const; ///< empty for GCN
@@ -129,12 +150,22 @@ public:
   std::vector<EpochRecord> load_checkpoint(std::string const &path);
 
 private:
+  GnnModel(ExecSpace const &space, Communicator const *comm, Dataset const &data, TrainOptions const &options);
+  void write_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const;
+  std::vector<EpochRecord> read_checkpoint(std::string const &path);
   std::unique_ptr<Impl::ModelState<ExecSpace>> _state;
 };
 
 /// \brief Builds a GnnModel and trains it.
 template <class ExecSpace> TrainResult train(ExecSpace const &space, Dataset const &data, TrainOptions const &options) {
   GnnModel<ExecSpace> model(space, data, options);
+  return model.train();
+}
+
+/// \brief Builds a distributed GnnModel over \p comm and trains it (collective).
+template <class ExecSpace>
+TrainResult train(ExecSpace const &space, Communicator const &comm, Dataset const &data, TrainOptions const &options) {
+  GnnModel<ExecSpace> model(space, comm, data, options);
   return model.train();
 }
 
