@@ -10,6 +10,7 @@
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
+#include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
@@ -55,6 +56,8 @@ char const *usage_text =
     "  --checkpoint FILE --checkpoint-every N (0, default: at the end only) --resume\n"
     "  --dist-partition auto|metis|contiguous   under mpiexec -n W (W > 1): how the rows are spread over the\n"
     "                         ranks (auto: metis where built in); a checkpoint resumes at the same W\n"
+    "  --dist-schedule overlapped|sequential   the halo exchange during the local block (default) or before it\n"
+    "  --bandwidth MB/s --latency US   under mpiexec: emulate that link per rank (PacedCommunicator)\n"
     "  --allow-divergence     train on when the loss becomes NaN or infinite (default: stop with an error)\n"
     "  --json FILE --quiet\n";
 
@@ -120,6 +123,7 @@ TrainOptions parse_train_options(tessel::CommandLine &a) {
   o.resume = a.flag("resume");
   o.stop_on_divergence = !a.flag("allow-divergence");
   o.distribution.method = a.get_parsed("dist-partition", "auto", parse_dist_partition_method);
+  o.schedule = a.get_parsed("dist-schedule", "overlapped", parse_dist_schedule);
   TESSEL_REQUIRE_USAGE(!o.checkpoint.empty() || (!o.resume && !a.has("checkpoint-every")),
                        "--resume and --checkpoint-every need --checkpoint FILE");
   return o;
@@ -130,10 +134,11 @@ void print_train_result(TrainResult const &result) {
   double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
   if (result.ranks > 1)
     std::printf("distributed over %d ranks (rank 0's times): per epoch %.3f ms, of which aggregation %.3f ms, exposed "
-                "communication %.3f ms, dense layers and the rest %.3f ms; halo rows received %.3f MB per epoch\n",
-                result.ranks, ms, agg, 1e3 * result.communication_seconds / n,
+                "communication %.3f ms (halo waits %.3f ms), dense layers and the rest %.3f ms; halo rows received "
+                "%.3f MB per epoch; partition %.3f s\n",
+                result.ranks, ms, agg, 1e3 * result.communication_seconds / n, 1e3 * result.halo_wait_seconds / n,
                 ms - agg - 1e3 * result.communication_seconds / n,
-                static_cast<double>(result.halo_bytes_per_epoch) / 1e6);
+                static_cast<double>(result.halo_bytes_per_epoch) / 1e6, result.partition_seconds);
   std::printf("finished after %d epochs%s: val accuracy %.4f, test accuracy %.4f\n", result.epochs_run,
               result.early_stopped ? " (early stop)" : "", result.val_acc, result.test_acc);
   double const train_s = std::max(1e-12, result.train_seconds);
@@ -143,8 +148,11 @@ void print_train_result(TrainResult const &result) {
               ms, agg, ms - agg, result.sparse_features ? "sparse" : "dense", result.setup_seconds,
               result.selection_seconds, 100 * result.selection_seconds / train_s, result.selection_net_seconds,
               100 * result.selection_net_seconds / train_s);
-  for (auto const &p : result.plans)
-    std::printf("%s", p.summary().c_str());
+  if (result.ranks > 1) // one plan per row tile of the local block and width: the JSON has them
+    std::printf("rank 0's local block: %zu plans (row tiles x widths; --json lists them)\n", result.plans.size());
+  else
+    for (auto const &p : result.plans)
+      std::printf("%s", p.summary().c_str());
 }
 
 tessel::Json plans_json(std::vector<SpmmPlan> const &plans) {
@@ -185,6 +193,9 @@ void write_train_json(std::string const &path, std::string const &data_path, Dat
                             {"partition", result.ranks > 1 ? name_of(o.distribution.method) : "none"},
                             {"halo_bytes_per_epoch", result.halo_bytes_per_epoch},
                             {"communication_ms_per_epoch", 1e3 * result.communication_seconds / n},
+                            {"halo_wait_ms_per_epoch", 1e3 * result.halo_wait_seconds / n},
+                            {"partition_seconds", result.partition_seconds},
+                            {"schedule", result.ranks > 1 ? name_of(o.schedule) : "none"},
                             {"ms_per_epoch", ms},
                             {"aggregation_ms_per_epoch", agg},
                             {"rest_ms_per_epoch", ms - agg},
@@ -204,6 +215,8 @@ int cmd_train(tessel::CommandLine &a) {
   std::string const data_path = a.get("data", "");
   TrainOptions o = parse_train_options(a);
   bool quiet = a.flag("quiet");
+  double const bandwidth_mbps = a.get_double("bandwidth", 0.0, tessel::Range::closed(0, 1e9));
+  double const latency_us = a.get_double("latency", 0.0, tessel::Range::closed(0, 1e7));
   std::string const json_path = a.get("json", "");
   a.finish();
   tessel::require_writable(json_path);
@@ -213,6 +226,12 @@ int cmd_train(tessel::CommandLine &a) {
   bool const random = data.features_random || data.num_features() == 0;
   auto const world = tessel::Communicator::world();
   bool const root = world.rank() == 0;
+  bool const emulated = bandwidth_mbps > 0 || latency_us > 0;
+  TESSEL_REQUIRE_USAGE(!emulated || world.size() > 1, "--bandwidth and --latency emulate the link between ranks: run "
+                                                      "under mpiexec -n W with W > 1");
+  auto const comm =
+      emulated ? tessel::make_paced_communicator(world, tessel::LinkModel{bandwidth_mbps * 1e6, latency_us * 1e-6})
+               : world;
   if (!root) // every rank trains; rank 0 reports
     quiet = true;
   if (root)
@@ -220,7 +239,8 @@ int cmd_train(tessel::CommandLine &a) {
                 data.name.c_str(), static_cast<long long>(data.num_nodes()), static_cast<long long>(data.graph.nnz()),
                 name_of(o.spmm.algorithm), o.epochs);
   if (root && world.size() > 1)
-    std::printf("distributed over %d ranks (--dist-partition %s)\n", world.size(), name_of(o.distribution.method));
+    std::printf("distributed over %d ranks (--dist-partition %s, --dist-schedule %s), link %s\n", world.size(),
+                name_of(o.distribution.method), name_of(o.schedule), emulated ? "emulated" : "as is (MPI)");
   if (root && random)
     std::printf("note: the features are random, so accuracies are meaningless (timing only)\n");
   o.on_epoch = [quiet](EpochRecord const &r) {
@@ -230,7 +250,7 @@ int cmd_train(tessel::CommandLine &a) {
                   1e3 * r.aggregation_seconds);
   };
   Exec space;
-  auto const result = world.size() > 1 ? train(space, world, data, o) : train(space, data, o);
+  auto const result = world.size() > 1 ? train(space, comm, data, o) : train(space, data, o);
   if (!root)
     return 0;
   print_train_result(result);

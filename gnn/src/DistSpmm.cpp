@@ -2,6 +2,7 @@
 #include <tessel/gnn/DistSpmm.hpp>
 
 #include "impl/HostCsr.hpp"
+#include "impl/MatrixRef.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -125,6 +126,19 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     }
   }
 
+  std::vector<Matrix<M>> gather_buf; // apply_product: the peers' rows of x, per halo
+
+  /// A buffer for the rows of x (width \p cols) that halo \p k's peer needs.
+  Matrix<M> gathered(std::size_t k, std::size_t cols) {
+    gather_buf.resize(graph.halos().size());
+    auto &b = gather_buf[k];
+    auto const rows = graph.halos()[k].send_rows.size();
+    if (b.extent(0) != rows || b.extent(1) != cols)
+      b = Matrix<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("Tessel::gnn::DistSpmm::gathered")),
+                    rows, cols);
+    return b;
+  }
+
   void resize(int f) {
     if (f == width)
       return;
@@ -153,9 +167,34 @@ template <class ExecSpace> DistSpmm<ExecSpace>::~DistSpmm() = default;
 template <class ExecSpace> DistSpmm<ExecSpace>::DistSpmm(DistSpmm &&) noexcept = default;
 template <class ExecSpace> DistSpmm<ExecSpace> &DistSpmm<ExecSpace>::operator=(DistSpmm &&) noexcept = default;
 
+/// apply_product's operands: t = x op(w).
+template <class ExecSpace> struct DistSpmm<ExecSpace>::Product {
+  ConstMatrix<memory_space> x, w;
+  Op op_w;
+  Matrix<memory_space> t;
+};
+
 template <class ExecSpace>
 void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space> const &x,
                                 Matrix<memory_space> const &y) {
+  run(space, x, y, nullptr);
+}
+
+template <class ExecSpace>
+void DistSpmm<ExecSpace>::apply_product(ExecSpace const &space, ConstMatrix<memory_space> const &x,
+                                        ConstMatrix<memory_space> const &w, Op op_w, Matrix<memory_space> const &t,
+                                        Matrix<memory_space> const &y) {
+  auto const k = op_w == Op::none ? w.extent(0) : w.extent(1), f = op_w == Op::none ? w.extent(1) : w.extent(0);
+  TESSEL_REQUIRE(x.extent(1) == k && t.extent(0) == x.extent(0) && t.extent(1) == f, "DistSpmm::apply_product on '",
+                 _s->graph.name(), "': x is ", x.extent(0), " x ", x.extent(1), ", op(w) ", k, " x ", f, " and t ",
+                 t.extent(0), " x ", t.extent(1));
+  Product const product{x, w, op_w, t};
+  run(space, t, y, &product);
+}
+
+template <class ExecSpace>
+void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
+                              Product const *product) {
   auto &s = *_s;
   auto const &g = s.graph;
   auto const rows = static_cast<std::size_t>(g.local_rows());
@@ -186,10 +225,16 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
     auto const p0 = std::chrono::steady_clock::now();
     Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const idx(
         halos[k].send_rows.data(), halos[k].send_rows.size());
+    // The rows the peer needs: of x, or (apply_product) of x op(w), computed here from the gathered rows of x.
+    auto const source = product ? product->x : x;
+    auto const gathered = product ? s.gathered(k, source.extent(1)) : buf;
     Kokkos::parallel_for(
         "Tessel::gnn::DistSpmm::pack",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {buf.extent(0), buf.extent(1)}),
-        KOKKOS_LAMBDA(std::size_t r, std::size_t c) { buf(r, c) = x(static_cast<std::size_t>(idx(r)), c); });
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {gathered.extent(0), gathered.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t r, std::size_t c) { gathered(r, c) = source(static_cast<std::size_t>(idx(r)), c); });
+    if (product)
+      tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(ConstMatrix<memory_space>(gathered)),
+                   Impl::matrix_ref(product->w), 0.0f, Impl::matrix_ref(buf));
     compat::fence(space, "Tessel::gnn::DistSpmm::pack");
     t.pack_seconds += since(p0);
     sends.push_back(s.comm.isend(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag));
@@ -210,10 +255,19 @@ void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space
     t.halo_seconds += since(h0);
   };
   bool const overlapped = s.schedule == DistSchedule::overlapped;
-  if (!overlapped) { // every halo row first: nothing overlaps the messages
+  if (!overlapped) { // every halo row first: nothing (not even the rest of the product) overlaps the messages
     auto const w0 = std::chrono::steady_clock::now();
     Request::wait_all(recvs, s.comm.timeout());
     t.wait_seconds += since(w0);
+  }
+  if (product) { // the rest of the product (overlapped: while the peers' rows move)
+    auto const p0 = std::chrono::steady_clock::now();
+    tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(product->x), Impl::matrix_ref(product->w), 0.0f,
+                 Impl::matrix_ref(product->t));
+    compat::fence(space, "Tessel::gnn::DistSpmm::product");
+    t.product_seconds = since(p0);
+    for (auto &r : sends)
+      r.test();
   }
   for (std::size_t tile = 0; tile < s.local.size(); ++tile) {
     auto const l0 = std::chrono::steady_clock::now();
@@ -286,6 +340,13 @@ template <class ExecSpace> std::vector<SpmmPlan> DistSpmm<ExecSpace>::local_plan
     for (auto const &p : h.plans())
       out.push_back(p);
   return out;
+}
+
+template <class ExecSpace> double DistSpmm<ExecSpace>::overhead_seconds() const {
+  double seconds = 0;
+  for (auto const &h : _s->local)
+    seconds += h.overhead_seconds();
+  return seconds;
 }
 
 #define TESSEL_GNN_INSTANTIATE_DISTSPMM(SPACE) template class DistSpmm<SPACE>;

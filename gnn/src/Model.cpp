@@ -76,7 +76,7 @@ template <class ExecSpace> struct ModelState {
   bool last_training = false;
   long adam_t = 0;
   double aggregation_seconds = 0;
-  double communication_seconds = 0;
+  double communication_seconds = 0, halo_wait_seconds = 0;
   std::int64_t halo_bytes = 0;
   double setup_seconds = 0;
 
@@ -114,12 +114,34 @@ template <class ExecSpace> struct ModelState {
       d.apply(space, in, out);
       double const total = timer.seconds();
       communication_seconds += d.last().wait_seconds;
+      halo_wait_seconds += d.last().wait_seconds;
       aggregation_seconds += total - d.last().wait_seconds;
       halo_bytes += d.last().bytes_received;
       return;
     }
     (transposed && bwd ? *bwd : *fwd).apply(space, in, out);
     aggregation_seconds += timer.seconds();
+  }
+
+  /// out = A (in op(w)) (or A^T when \p transposed), with t = in op(w) kept: distributed, the product's rows the
+  /// peers need go out first and the rest of it hides their exchange (DistSpmm::apply_product).
+  void transform_aggregate(bool transposed, ConstMatrix<M> const &in, ConstMatrix<M> const &w, Op op_w,
+                           Matrix<M> const &t, Matrix<M> const &out) {
+    if (!dfwd) {
+      tessel::gemm(space, Op::none, op_w, 1.0f, Impl::matrix_ref(in), Impl::matrix_ref(w), 0.0f, Impl::matrix_ref(t));
+      aggregate(transposed, t, out);
+      return;
+    }
+    Timer<ExecSpace> timer(space, "Tessel::gnn::aggregate");
+    auto &d = transposed && dbwd ? *dbwd : *dfwd;
+    d.apply_product(space, in, w, op_w, t, out);
+    double const total = timer.seconds();
+    auto const &last = d.last();
+    communication_seconds += last.wait_seconds;
+    halo_wait_seconds += last.wait_seconds;
+    // The products are the dense layer's work; the rest is the aggregation's.
+    aggregation_seconds += total - last.wait_seconds - last.product_seconds;
+    halo_bytes += last.bytes_received;
   }
 
   /// Sums \p values over the ranks in place (nothing when single-process).
@@ -204,9 +226,7 @@ template <class ExecSpace> struct ModelState {
         tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                      Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(out));
       } else {
-        tessel::gemm(space, Op::none, Op::none, 1.0f, Impl::matrix_ref(input), Impl::matrix_ref(ConstMatrix<M>(w[ul])),
-                     0.0f, Impl::matrix_ref(s[ul]));
-        aggregate(false, s[ul], out);
+        transform_aggregate(false, input, w[ul], Op::none, s[ul], out);
       }
       if (b[ul].extent(0) > 0)
         add_bias(out, b[ul]);
@@ -324,11 +344,8 @@ template <class ExecSpace> struct ModelState {
         tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),
                      Impl::matrix_ref(ConstMatrix<M>(dz)), 0.0f, Impl::matrix_ref(dw[ul]));
         sum_over_ranks(dw[ul]);
-        if (need_input_grad) {
-          tessel::gemm(space, Op::none, Op::transpose, 1.0f, Impl::matrix_ref(ConstMatrix<M>(dz)),
-                       Impl::matrix_ref(ConstMatrix<M>(w[ul])), 0.0f, Impl::matrix_ref(s[ul]));
-          aggregate(true, s[ul], grad[ul]);
-        }
+        if (need_input_grad)
+          transform_aggregate(true, dz, w[ul], Op::transpose, s[ul], grad[ul]);
       } else {
         // out = A (in W): dt = A^T dz, dW = in^T dt, din = dt W^T.
         aggregate(true, dz, s[ul]);
@@ -485,6 +502,7 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Communicator const *comm, 
     s.comm = *comm;
     s.dist = std::make_unique<Dist>(*comm, op, options.distribution);
     s.dfwd = std::make_unique<DistSpmm<ExecSpace>>(space, *comm, *s.dist, spmm);
+    s.dfwd->set_schedule(options.schedule);
     if (!symmetric) {
       // A^T with the forward's owners, so that both act on the same rows of each rank.
       DistGraphOptions given;
@@ -492,6 +510,7 @@ GnnModel<ExecSpace>::GnnModel(ExecSpace const &space, Communicator const *comm, 
       given.owner = s.dist->owner();
       s.dist_t = std::make_unique<Dist>(*comm, transpose(op), given);
       s.dbwd = std::make_unique<DistSpmm<ExecSpace>>(space, *comm, *s.dist_t, options.spmm);
+      s.dbwd->set_schedule(options.schedule);
     }
     rows = s.dist->owned_rows();
   } else {
@@ -806,7 +825,7 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   std::int64_t epochs_here = 0, halo_bytes_here = 0;
   for (int epoch = start; epoch <= o.epochs && !stopped; ++epoch) {
     ScopedRegion region("Tessel::gnn::epoch");
-    double const agg0 = s.aggregation_seconds, comm0 = s.communication_seconds;
+    double const agg0 = s.aggregation_seconds, comm0 = s.communication_seconds, wait0 = s.halo_wait_seconds;
     auto const bytes0 = s.halo_bytes;
     Timer<ExecSpace> timer(s.space, "Tessel::gnn::epoch");
     s.forward(true, epoch);
@@ -824,6 +843,7 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
     r.seconds = timer.seconds();
     r.aggregation_seconds = s.aggregation_seconds - agg0;
     r.communication_seconds = s.communication_seconds - comm0;
+    r.halo_wait_seconds = s.halo_wait_seconds - wait0;
     ++epochs_here;
     halo_bytes_here += s.halo_bytes - bytes0;
     TESSEL_REQUIRE(!o.stop_on_divergence || (std::isfinite(r.train_loss) && std::isfinite(r.val_loss)),
@@ -851,6 +871,7 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
     result.train_seconds += r.seconds;
     result.aggregation_seconds += r.aggregation_seconds;
     result.communication_seconds += r.communication_seconds;
+    result.halo_wait_seconds += r.halo_wait_seconds;
   }
   if (s.fwd) {
     result.selection_seconds = s.fwd->overhead_seconds() + (s.bwd ? s.bwd->overhead_seconds() : 0.0);
@@ -858,10 +879,12 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
     if (s.bwd)
       result.backward_plans = s.bwd->plans();
   } else {
+    result.selection_seconds = s.dfwd->overhead_seconds() + (s.dbwd ? s.dbwd->overhead_seconds() : 0.0);
     result.plans = s.dfwd->local_plans();
     if (s.dbwd)
       result.backward_plans = s.dbwd->local_plans();
     result.ranks = s.comm->size();
+    result.partition_seconds = s.dist->partition_seconds();
     result.halo_bytes_per_epoch = epochs_here ? halo_bytes_here / epochs_here : 0;
   }
   result.selection_net_seconds = result.selection_seconds;

@@ -56,7 +56,7 @@ Dataset directed(std::uint64_t seed) {
   for (std::size_t i = 0; i < 150; ++i)
     d.labels[i] =
         static_cast<std::int32_t>(std::max_element(&d.features(i, 0), &d.features(i, 0) + 3) - &d.features(i, 0));
-  make_split(d, 20, 30, 50, seed);
+  make_split(d, 15, 60, 45, seed);
   return d;
 }
 

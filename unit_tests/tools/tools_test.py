@@ -85,7 +85,7 @@ OPTIONS = [
     (GNN_TRAIN, "--lr", []), (GNN_TRAIN, "--weight-decay", ["0"]), (GNN_TRAIN, "--dropout", ["0"]),
     (GNN_TRAIN, "--patience", ["0"]), (GNN_TRAIN, "--seed", ["0", "4294967299"]),
     (GNN_TRAIN, "--random-features", ["0"]), (GNN_TRAIN + ["--checkpoint", "c.h5"], "--checkpoint-every", ["0"]),
-    (GNN_TRAIN, "--part-size", []),
+    (GNN_TRAIN, "--part-size", []), (GNN_TRAIN, "--bandwidth", ["0"]), (GNN_TRAIN, "--latency", ["0"]),
     (GNN_BENCH, "--features", []), (GNN_BENCH, "--reps", []), (GNN_BENCH, "--warmup", ["0"]),
     (GNN_BENCH, "--part-size", []), (["tessel-gnn", "info", "--data", MISSING], "--part-size", []),
     (GNN_BENCH_DIST, "--bandwidth", ["0"]), (GNN_BENCH_DIST, "--latency", ["0"]),

@@ -33,6 +33,14 @@ enum class CsrSlicing {
   narrow32   ///< one float per lane, 32-feature slices (the feature-tiled variant)
 };
 
+/// out(r, :) = x(rows[r], :) for r < n: the rows a peer needs, packed for the exchange (DistSpmm).
+cudaError_t gather_rows(cudaStream_t stream, std::int64_t n, std::int32_t const *rows, float const *x, std::int64_t ldx,
+                        float *out, std::int64_t ldo, int f);
+
+/// y(r, :) += part(r, :) for r < n: one term of DistSpmm's fixed-order sum.
+cudaError_t add_rows(cudaStream_t stream, std::int64_t n, float const *part, std::int64_t ldp, float *y,
+                     std::int64_t ldy, int f);
+
 /// Y (+)= A X, deterministic: a group of lanes owns each output row (warp per row for wide F), column ids and
 /// values are loaded coalesced and broadcast by shuffles, the feature dimension is vectorized (float4/float2).
 template <class Index>

@@ -9,6 +9,7 @@
 /// does not depend on the order in which messages arrive.
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Execution.hpp>
+#include <tessel/core/Gemm.hpp>
 #include <tessel/gnn/DistGraph.hpp>
 #include <tessel/gnn/Spmm.hpp>
 
@@ -31,10 +32,11 @@ DistSchedule parse_dist_schedule(std::string const &text);
 
 /// \brief Where the time of the last DistSpmm::apply went (seconds) and what it moved.
 struct DistSpmmTimings {
-  double pack_seconds = 0;  ///< copying the rows the peers need into send buffers
-  double local_seconds = 0; ///< the local block (overlaps the messages in flight)
-  double wait_seconds = 0;  ///< waiting for halo rows that had not landed when the local block finished
-  double halo_seconds = 0;  ///< the peers' halo blocks and their fixed-order sum
+  double pack_seconds = 0;    ///< copying the rows the peers need into send buffers
+  double local_seconds = 0;   ///< the local block (overlaps the messages in flight)
+  double wait_seconds = 0;    ///< waiting for halo rows that had not landed when the local block finished
+  double halo_seconds = 0;    ///< the peers' halo blocks and their fixed-order sum
+  double product_seconds = 0; ///< apply_product: the dense products (the peers' rows first, then the rest)
   double total_seconds = 0;
   std::int64_t bytes_sent = 0, bytes_received = 0;
 };
@@ -58,6 +60,11 @@ public:
 
   /// y = A x on this rank's rows (x and y: local_rows() x F, the same F on every rank).
   void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
+  /// y = A t with t = x op(w) (a GNN layer that transforms, then aggregates), t returned too: the rows of t the
+  /// peers need are computed first and sent, and the rest of t is computed while they are in flight, so the dense
+  /// product hides the exchange as the local block does. x: local_rows() x K, op(w): K x F, t and y: local_rows() x F.
+  void apply_product(ExecSpace const &space, ConstMatrix<memory_space> const &x, ConstMatrix<memory_space> const &w,
+                     Op op_w, Matrix<memory_space> const &t, Matrix<memory_space> const &y);
 
   DistSpmmTimings const &last() const;
   /// The schedule of the next applies (overlapped unless set; both give bitwise the same result).
@@ -65,9 +72,14 @@ public:
   DistSchedule schedule() const;
   /// The local handle's plans (empty on a rank without rows).
   std::vector<SpmmPlan> local_plans() const;
+  /// Seconds the local block's handles spent on AdaptGear's selection (SpmmHandle::overhead_seconds).
+  double overhead_seconds() const;
 
 private:
   struct State;
+  struct Product;
+  void run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
+           Product const *product);
   std::unique_ptr<State> _s;
 };
 

@@ -8,6 +8,7 @@
 #include <tessel/core/Communicator.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/DistGraph.hpp>
+#include <tessel/gnn/DistSpmm.hpp>
 #include <tessel/gnn/Spmm.hpp>
 
 #include <cstdint>
@@ -44,6 +45,7 @@ struct EpochRecord {
   /// Distributed: communication the computation did not hide (the halo waits of DistSpmm, the all-reduces of the
   /// gradients and of the loss and accuracy sums).
   double communication_seconds = 0;
+  double halo_wait_seconds = 0; ///< the part of communication_seconds spent waiting for halo rows
 };
 
 /// \brief Hyper-parameters and run control. Defaults are Kipf & Welling's GCN setup.
@@ -61,6 +63,7 @@ struct TrainOptions {
   int random_features = 0;        ///< width of uniform random features when the data set has none
   SpmmOptions spmm;               ///< aggregation algorithm (adaptive by default)
   DistGraphOptions distribution;  ///< distributed training: how the rows are spread over the ranks
+  DistSchedule schedule = DistSchedule::overlapped;  ///< distributed training: the halo exchange's schedule
   FeatureFormat features = FeatureFormat::automatic; ///< how the first layer reads the input features
   std::uint64_t seed = 42;
   std::string checkpoint;   ///< HDF5 checkpoint path ("" = none)
@@ -80,6 +83,8 @@ struct TrainResult {
   double train_seconds = 0;                        ///< sum of epoch times
   double aggregation_seconds = 0;                  ///< sum of aggregation times
   double communication_seconds = 0;                ///< sum of exposed communication times (distributed)
+  double halo_wait_seconds = 0;                    ///< the part of it spent waiting for halo rows
+  double partition_seconds = 0;                    ///< distributed: partitioning the rows over the ranks
   double setup_seconds = 0;                        ///< model construction (normalization, partition, handles)
   bool sparse_features = false;                    ///< the first layer read the features by their nonzeros
   double selection_seconds = 0;                    ///< AdaptGear selection: partition/decomposition plus tuning applies
