@@ -69,19 +69,23 @@ def main():
             print("| %s | %d | %.2f | %.2f | %.2f | %.3f | %.3f |" % (g, w, mb_m, mb_c, mb_m / mb_c if mb_c else 0,
                                                                      median(m, "partition_seconds"),
                                                                      median(c, "partition_seconds")))
-    seq, ovl = runs.get("facebook-csr-w2-link-sequential"), runs.get("facebook-csr-w2-link-overlapped")
-    if seq and ovl:
+    links = sorted({int(m.group(1)) for k in runs for m in [re.match(r"facebook-csr-w2-link([0-9]+)-", k)] if m})
+    if links:
         print()
+        print("Overlap over an emulated link (facebook, csr, 2 ranks; ms per epoch; hidden = 1 - overlapped halo waits "
+              "/ sequential halo waits)")
+        print("| link MB/s | sequential epoch | its halo waits | share of the epoch | overlapped epoch | its halo waits "
+              "| hidden | epoch speedup |")
+        print("|---|---|---|---|---|---|---|---|")
+    for bw in links:
+        seq = runs.get("facebook-csr-w2-link%d-sequential" % bw)
+        ovl = runs.get("facebook-csr-w2-link%d-overlapped" % bw)
+        if not seq or not ovl:
+            continue
         ws, wo = median(seq, "halo_wait_ms_per_epoch"), median(ovl, "halo_wait_ms_per_epoch")
         ts, to = median(seq, "ms_per_epoch"), median(ovl, "ms_per_epoch")
-        print("Overlap over the emulated link (facebook, csr, 2 ranks; ms per epoch)")
-        print("| schedule | epoch | halo waits | halo waits / epoch |")
-        print("|---|---|---|---|")
-        print("| sequential | %.2f | %.2f | %.0f%% |" % (ts, ws, 100 * ws / ts))
-        print("| overlapped | %.2f | %.2f | %.0f%% |" % (to, wo, 100 * wo / to))
-        print("hidden fraction of the halo exchange: %.0f%% (1 - overlapped waits / sequential waits); epoch %.2fx "
-              "faster" % (100 * (1 - wo / ws) if ws else 0, ts / to))
-
+        print("| %d | %.2f | %.2f | %.0f%% | %.2f | %.2f | %.0f%% | %.2fx |" % (bw, ts, ws, 100 * ws / ts, to, wo,
+                                                                            100 * (1 - wo / ws) if ws else 0, ts / to))
 
 if __name__ == "__main__":
     main()

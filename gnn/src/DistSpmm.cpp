@@ -119,6 +119,14 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
       }
     }
     auto const csr = csr_options();
+    std::vector<char> has_halo(static_cast<std::size_t>(g.local_rows()), 0);
+    for (auto const &h : g.halos())
+      for (std::int64_t r = 0; r < static_cast<std::int64_t>(h.block.num_rows()); ++r)
+        if (h.block.row_map()(r + 1) > h.block.row_map()(r))
+          has_halo[static_cast<std::size_t>(r)] = 1;
+    for (std::size_t r = 0; r < has_halo.size(); ++r)
+      if (has_halo[r])
+        boundary.push_back(static_cast<std::int32_t>(r));
     for (auto const &h : g.halos()) {
       halo.emplace_back();
       if (g.local_rows() > 0 && !h.recv_rows.empty())
@@ -126,7 +134,17 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     }
   }
 
-  std::vector<Matrix<M>> gather_buf; // apply_product: the peers' rows of x, per halo
+  std::vector<Matrix<M>> gather_buf;  // apply_product: the peers' rows of x, per halo
+  std::vector<std::int32_t> boundary; // local rows with halo entries, increasing
+  Matrix<M> boundary_bufs[2];         // apply_reduce: z and the halo terms on those rows
+
+  Matrix<M> boundary_buf(int which, std::size_t rows, std::size_t cols) {
+    auto &b = boundary_bufs[which];
+    if (b.extent(0) != rows || b.extent(1) != cols)
+      b = Matrix<M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("Tessel::gnn::DistSpmm::boundary")),
+                    rows, cols);
+    return b;
+  }
 
   /// A buffer for the rows of x (width \p cols) that halo \p k's peer needs.
   Matrix<M> gathered(std::size_t k, std::size_t cols) {
@@ -177,7 +195,24 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::Product {
 template <class ExecSpace>
 void DistSpmm<ExecSpace>::apply(ExecSpace const &space, ConstMatrix<memory_space> const &x,
                                 Matrix<memory_space> const &y) {
-  run(space, x, y, nullptr);
+  run(space, x, y, nullptr, nullptr);
+}
+
+/// apply_reduce's operands: g = z^T y.
+template <class ExecSpace> struct DistSpmm<ExecSpace>::Reduction {
+  ConstMatrix<memory_space> z;
+  Matrix<memory_space> g;
+};
+
+template <class ExecSpace>
+void DistSpmm<ExecSpace>::apply_reduce(ExecSpace const &space, ConstMatrix<memory_space> const &x,
+                                       Matrix<memory_space> const &y, ConstMatrix<memory_space> const &z,
+                                       Matrix<memory_space> const &g) {
+  TESSEL_REQUIRE(z.extent(0) == y.extent(0) && g.extent(0) == z.extent(1) && g.extent(1) == y.extent(1),
+                 "DistSpmm::apply_reduce on '", _s->graph.name(), "': y is ", y.extent(0), " x ", y.extent(1), ", z ",
+                 z.extent(0), " x ", z.extent(1), " and g ", g.extent(0), " x ", g.extent(1));
+  Reduction const reduction{z, g};
+  run(space, x, y, nullptr, &reduction);
 }
 
 template <class ExecSpace>
@@ -189,12 +224,12 @@ void DistSpmm<ExecSpace>::apply_product(ExecSpace const &space, ConstMatrix<memo
                  _s->graph.name(), "': x is ", x.extent(0), " x ", x.extent(1), ", op(w) ", k, " x ", f, " and t ",
                  t.extent(0), " x ", t.extent(1));
   Product const product{x, w, op_w, t};
-  run(space, t, y, &product);
+  run(space, t, y, &product, nullptr);
 }
 
 template <class ExecSpace>
 void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
-                              Product const *product) {
+                              Product const *product, Reduction const *reduction) {
   auto &s = *_s;
   auto const &g = s.graph;
   auto const rows = static_cast<std::size_t>(g.local_rows());
@@ -297,6 +332,30 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
       if (s.recv_buf[k].size() > 0)
         run_halo(k);
   }
+  bool rest_added = false;
+  if (reduction && overlapped) {
+    // g = z^T (local + rest) while the messages move: y's first terms of the fixed-order sum are final now.
+    auto const p0 = std::chrono::steady_clock::now();
+    if (s.rest_y.extent(0) > 0) {
+      auto const rest = s.rest_y;
+      Kokkos::parallel_for(
+          "Tessel::gnn::DistSpmm::sum_rest", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
+          KOKKOS_LAMBDA(std::size_t r) {
+            for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
+              y(r, c) += rest(r, c);
+          });
+      rest_added = true;
+    }
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(reduction->z),
+                 Impl::matrix_ref(ConstMatrix<memory_space>(y)), 0.0f, Impl::matrix_ref(reduction->g));
+    compat::fence(space, "Tessel::gnn::DistSpmm::reduce");
+    t.product_seconds += since(p0);
+    for (auto &r : sends)
+      r.test();
+    for (std::size_t k = 0; k < recvs.size(); ++k)
+      if (!done[k] && s.recv_buf[k].size() > 0 && recvs[k].test())
+        run_halo(k);
+  }
   while (left > 0) { // the rest in arrival order
     auto const w0 = std::chrono::steady_clock::now();
     std::size_t const k = Request::wait_any(recvs, s.comm.timeout());
@@ -306,11 +365,36 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
   // Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
   auto const a0 = std::chrono::steady_clock::now();
   std::vector<Matrix<memory_space>> parts;
-  if (s.rest_y.extent(0) > 0)
+  if (s.rest_y.extent(0) > 0 && !rest_added)
     parts.push_back(s.rest_y);
   for (std::size_t k = 0; k < halos.size(); ++k)
     if (s.halo_y[k].extent(0) > 0)
       parts.push_back(s.halo_y[k]);
+  if (reduction && overlapped && !s.boundary.empty() && !parts.empty()) {
+    // g += z_B^T (the halo terms)_B over the rows B with halo entries (the others' halo terms are zero).
+    auto const p0 = std::chrono::steady_clock::now();
+    auto const nb = s.boundary.size();
+    auto const &z = reduction->z;
+    auto const zb = s.boundary_buf(0, nb, z.extent(1)), db = s.boundary_buf(1, nb, static_cast<std::size_t>(f));
+    Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const b(
+        s.boundary.data(), nb);
+    Kokkos::parallel_for(
+        "Tessel::gnn::DistSpmm::boundary", Kokkos::RangePolicy<ExecSpace>(space, 0, nb), KOKKOS_LAMBDA(std::size_t i) {
+          auto const r = static_cast<std::size_t>(b(i));
+          for (std::size_t c = 0; c < z.extent(1); ++c)
+            zb(i, c) = z(r, c);
+          for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c) {
+            float sum = 0;
+            for (auto const &part : parts)
+              sum += part(r, c);
+            db(i, c) = sum;
+          }
+        });
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<memory_space>(zb)),
+                 Impl::matrix_ref(ConstMatrix<memory_space>(db)), 1.0f, Impl::matrix_ref(reduction->g));
+    compat::fence(space, "Tessel::gnn::DistSpmm::reduce_boundary");
+    t.product_seconds += since(p0);
+  }
   if (!parts.empty()) {
     Kokkos::parallel_for(
         "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
@@ -321,6 +405,13 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     compat::fence(space, "Tessel::gnn::DistSpmm::sum");
   }
   t.halo_seconds += since(a0);
+  if (reduction && !overlapped) { // the baseline: one product after everything
+    auto const p0 = std::chrono::steady_clock::now();
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(reduction->z),
+                 Impl::matrix_ref(ConstMatrix<memory_space>(y)), 0.0f, Impl::matrix_ref(reduction->g));
+    compat::fence(space, "Tessel::gnn::DistSpmm::reduce");
+    t.product_seconds += since(p0);
+  }
   auto const w1 = std::chrono::steady_clock::now();
   Request::wait_all(sends, s.comm.timeout());
   t.wait_seconds += since(w1);

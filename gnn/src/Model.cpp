@@ -112,11 +112,7 @@ template <class ExecSpace> struct ModelState {
     if (dfwd) {
       auto &d = transposed && dbwd ? *dbwd : *dfwd;
       d.apply(space, in, out);
-      double const total = timer.seconds();
-      communication_seconds += d.last().wait_seconds;
-      halo_wait_seconds += d.last().wait_seconds;
-      aggregation_seconds += total - d.last().wait_seconds;
-      halo_bytes += d.last().bytes_received;
+      account(timer.seconds(), d.last());
       return;
     }
     (transposed && bwd ? *bwd : *fwd).apply(space, in, out);
@@ -135,11 +131,30 @@ template <class ExecSpace> struct ModelState {
     Timer<ExecSpace> timer(space, "Tessel::gnn::aggregate");
     auto &d = transposed && dbwd ? *dbwd : *dfwd;
     d.apply_product(space, in, w, op_w, t, out);
-    double const total = timer.seconds();
-    auto const &last = d.last();
+    account(timer.seconds(), d.last());
+  }
+
+  /// out = A^T in and g = z^T out (a weight gradient after the aggregation): distributed, z^T times the local
+  /// block's result hides the exchange, and the rows with halo entries are added when they land
+  /// (DistSpmm::apply_reduce).
+  void aggregate_reduce(ConstMatrix<M> const &in, Matrix<M> const &out, ConstMatrix<M> const &z, Matrix<M> const &g) {
+    if (!dfwd) {
+      aggregate(true, in, out);
+      tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(z), Impl::matrix_ref(ConstMatrix<M>(out)),
+                   0.0f, Impl::matrix_ref(g));
+      return;
+    }
+    Timer<ExecSpace> timer(space, "Tessel::gnn::aggregate");
+    auto &d = dbwd ? *dbwd : *dfwd;
+    d.apply_reduce(space, in, out, z, g);
+    account(timer.seconds(), d.last());
+  }
+
+  /// Books a DistSpmm call of \p total seconds: its waits as communication, its dense products as the layer's,
+  /// the rest as aggregation.
+  void account(double total, DistSpmmTimings const &last) {
     communication_seconds += last.wait_seconds;
     halo_wait_seconds += last.wait_seconds;
-    // The products are the dense layer's work; the rest is the aggregation's.
     aggregation_seconds += total - last.wait_seconds - last.product_seconds;
     halo_bytes += last.bytes_received;
   }
@@ -348,9 +363,7 @@ template <class ExecSpace> struct ModelState {
           transform_aggregate(true, dz, w[ul], Op::transpose, s[ul], grad[ul]);
       } else {
         // out = A (in W): dt = A^T dz, dW = in^T dt, din = dt W^T.
-        aggregate(true, dz, s[ul]);
-        tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(input),
-                     Impl::matrix_ref(ConstMatrix<M>(s[ul])), 0.0f, Impl::matrix_ref(dw[ul]));
+        aggregate_reduce(dz, s[ul], input, dw[ul]);
         sum_over_ranks(dw[ul]);
         if (need_input_grad)
           tessel::gemm(space, Op::none, Op::transpose, 1.0f, Impl::matrix_ref(ConstMatrix<M>(s[ul])),

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <GnnTestGraphs.hpp>
+#include <GnnTestModels.hpp>
 #include <TesselTestError.hpp>
 
 #include <algorithm>
@@ -26,18 +27,6 @@ namespace {
 using namespace tessel::gnn;
 using Exec = Kokkos::DefaultHostExecutionSpace;
 using tessel::Communicator;
-
-Dataset communities() {
-  SbmOptions o;
-  o.nodes = 1000;
-  o.community_size = 50;
-  o.p_in = 0.15;
-  o.inter_degree = 1.0;
-  o.classes = 4;
-  o.features = 24;
-  o.feature_signal = 0.5;
-  return generate_sbm(o);
-}
 
 /// A directed graph with empty rows and isolated vertices (A is not symmetric: the backward pass runs A^T).
 Dataset directed(std::uint64_t seed) {
@@ -61,16 +50,7 @@ Dataset directed(std::uint64_t seed) {
 }
 
 TrainOptions options(ModelKind kind, SpmmAlgorithm algorithm, DistPartitionMethod method) {
-  TrainOptions o;
-  o.model = kind;
-  if (kind == ModelKind::gin) {
-    o.layers = 3;
-    o.hidden = 32;
-    o.dropout = 0.2;
-  }
-  o.epochs = 20;
-  o.patience = 0;
-  o.spmm.algorithm = algorithm;
+  auto o = test::model_options(kind, algorithm, 20);
   o.spmm.timing = false;
   o.distribution.method = method;
   return o;
@@ -105,7 +85,7 @@ void expect_same_training(Communicator const &comm, Dataset const &data, TrainOp
 
 TEST(DistModel, gcn_and_gin_follow_the_single_process_curve) {
   auto const comm = Communicator::world();
-  auto const data = communities();
+  auto const data = test::communities();
   for (auto kind : {ModelKind::gcn, ModelKind::gin})
     for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::adaptive}) {
       auto const o = options(kind, algorithm, DistPartitionMethod::automatic);

@@ -265,6 +265,67 @@ TEST(DistSpmm, the_product_form_equals_the_product_then_the_aggregation) {
   }
 }
 
+TEST(DistSpmm, the_reduce_form_adds_the_gradient_of_every_rank) {
+  // apply_reduce(x, y, z, g): y bitwise apply's, and the sum of every rank's g = z^T y against a double reference
+  // of Z^T (A X) on the whole graph, both schedules, csr and adaptive (whose remainder is added before the product).
+  auto const comm = Communicator::world();
+  Exec space;
+  for (bool directed : {true, false}) {
+    auto const g = directed ? test::awkward_graph<std::int32_t>(300, 6) : symmetric_graph(300, 6);
+    DistGraph<std::int32_t> const dg(comm, g);
+    for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::adaptive}) {
+      SpmmOptions so;
+      so.algorithm = algorithm;
+      so.timing = false;
+      DistSpmm<Exec> dist(space, comm, dg, so);
+      std::size_t const k = 9, f = 5, n = static_cast<std::size_t>(g.num_rows());
+      auto const rows = static_cast<std::size_t>(dg.local_rows());
+      Matrix<Mem> x("x", n, f), z("z", n, k);
+      std::mt19937_64 rng(41 + static_cast<std::uint64_t>(directed));
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (std::size_t e = 0; e < x.size(); ++e)
+        x.data()[e] = u(rng);
+      for (std::size_t e = 0; e < z.size(); ++e)
+        z.data()[e] = u(rng);
+      std::vector<double> ax(n * f, 0.0), ref(k * f, 0.0);
+      for (std::size_t i = 0; i < n; ++i)
+        for (offset_type e = g.row_map()(i); e < g.row_map()(i + 1); ++e)
+          for (std::size_t c = 0; c < f; ++c)
+            ax[i * f + c] += static_cast<double>(g.values()(e)) * x(static_cast<std::size_t>(g.entries()(e)), c);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t q = 0; q < k; ++q)
+          for (std::size_t c = 0; c < f; ++c)
+            ref[q * f + c] += static_cast<double>(z(i, q)) * ax[i * f + c];
+      Matrix<Mem> xl("xl", rows, f), zl("zl", rows, k), y("y", rows, f), y0("y0", rows, f), gl("g", k, f);
+      for (std::size_t r = 0; r < rows; ++r) {
+        auto const i = static_cast<std::size_t>(dg.owned_rows()[r]);
+        for (std::size_t c = 0; c < f; ++c)
+          xl(r, c) = x(i, c);
+        for (std::size_t q = 0; q < k; ++q)
+          zl(r, q) = z(i, q);
+      }
+      dist.apply(space, xl, y0);
+      for (auto schedule : {DistSchedule::overlapped, DistSchedule::sequential}) {
+        dist.set_schedule(schedule);
+        Kokkos::deep_copy(gl, std::nanf(""));
+        dist.apply_reduce(space, xl, y, zl, gl);
+        for (std::size_t e = 0; e < y.size(); ++e)
+          ASSERT_EQ(y.data()[e], y0.data()[e]) << "y differs from apply's";
+        std::vector<float> sum(k * f);
+        comm.allreduce(gl.data(), sum.data(), sum.size(), tessel::ReduceOp::sum);
+        double diff = 0, scale = 0;
+        for (std::size_t e = 0; e < ref.size(); ++e) {
+          scale = std::max(scale, std::abs(ref[e]));
+          double const d = std::abs(sum[e] - ref[e]);
+          diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+        }
+        EXPECT_LT(diff / scale, 1e-5) << name_of(algorithm) << (directed ? " directed " : " symmetric ")
+                                      << name_of(schedule);
+      }
+    }
+  }
+}
+
 /// The same blocks and plans, entry for entry.
 void expect_same(DistGraph<std::int32_t> const &a, DistGraph<std::int32_t> const &b) {
   auto const same_graph = [](Graph<std::int32_t> const &x, Graph<std::int32_t> const &y) {

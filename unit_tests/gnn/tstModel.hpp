@@ -4,6 +4,7 @@
 #include <tessel/gnn/Model.hpp>
 
 #include <GnnTestGraphs.hpp>
+#include <GnnTestModels.hpp>
 #include <TesselTestError.hpp>
 #include <TesselToolsRecorder.hpp>
 
@@ -113,7 +114,7 @@ TEST(TEST_CATEGORY, gnn_model_sparse_features_gradients_match_finite_differences
   check_gradients(ModelKind::gin, SpmmAlgorithm::adaptive, FeatureFormat::sparse);
 }
 
-Dataset communities();
+using test::communities;
 
 // The first layer by the features' nonzeros trains the model the dense path trains: the same dropout masks, the
 // same losses up to the order of floating-point sums, the same accuracies; automatic picks it for sparse features
@@ -153,32 +154,11 @@ TEST(TEST_CATEGORY, gnn_model_sparse_features_train_as_dense_ones) {
   EXPECT_TRUE(train(Space(), dense_data, o).sparse_features);
 }
 
-Dataset communities() {
-  SbmOptions o;
-  o.nodes = 1200;
-  o.community_size = 60;
-  o.p_in = 0.15;
-  o.inter_degree = 1.0;
-  o.classes = 4;
-  o.features = 16;
-  o.feature_signal = 0.5; // weak features: the graph has to help
-  return generate_sbm(o);
-}
-
 TEST(TEST_CATEGORY, gnn_model_gcn_and_gin_learn_planted_communities) {
   auto const data = communities();
   for (auto kind : {ModelKind::gcn, ModelKind::gin}) {
     for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::adaptive}) {
-      TrainOptions o;
-      o.model = kind;
-      if (kind == ModelKind::gin) {
-        o.layers = 3;
-        o.hidden = 32;
-        o.dropout = 0.2;
-      }
-      o.epochs = 60;
-      o.patience = 0;
-      o.spmm.algorithm = algorithm;
+      auto const o = test::model_options(kind, algorithm, 60);
       auto const r = train(Space(), data, o);
       EXPECT_EQ(r.epochs_run, 60);
       EXPECT_GT(r.test_acc, 0.85) << name_of(kind) << " " << name_of(algorithm);

@@ -36,7 +36,7 @@ struct DistSpmmTimings {
   double local_seconds = 0;   ///< the local block (overlaps the messages in flight)
   double wait_seconds = 0;    ///< waiting for halo rows that had not landed when the local block finished
   double halo_seconds = 0;    ///< the peers' halo blocks and their fixed-order sum
-  double product_seconds = 0; ///< apply_product: the dense products (the peers' rows first, then the rest)
+  double product_seconds = 0; ///< apply_product, apply_reduce: the dense products (except the peers' rows')
   double total_seconds = 0;
   std::int64_t bytes_sent = 0, bytes_received = 0;
 };
@@ -65,6 +65,12 @@ public:
   /// product hides the exchange as the local block does. x: local_rows() x K, op(w): K x F, t and y: local_rows() x F.
   void apply_product(ExecSpace const &space, ConstMatrix<memory_space> const &x, ConstMatrix<memory_space> const &w,
                      Op op_w, Matrix<memory_space> const &t, Matrix<memory_space> const &y);
+  /// y = A x and g = z^T y (a layer's weight gradient after its aggregation): z^T times the local block's result is
+  /// computed while the halo rows are in flight, and only the rows with halo entries are added once they land
+  /// (sequential: one product after everything). y is apply's, bitwise; g equals z^T y up to the order of its sums.
+  /// z: local_rows() x K, g: K x F.
+  void apply_reduce(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
+                    ConstMatrix<memory_space> const &z, Matrix<memory_space> const &g);
 
   DistSpmmTimings const &last() const;
   /// The schedule of the next applies (overlapped unless set; both give bitwise the same result).
@@ -78,8 +84,9 @@ public:
 private:
   struct State;
   struct Product;
+  struct Reduction;
   void run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
-           Product const *product);
+           Product const *product, Reduction const *reduction);
   std::unique_ptr<State> _s;
 };
 
