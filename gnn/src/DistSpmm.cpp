@@ -127,6 +127,14 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     for (std::size_t r = 0; r < has_halo.size(); ++r)
       if (has_halo[r])
         boundary.push_back(static_cast<std::int32_t>(r));
+    // A graph that partitions badly (R-MAT: most rows are someone's halo) would compute most of the product twice.
+    std::vector<char> sent(has_halo.size(), 0);
+    for (auto const &h : g.halos())
+      for (auto const r : h.send_rows)
+        sent[static_cast<std::size_t>(r)] = 1;
+    auto const rows = static_cast<std::size_t>(g.local_rows());
+    split_product = 4 * static_cast<std::size_t>(std::count(sent.begin(), sent.end(), 1)) <= rows;
+    split_reduce = 4 * boundary.size() <= rows;
     for (auto const &h : g.halos()) {
       halo.emplace_back();
       if (g.local_rows() > 0 && !h.recv_rows.empty())
@@ -136,7 +144,10 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
 
   std::vector<Matrix<M>> gather_buf;  // apply_product: the peers' rows of x, per halo
   std::vector<std::int32_t> boundary; // local rows with halo entries, increasing
-  Matrix<M> boundary_bufs[2];         // apply_reduce: z and the halo terms on those rows
+  // Whether apply_product computes the peers' rows apart (they are few: otherwise the product is computed once,
+  // before the exchange) and whether apply_reduce adds the boundary rows apart (likewise).
+  bool split_product = false, split_reduce = false;
+  Matrix<M> boundary_bufs[2]; // apply_reduce: z and the halo terms on those rows
 
   Matrix<M> boundary_buf(int which, std::size_t rows, std::size_t cols) {
     auto &b = boundary_bufs[which];
@@ -247,6 +258,16 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
   auto const t0 = std::chrono::steady_clock::now();
   auto const &halos = g.halos();
   std::vector<Request> recvs, sends;
+  bool const split_product = product && s.split_product;
+  auto const compute_product = [&] {
+    auto const p0 = std::chrono::steady_clock::now();
+    tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(product->x), Impl::matrix_ref(product->w), 0.0f,
+                 Impl::matrix_ref(product->t));
+    compat::fence(space, "Tessel::gnn::DistSpmm::product");
+    t.product_seconds += since(p0);
+  };
+  if (product && !split_product) // many of the rows go to peers: the whole product once, before the exchange
+    compute_product();
   for (std::size_t k = 0; k < halos.size(); ++k) {
     auto const &buf = s.recv_buf[k];
     recvs.push_back(buf.size() > 0 ? s.comm.irecv(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag)
@@ -260,14 +281,14 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     auto const p0 = std::chrono::steady_clock::now();
     Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const idx(
         halos[k].send_rows.data(), halos[k].send_rows.size());
-    // The rows the peer needs: of x, or (apply_product) of x op(w), computed here from the gathered rows of x.
-    auto const source = product ? product->x : x;
-    auto const gathered = product ? s.gathered(k, source.extent(1)) : buf;
+    // The rows the peer needs: of x, or (apply_product, split) of x op(w), computed here from the gathered rows of x.
+    auto const source = split_product ? product->x : x;
+    auto const gathered = split_product ? s.gathered(k, source.extent(1)) : buf;
     Kokkos::parallel_for(
         "Tessel::gnn::DistSpmm::pack",
         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {gathered.extent(0), gathered.extent(1)}),
         KOKKOS_LAMBDA(std::size_t r, std::size_t c) { gathered(r, c) = source(static_cast<std::size_t>(idx(r)), c); });
-    if (product)
+    if (split_product)
       tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(ConstMatrix<memory_space>(gathered)),
                    Impl::matrix_ref(product->w), 0.0f, Impl::matrix_ref(buf));
     compat::fence(space, "Tessel::gnn::DistSpmm::pack");
@@ -295,12 +316,8 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     Request::wait_all(recvs, s.comm.timeout());
     t.wait_seconds += since(w0);
   }
-  if (product) { // the rest of the product (overlapped: while the peers' rows move)
-    auto const p0 = std::chrono::steady_clock::now();
-    tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(product->x), Impl::matrix_ref(product->w), 0.0f,
-                 Impl::matrix_ref(product->t));
-    compat::fence(space, "Tessel::gnn::DistSpmm::product");
-    t.product_seconds = since(p0);
+  if (split_product) { // the rest of the product (overlapped: while the peers' rows move)
+    compute_product();
     for (auto &r : sends)
       r.test();
   }
@@ -333,7 +350,8 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
         run_halo(k);
   }
   bool rest_added = false;
-  if (reduction && overlapped) {
+  bool const split_reduce = reduction && overlapped && s.split_reduce;
+  if (split_reduce) {
     // g = z^T (local + rest) while the messages move: y's first terms of the fixed-order sum are final now.
     auto const p0 = std::chrono::steady_clock::now();
     if (s.rest_y.extent(0) > 0) {
@@ -370,7 +388,7 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
   for (std::size_t k = 0; k < halos.size(); ++k)
     if (s.halo_y[k].extent(0) > 0)
       parts.push_back(s.halo_y[k]);
-  if (reduction && overlapped && !s.boundary.empty() && !parts.empty()) {
+  if (split_reduce && !s.boundary.empty() && !parts.empty()) {
     // g += z_B^T (the halo terms)_B over the rows B with halo entries (the others' halo terms are zero).
     auto const p0 = std::chrono::steady_clock::now();
     auto const nb = s.boundary.size();
@@ -396,8 +414,15 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     t.product_seconds += since(p0);
   }
   if (!parts.empty()) {
+    // Halo terms are zero outside the rows with halo entries: only those rows are summed, unless the adaptive
+    // remainder (nonzero anywhere) is among the terms.
+    bool const halo_only = s.rest_y.extent(0) == 0 || rest_added;
+    Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const b(
+        s.boundary.data(), s.boundary.size());
     Kokkos::parallel_for(
-        "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
+        "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, halo_only ? s.boundary.size() : rows),
+        KOKKOS_LAMBDA(std::size_t i) {
+          auto const r = halo_only ? static_cast<std::size_t>(b(i)) : i;
           for (auto const &part : parts)
             for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
               y(r, c) += part(r, c);
@@ -405,7 +430,7 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     compat::fence(space, "Tessel::gnn::DistSpmm::sum");
   }
   t.halo_seconds += since(a0);
-  if (reduction && !overlapped) { // the baseline: one product after everything
+  if (reduction && !split_reduce) { // the baseline (and a badly partitioned graph's way): one product after all
     auto const p0 = std::chrono::steady_clock::now();
     tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(reduction->z),
                  Impl::matrix_ref(ConstMatrix<memory_space>(y)), 0.0f, Impl::matrix_ref(reduction->g));
