@@ -59,6 +59,20 @@ Graph<std::int32_t> tile_slice(Graph<std::int32_t> const &a, std::int64_t r0, st
   return Impl::to_graph(a.name(), static_cast<std::int32_t>(r1 - r0), cols, std::move(csr));
 }
 
+/// The rows \p rows (increasing) of \p a, renumbered 0, 1, ...: a halo block over the rows that have halo entries.
+Graph<std::int32_t> rows_slice(Graph<std::int32_t> const &a, std::vector<std::int32_t> const &rows) {
+  Impl::HostCsr<std::int32_t> csr;
+  csr.row_map.push_back(0);
+  for (auto const r : rows) {
+    for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k) {
+      csr.entries.push_back(a.entries()(k));
+      csr.values.push_back(a.values()(k));
+    }
+    csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
+  }
+  return Impl::to_graph(a.name(), static_cast<std::int32_t>(rows.size()), a.num_cols(), std::move(csr));
+}
+
 SpmmOptions csr_options() {
   SpmmOptions o;
   o.algorithm = SpmmAlgorithm::csr;
@@ -83,7 +97,9 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
   std::vector<Handle> local, rest;
   std::vector<std::int64_t> tile_rows; // tile t is local rows [tile_rows[t], tile_rows[t + 1])
   Matrix<M> rest_y;
-  std::vector<std::optional<Handle>> halo; // per DistGraph::halos() entry; empty where nothing is received
+  /// Per DistGraph::halos() entry (empty where nothing is received): the peer's block over the rows with any halo
+  /// entries (boundary), so that its result and the sum touch those rows only.
+  std::vector<std::optional<Handle>> halo;
   int width = -1;
   DistSchedule schedule = DistSchedule::overlapped;
   std::set<int> checked; // widths whose agreement across ranks has been checked
@@ -138,7 +154,7 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     for (auto const &h : g.halos()) {
       halo.emplace_back();
       if (g.local_rows() > 0 && !h.recv_rows.empty())
-        halo.back().emplace(space, h.block, csr);
+        halo.back().emplace(space, rows_slice(h.block, boundary), csr);
     }
   }
 
@@ -181,7 +197,7 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
       send_buf.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::send")), h.send_rows.size(), uf);
       recv_buf.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::recv")), h.recv_rows.size(), uf);
       halo_y.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::halo_y")),
-                          h.recv_rows.empty() ? 0 : rows, uf);
+                          h.recv_rows.empty() ? 0 : boundary.size(), uf);
     }
     width = f;
   }
@@ -382,29 +398,37 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
   }
   // Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
   auto const a0 = std::chrono::steady_clock::now();
+  // The adaptive remainder (every row) first, then the halo terms (the boundary rows, numbered in their order).
+  if (s.rest_y.extent(0) > 0 && !rest_added) {
+    auto const rest = s.rest_y;
+    Kokkos::parallel_for(
+        "Tessel::gnn::DistSpmm::sum_rest", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
+        KOKKOS_LAMBDA(std::size_t r) {
+          for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
+            y(r, c) += rest(r, c);
+        });
+  }
   std::vector<Matrix<memory_space>> parts;
-  if (s.rest_y.extent(0) > 0 && !rest_added)
-    parts.push_back(s.rest_y);
   for (std::size_t k = 0; k < halos.size(); ++k)
     if (s.halo_y[k].extent(0) > 0)
       parts.push_back(s.halo_y[k]);
+  Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const boundary(
+      s.boundary.data(), s.boundary.size());
   if (split_reduce && !s.boundary.empty() && !parts.empty()) {
     // g += z_B^T (the halo terms)_B over the rows B with halo entries (the others' halo terms are zero).
     auto const p0 = std::chrono::steady_clock::now();
     auto const nb = s.boundary.size();
     auto const &z = reduction->z;
     auto const zb = s.boundary_buf(0, nb, z.extent(1)), db = s.boundary_buf(1, nb, static_cast<std::size_t>(f));
-    Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const b(
-        s.boundary.data(), nb);
     Kokkos::parallel_for(
         "Tessel::gnn::DistSpmm::boundary", Kokkos::RangePolicy<ExecSpace>(space, 0, nb), KOKKOS_LAMBDA(std::size_t i) {
-          auto const r = static_cast<std::size_t>(b(i));
+          auto const r = static_cast<std::size_t>(boundary(i));
           for (std::size_t c = 0; c < z.extent(1); ++c)
             zb(i, c) = z(r, c);
           for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c) {
             float sum = 0;
             for (auto const &part : parts)
-              sum += part(r, c);
+              sum += part(i, c);
             db(i, c) = sum;
           }
         });
@@ -414,21 +438,16 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     t.product_seconds += since(p0);
   }
   if (!parts.empty()) {
-    // Halo terms are zero outside the rows with halo entries: only those rows are summed, unless the adaptive
-    // remainder (nonzero anywhere) is among the terms.
-    bool const halo_only = s.rest_y.extent(0) == 0 || rest_added;
-    Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const b(
-        s.boundary.data(), s.boundary.size());
     Kokkos::parallel_for(
-        "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, halo_only ? s.boundary.size() : rows),
+        "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, s.boundary.size()),
         KOKKOS_LAMBDA(std::size_t i) {
-          auto const r = halo_only ? static_cast<std::size_t>(b(i)) : i;
+          auto const r = static_cast<std::size_t>(boundary(i));
           for (auto const &part : parts)
             for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
-              y(r, c) += part(r, c);
+              y(r, c) += part(i, c);
         });
-    compat::fence(space, "Tessel::gnn::DistSpmm::sum");
   }
+  compat::fence(space, "Tessel::gnn::DistSpmm::sum");
   t.halo_seconds += since(a0);
   if (reduction && !split_reduce) { // the baseline (and a badly partitioned graph's way): one product after all
     auto const p0 = std::chrono::steady_clock::now();
