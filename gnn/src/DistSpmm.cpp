@@ -365,21 +365,25 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
       if (s.recv_buf[k].size() > 0)
         run_halo(k);
   }
+  // The adaptive remainder, the first term of the fixed-order sum after the local block (once).
   bool rest_added = false;
+  auto const add_rest = [&] {
+    if (s.rest_y.extent(0) == 0 || rest_added)
+      return;
+    auto const rest = s.rest_y;
+    Kokkos::parallel_for(
+        "Tessel::gnn::DistSpmm::sum_rest", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
+        KOKKOS_LAMBDA(std::size_t r) {
+          for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
+            y(r, c) += rest(r, c);
+        });
+    rest_added = true;
+  };
   bool const split_reduce = reduction && overlapped && s.split_reduce;
   if (split_reduce) {
     // g = z^T (local + rest) while the messages move: y's first terms of the fixed-order sum are final now.
     auto const p0 = std::chrono::steady_clock::now();
-    if (s.rest_y.extent(0) > 0) {
-      auto const rest = s.rest_y;
-      Kokkos::parallel_for(
-          "Tessel::gnn::DistSpmm::sum_rest", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
-          KOKKOS_LAMBDA(std::size_t r) {
-            for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
-              y(r, c) += rest(r, c);
-          });
-      rest_added = true;
-    }
+    add_rest();
     tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(reduction->z),
                  Impl::matrix_ref(ConstMatrix<memory_space>(y)), 0.0f, Impl::matrix_ref(reduction->g));
     compat::fence(space, "Tessel::gnn::DistSpmm::reduce");
@@ -399,15 +403,7 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
   // Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
   auto const a0 = std::chrono::steady_clock::now();
   // The adaptive remainder (every row) first, then the halo terms (the boundary rows, numbered in their order).
-  if (s.rest_y.extent(0) > 0 && !rest_added) {
-    auto const rest = s.rest_y;
-    Kokkos::parallel_for(
-        "Tessel::gnn::DistSpmm::sum_rest", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
-        KOKKOS_LAMBDA(std::size_t r) {
-          for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
-            y(r, c) += rest(r, c);
-        });
-  }
+  add_rest();
   std::vector<Matrix<memory_space>> parts;
   for (std::size_t k = 0; k < halos.size(); ++k)
     if (s.halo_y[k].extent(0) > 0)
