@@ -33,6 +33,10 @@ constexpr int halo_tag = 0x6a10;
 /// Most row tiles of the local block.
 constexpr std::int64_t max_tiles = 8;
 
+/// Feature rows per message: a peer's rows go in messages of this many (the last shorter), and the part of its halo
+/// block that reads a message's rows runs as soon as that message (and the ones before it) has landed.
+constexpr std::int64_t message_rows = 1024;
+
 /// Which entries of a row tile a slice keeps.
 enum class TilePart {
   all,    ///< every column, numbered as in the block
@@ -73,6 +77,29 @@ Graph<std::int32_t> rows_slice(Graph<std::int32_t> const &a, std::vector<std::in
   return Impl::to_graph(a.name(), static_cast<std::int32_t>(rows.size()), a.num_cols(), std::move(csr));
 }
 
+/// Columns [c0, c1) of \p a, renumbered from 0: the part of a halo block that reads one message's rows.
+Graph<std::int32_t> column_slice(Graph<std::int32_t> const &a, std::int64_t c0, std::int64_t c1) {
+  Impl::HostCsr<std::int32_t> csr;
+  csr.row_map.push_back(0);
+  for (std::int64_t r = 0; r < static_cast<std::int64_t>(a.num_rows()); ++r) {
+    for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k)
+      if (a.entries()(k) >= c0 && a.entries()(k) < c1) {
+        csr.entries.push_back(static_cast<std::int32_t>(a.entries()(k) - c0));
+        csr.values.push_back(a.values()(k));
+      }
+    csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
+  }
+  return Impl::to_graph(a.name(), a.num_rows(), static_cast<std::int32_t>(c1 - c0), std::move(csr));
+}
+
+/// Message boundaries of \p rows feature rows: 0, message_rows, 2 message_rows, ..., rows.
+std::vector<std::int64_t> message_bounds(std::size_t rows) {
+  std::vector<std::int64_t> b{0};
+  for (auto r = static_cast<std::int64_t>(rows); b.back() < r;)
+    b.push_back(std::min(r, b.back() + message_rows));
+  return b;
+}
+
 SpmmOptions csr_options() {
   SpmmOptions o;
   o.algorithm = SpmmAlgorithm::csr;
@@ -97,9 +124,12 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
   std::vector<Handle> local, rest;
   std::vector<std::int64_t> tile_rows; // tile t is local rows [tile_rows[t], tile_rows[t + 1])
   Matrix<M> rest_y;
-  /// Per DistGraph::halos() entry (empty where nothing is received): the peer's block over the rows with any halo
-  /// entries (boundary), so that its result and the sum touch those rows only.
-  std::vector<std::optional<Handle>> halo;
+  /// Per DistGraph::halos() entry and message (empty where nothing is received): the part of the peer's block that
+  /// reads the message's rows, over the rows with any halo entries (boundary), so that its result and the sum touch
+  /// those rows only.
+  std::vector<std::vector<Handle>> halo;
+  std::vector<std::vector<std::int64_t>> send_bounds, recv_bounds; // per halo: message_bounds of its rows
+  Matrix<M> message_y; // a later message's part, before it is added to its peer's halo term
   int width = -1;
   DistSchedule schedule = DistSchedule::overlapped;
   std::set<int> checked; // widths whose agreement across ranks has been checked
@@ -153,8 +183,14 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     split_reduce = 4 * boundary.size() <= rows;
     for (auto const &h : g.halos()) {
       halo.emplace_back();
-      if (g.local_rows() > 0 && !h.recv_rows.empty())
-        halo.back().emplace(space, rows_slice(h.block, boundary), csr);
+      send_bounds.push_back(message_bounds(h.send_rows.size()));
+      recv_bounds.push_back(message_bounds(h.recv_rows.size()));
+      if (g.local_rows() == 0 || h.recv_rows.empty())
+        continue;
+      auto const block = rows_slice(h.block, boundary);
+      auto const &b = recv_bounds.back();
+      for (std::size_t j = 0; j + 1 < b.size(); ++j)
+        halo.back().emplace_back(space, b.size() == 2 ? block : column_slice(block, b[j], b[j + 1]), csr);
     }
   }
 
@@ -199,6 +235,7 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
       halo_y.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::halo_y")),
                           h.recv_rows.empty() ? 0 : boundary.size(), uf);
     }
+    message_y = Matrix<M>(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::message_y")), boundary.size(), uf);
     width = f;
   }
 };
@@ -284,10 +321,20 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
   };
   if (product && !split_product) // many of the rows go to peers: the whole product once, before the exchange
     compute_product();
+  // One receive per message: msg_k[m], msg_j[m] are message m's peer (halo index) and number; first_msg[k] is
+  // peer k's first message.
+  std::vector<std::size_t> msg_k, msg_j, first_msg;
+  auto const uf = static_cast<std::size_t>(f);
   for (std::size_t k = 0; k < halos.size(); ++k) {
     auto const &buf = s.recv_buf[k];
-    recvs.push_back(buf.size() > 0 ? s.comm.irecv(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag)
-                                   : Request());
+    auto const &b = s.recv_bounds[k];
+    first_msg.push_back(recvs.size());
+    for (std::size_t j = 0; j + 1 < b.size(); ++j) {
+      auto const r0 = static_cast<std::size_t>(b[j]), r1 = static_cast<std::size_t>(b[j + 1]);
+      recvs.push_back(s.comm.irecv(buf.data() + r0 * uf, (r1 - r0) * uf, DataType::float32, halos[k].peer, halo_tag));
+      msg_k.push_back(k);
+      msg_j.push_back(j);
+    }
     t.bytes_received += static_cast<std::int64_t>(buf.size() * sizeof(float));
   }
   for (std::size_t k = 0; k < halos.size(); ++k) {
@@ -309,20 +356,41 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
                    Impl::matrix_ref(product->w), 0.0f, Impl::matrix_ref(buf));
     compat::fence(space, "Tessel::gnn::DistSpmm::pack");
     t.pack_seconds += since(p0);
-    sends.push_back(s.comm.isend(buf.data(), buf.size(), DataType::float32, halos[k].peer, halo_tag));
+    auto const &b = s.send_bounds[k];
+    for (std::size_t j = 0; j + 1 < b.size(); ++j) {
+      auto const r0 = static_cast<std::size_t>(b[j]), r1 = static_cast<std::size_t>(b[j + 1]);
+      sends.push_back(s.comm.isend(buf.data() + r0 * uf, (r1 - r0) * uf, DataType::float32, halos[k].peer, halo_tag));
+    }
     t.bytes_sent += static_cast<std::int64_t>(buf.size() * sizeof(float));
   }
-  // A peer's halo block, into its own buffer, once its rows have landed.
+  // A peer's halo block, into its own buffer, message by message as they land: the part that reads message j runs
+  // once messages 0 .. j have landed, and is added to the peer's term in message order (a fixed order).
   std::vector<char> done(recvs.size(), 0);
-  std::size_t left = 0;
-  for (std::size_t k = 0; k < recvs.size(); ++k)
-    left += s.recv_buf[k].size() > 0 ? 1 : 0;
-  auto const run_halo = [&](std::size_t k) {
-    done[k] = 1;
+  std::vector<std::size_t> next(halos.size(), 0); // per peer: the first message whose part has not run
+  std::size_t left = recvs.size();
+  auto const run_halo = [&](std::size_t m) {
+    done[m] = 1;
     --left;
+    auto const k = msg_k[m];
     auto const h0 = std::chrono::steady_clock::now();
-    if (s.halo[k])
-      s.halo[k]->apply(space, s.recv_buf[k], s.halo_y[k]);
+    while (next[k] < s.halo[k].size() && done[first_msg[k] + next[k]]) {
+      auto const j = next[k]++;
+      auto const &b = s.recv_bounds[k];
+      auto const rows_of_msg = std::make_pair(static_cast<std::size_t>(b[j]), static_cast<std::size_t>(b[j + 1]));
+      auto const xj = Kokkos::subview(s.recv_buf[k], rows_of_msg, Kokkos::ALL());
+      if (j == 0) {
+        s.halo[k][j].apply(space, xj, s.halo_y[k]);
+        continue;
+      }
+      s.halo[k][j].apply(space, xj, s.message_y);
+      auto const hy = s.halo_y[k], my = s.message_y;
+      Kokkos::parallel_for(
+          "Tessel::gnn::DistSpmm::add_message", Kokkos::RangePolicy<ExecSpace>(space, 0, hy.extent(0)),
+          KOKKOS_LAMBDA(std::size_t i) {
+            for (std::size_t c = 0; c < hy.extent(1); ++c)
+              hy(i, c) += my(i, c);
+          });
+    }
     compat::fence(space, "Tessel::gnn::DistSpmm::halo");
     t.halo_seconds += since(h0);
   };
@@ -356,14 +424,13 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     // is ready, as soon as it is).
     for (auto &r : sends)
       r.test();
-    for (std::size_t k = 0; k < recvs.size(); ++k)
-      if (!done[k] && s.recv_buf[k].size() > 0 && recvs[k].test())
-        run_halo(k);
+    for (std::size_t m = 0; m < recvs.size(); ++m)
+      if (!done[m] && recvs[m].test())
+        run_halo(m);
   }
   if (!overlapped) {
-    for (std::size_t k = 0; k < recvs.size(); ++k)
-      if (s.recv_buf[k].size() > 0)
-        run_halo(k);
+    for (std::size_t m = 0; m < recvs.size(); ++m)
+      run_halo(m);
   }
   // The adaptive remainder, the first term of the fixed-order sum after the local block (once).
   bool rest_added = false;
@@ -390,15 +457,15 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     t.product_seconds += since(p0);
     for (auto &r : sends)
       r.test();
-    for (std::size_t k = 0; k < recvs.size(); ++k)
-      if (!done[k] && s.recv_buf[k].size() > 0 && recvs[k].test())
-        run_halo(k);
+    for (std::size_t m = 0; m < recvs.size(); ++m)
+      if (!done[m] && recvs[m].test())
+        run_halo(m);
   }
   while (left > 0) { // the rest in arrival order
     auto const w0 = std::chrono::steady_clock::now();
-    std::size_t const k = Request::wait_any(recvs, s.comm.timeout());
+    std::size_t const m = Request::wait_any(recvs, s.comm.timeout());
     t.wait_seconds += since(w0);
-    run_halo(k);
+    run_halo(m);
   }
   // Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
   auto const a0 = std::chrono::steady_clock::now();

@@ -346,6 +346,52 @@ TEST(DistSpmm, the_reduce_form_adds_the_gradient_of_every_rank) {
   }
 }
 
+TEST(DistSpmm, large_halos_go_in_several_messages) {
+  // A peer's rows go in messages of 1024 rows; each message's part of the halo block runs when it lands, added in
+  // message order: against the single-process result, and bitwise the same over applies with one rank late.
+  auto const comm = Communicator::world();
+  if (comm.size() < 2)
+    GTEST_SKIP() << "needs two ranks";
+  Exec space;
+  // Random directed edges, about 5 per row, no hub (a hub row of thousands of entries would make the fp32 sums of
+  // one process and of W ranks differ by more than the 1e-6 this file holds them to).
+  auto const n = static_cast<std::int32_t>(3000 * comm.size());
+  std::mt19937_64 rng(8);
+  std::uniform_int_distribution<std::int32_t> node(0, n - 1);
+  std::vector<std::pair<std::int32_t, std::int32_t>> edges;
+  for (std::int32_t e = 0; e < 5 * n; ++e)
+    edges.emplace_back(node(rng), node(rng));
+  auto const g = graph_from_edges<std::int32_t>("random", n, edges, /*symmetrize=*/false, /*merge_duplicates=*/true);
+  DistGraphOptions o;
+  o.method = DistPartitionMethod::contiguous;
+  DistGraph<std::int32_t> const dg(comm, g, o);
+  std::int64_t most = 0;
+  for (auto const &h : dg.halos())
+    most = std::max<std::int64_t>(most, static_cast<std::int64_t>(h.recv_rows.size()));
+  EXPECT_GT(comm.allreduce_value(most, tessel::ReduceOp::max), 2 * 1024) << "the graph no longer needs 3 messages";
+  for (auto algorithm : {SpmmAlgorithm::csr, SpmmAlgorithm::adaptive}) {
+    SpmmOptions so;
+    so.algorithm = algorithm;
+    so.timing = false;
+    DistSpmm<Exec> dist(space, comm, dg, so);
+    EXPECT_LT(relative_error(comm, dist, dg, g, 6, 77), 1e-6) << name_of(algorithm);
+    auto const rows = static_cast<std::size_t>(dg.local_rows());
+    Matrix<Mem> x("x", rows, 6), y0("y0", rows, 6), y("y", rows, 6);
+    for (std::size_t k = 0; k < x.size(); ++k)
+      x.data()[k] = static_cast<float>(std::cos(static_cast<double>(k)));
+    dist.apply(space, x, y0);
+    for (int rep = 0; rep < 6; ++rep) {
+      if (comm.rank() == rep % comm.size())
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      dist.set_schedule(rep % 3 == 2 ? DistSchedule::sequential : DistSchedule::overlapped);
+      dist.apply(space, x, y);
+      for (std::size_t k = 0; k < y.size(); ++k)
+        ASSERT_EQ(y.data()[k], y0.data()[k]) << name_of(algorithm) << ", apply " << rep;
+    }
+    EXPECT_EQ(dist.last().bytes_received, static_cast<std::int64_t>(dg.halo_recv_rows() * 6 * sizeof(float)));
+  }
+}
+
 /// The same blocks and plans, entry for entry.
 void expect_same(DistGraph<std::int32_t> const &a, DistGraph<std::int32_t> const &b) {
   auto const same_graph = [](Graph<std::int32_t> const &x, Graph<std::int32_t> const &y) {
