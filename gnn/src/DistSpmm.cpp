@@ -33,9 +33,11 @@ constexpr int halo_tag = 0x6a10;
 /// Most row tiles of the local block.
 constexpr std::int64_t max_tiles = 8;
 
-/// Feature rows per message: a peer's rows go in messages of this many (the last shorter), and the part of its halo
-/// block that reads a message's rows runs as soon as that message (and the ones before it) has landed.
+/// A peer's rows go in messages of at least this many feature rows and at most max_messages of them (the last
+/// shorter), and the part of its halo block that reads a message's rows runs as soon as that message (and the ones
+/// before it) has landed.
 constexpr std::int64_t message_rows = 1024;
+constexpr std::int64_t max_messages = 8;
 
 /// Which entries of a row tile a slice keeps.
 enum class TilePart {
@@ -77,26 +79,36 @@ Graph<std::int32_t> rows_slice(Graph<std::int32_t> const &a, std::vector<std::in
   return Impl::to_graph(a.name(), static_cast<std::int32_t>(rows.size()), a.num_cols(), std::move(csr));
 }
 
-/// Columns [c0, c1) of \p a, renumbered from 0: the part of a halo block that reads one message's rows.
-Graph<std::int32_t> column_slice(Graph<std::int32_t> const &a, std::int64_t c0, std::int64_t c1) {
+/// The part of a halo block \p a that reads one message's rows (columns [c0, c1), renumbered from 0), over the rows
+/// of \p a that have such entries only; \p rows receives their numbers in \p a.
+Graph<std::int32_t> message_part(Graph<std::int32_t> const &a, std::int64_t c0, std::int64_t c1,
+                                 std::vector<std::int32_t> &rows) {
   Impl::HostCsr<std::int32_t> csr;
   csr.row_map.push_back(0);
+  rows.clear();
   for (std::int64_t r = 0; r < static_cast<std::int64_t>(a.num_rows()); ++r) {
+    auto const before = csr.entries.size();
     for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k)
       if (a.entries()(k) >= c0 && a.entries()(k) < c1) {
         csr.entries.push_back(static_cast<std::int32_t>(a.entries()(k) - c0));
         csr.values.push_back(a.values()(k));
       }
-    csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
+    if (csr.entries.size() > before) {
+      rows.push_back(static_cast<std::int32_t>(r));
+      csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
+    }
   }
-  return Impl::to_graph(a.name(), a.num_rows(), static_cast<std::int32_t>(c1 - c0), std::move(csr));
+  return Impl::to_graph(a.name(), static_cast<std::int32_t>(rows.size()), static_cast<std::int32_t>(c1 - c0),
+                        std::move(csr));
 }
 
-/// Message boundaries of \p rows feature rows: 0, message_rows, 2 message_rows, ..., rows.
+/// Message boundaries of \p rows feature rows (the same on both sides of a pair: they depend on the count only).
 std::vector<std::int64_t> message_bounds(std::size_t rows) {
+  auto const r = static_cast<std::int64_t>(rows);
+  auto const per = std::max(message_rows, (r + max_messages - 1) / max_messages);
   std::vector<std::int64_t> b{0};
-  for (auto r = static_cast<std::int64_t>(rows); b.back() < r;)
-    b.push_back(std::min(r, b.back() + message_rows));
+  while (b.back() < r)
+    b.push_back(std::min(r, b.back() + per));
   return b;
 }
 
@@ -129,7 +141,11 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
   /// those rows only.
   std::vector<std::vector<Handle>> halo;
   std::vector<std::vector<std::int64_t>> send_bounds, recv_bounds; // per halo: message_bounds of its rows
-  Matrix<M> message_y; // a later message's part, before it is added to its peer's halo term
+  /// Per halo and message (peers with several messages): the rows of the peer's term that the message's part
+  /// writes (numbered as the boundary rows).
+  std::vector<std::vector<Kokkos::View<std::int32_t *, Kokkos::HostSpace>>> part_rows;
+  std::size_t max_part_rows = 0;
+  Matrix<M> message_y; // a message's part, before it is added to its peer's term
   int width = -1;
   DistSchedule schedule = DistSchedule::overlapped;
   std::set<int> checked; // widths whose agreement across ranks has been checked
@@ -183,14 +199,25 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
     split_reduce = 4 * boundary.size() <= rows;
     for (auto const &h : g.halos()) {
       halo.emplace_back();
+      part_rows.emplace_back();
       send_bounds.push_back(message_bounds(h.send_rows.size()));
       recv_bounds.push_back(message_bounds(h.recv_rows.size()));
       if (g.local_rows() == 0 || h.recv_rows.empty())
         continue;
       auto const block = rows_slice(h.block, boundary);
       auto const &b = recv_bounds.back();
-      for (std::size_t j = 0; j + 1 < b.size(); ++j)
-        halo.back().emplace_back(space, b.size() == 2 ? block : column_slice(block, b[j], b[j + 1]), csr);
+      if (b.size() == 2) { // one message: the whole block writes the peer's term
+        halo.back().emplace_back(space, block, csr);
+        continue;
+      }
+      std::vector<std::int32_t> rows_of_part;
+      for (std::size_t j = 0; j + 1 < b.size(); ++j) {
+        halo.back().emplace_back(space, message_part(block, b[j], b[j + 1], rows_of_part), csr);
+        Kokkos::View<std::int32_t *, Kokkos::HostSpace> v("Tessel::gnn::DistSpmm::part_rows", rows_of_part.size());
+        std::copy(rows_of_part.begin(), rows_of_part.end(), v.data());
+        part_rows.back().push_back(v);
+        max_part_rows = std::max(max_part_rows, rows_of_part.size());
+      }
     }
   }
 
@@ -235,7 +262,7 @@ template <class ExecSpace> struct DistSpmm<ExecSpace>::State {
       halo_y.emplace_back(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::halo_y")),
                           h.recv_rows.empty() ? 0 : boundary.size(), uf);
     }
-    message_y = Matrix<M>(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::message_y")), boundary.size(), uf);
+    message_y = Matrix<M>(Kokkos::view_alloc(std::string("Tessel::gnn::DistSpmm::message_y")), max_part_rows, uf);
     width = f;
   }
 };
@@ -378,17 +405,22 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
       auto const &b = s.recv_bounds[k];
       auto const rows_of_msg = std::make_pair(static_cast<std::size_t>(b[j]), static_cast<std::size_t>(b[j + 1]));
       auto const xj = Kokkos::subview(s.recv_buf[k], rows_of_msg, Kokkos::ALL());
-      if (j == 0) {
+      if (s.part_rows[k].empty()) { // one message: its part is the whole block
         s.halo[k][j].apply(space, xj, s.halo_y[k]);
         continue;
       }
-      s.halo[k][j].apply(space, xj, s.message_y);
-      auto const hy = s.halo_y[k], my = s.message_y;
+      auto const hy = s.halo_y[k];
+      if (j == 0)
+        Kokkos::deep_copy(space, hy, 0.0f);
+      auto const into = s.part_rows[k][j];
+      auto const my = Kokkos::subview(s.message_y, std::make_pair(std::size_t{0}, into.extent(0)), Kokkos::ALL());
+      s.halo[k][j].apply(space, xj, my);
       Kokkos::parallel_for(
-          "Tessel::gnn::DistSpmm::add_message", Kokkos::RangePolicy<ExecSpace>(space, 0, hy.extent(0)),
+          "Tessel::gnn::DistSpmm::add_message", Kokkos::RangePolicy<ExecSpace>(space, 0, into.extent(0)),
           KOKKOS_LAMBDA(std::size_t i) {
+            auto const r = static_cast<std::size_t>(into(i));
             for (std::size_t c = 0; c < hy.extent(1); ++c)
-              hy(i, c) += my(i, c);
+              hy(r, c) += my(i, c);
           });
     }
     compat::fence(space, "Tessel::gnn::DistSpmm::halo");
