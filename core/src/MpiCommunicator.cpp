@@ -212,6 +212,14 @@ public:
     complete("argument check (allgather)", request, timeout);
   }
   std::shared_ptr<CommunicatorBackend> split(int color, int key) override {
+    // MPI_Comm_split has no non-blocking form and no timeout: a stopped rank would hang the others in it. Every
+    // rank first shows, within the timeout, that it has arrived; the split then waits only on ranks that just
+    // answered.
+    int const mine[2] = {color, key};
+    std::vector<int> all(2 * static_cast<std::size_t>(_size));
+    MPI_Request request;
+    TESSEL_MPI_CHECK(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, _comm, &request));
+    complete("split (every rank's arrival)", request, default_timeout());
     MPI_Comm sub;
     TESSEL_MPI_CHECK(MPI_Comm_split(_comm, color, key, &sub));
     return std::make_shared<MpiBackend>(sub);
@@ -271,9 +279,7 @@ std::shared_ptr<CommunicatorBackend> world_backend;
 
 Communicator make_mpi_communicator(MPI_Comm comm) {
   TESSEL_REQUIRE(comm != MPI_COMM_NULL, "MPI_COMM_NULL");
-  MPI_Comm dup;
-  TESSEL_MPI_CHECK(MPI_Comm_dup(comm, &dup));
-  return Communicator(std::make_shared<MpiBackend>(dup));
+  return Communicator(std::make_shared<MpiBackend>(Impl::duplicate_mpi_comm(comm, default_timeout())));
 }
 
 MPI_Comm mpi_comm_of(Communicator const &comm) {
@@ -284,12 +290,31 @@ MPI_Comm mpi_comm_of(Communicator const &comm) {
 namespace Impl {
 std::shared_ptr<CommunicatorBackend> mpi_world_backend() {
   std::lock_guard<std::mutex> lock(world_mutex);
-  if (!world_backend) {
-    MPI_Comm dup;
-    TESSEL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-    world_backend = std::make_shared<MpiBackend>(dup);
-  }
+  if (!world_backend)
+    world_backend = std::make_shared<MpiBackend>(duplicate_mpi_comm(MPI_COMM_WORLD, default_timeout()));
   return world_backend;
+}
+
+MPI_Comm duplicate_mpi_comm(MPI_Comm comm, Timeout timeout) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Request request;
+  TESSEL_MPI_CHECK(MPI_Comm_idup(comm, &dup, &request));
+  auto const done = [&] {
+    int flag = 0;
+    TESSEL_MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+  };
+  if (!progress_until(deadline_after(timeout), done)) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    // The pending duplication stays with MPI (it cannot be cancelled); the job is ending.
+    throw TimeoutError(concat("communication: creating a communicator (MPI_Comm_idup) on rank ", rank, " of ", size,
+                              " did not complete within ", timeout.count(), " ms: at least one rank never joined"),
+                       -1);
+  }
+  TESSEL_MPI_CHECK(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
+  return dup;
 }
 
 void release_mpi_world_backend() {

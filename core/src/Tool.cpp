@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #ifdef TESSEL_ENABLE_MPI
+#include <tessel/core/MpiCommunicator.hpp>
+
 #include <mpi.h>
 #endif
 
@@ -238,8 +240,16 @@ int run_tool(char const *name, int argc, char **argv, std::function<int(CommandL
 #ifdef TESSEL_ENABLE_MPI
   MPI_Comm job = MPI_COMM_NULL;
   if (ScopeGuard::mpi_active()) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &job);
-    MPI_Comm_set_errhandler(job, MPI_ERRORS_RETURN);
+    // A rank stopped between MPI_Init and here would leave the others in MPI_Comm_dup for good.
+    try {
+      job = Impl::duplicate_mpi_comm(MPI_COMM_WORLD, default_timeout());
+    } catch (Exception const &e) {
+      int rank = 0, size = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      print_error(name, " on rank " + std::to_string(rank) + " of " + std::to_string(size), message_of(e));
+      abort_job(exit_failure);
+    }
   }
 #endif
   std::vector<char *> tool_args(kokkos_argv, kokkos_argv + kokkos_argc);

@@ -26,6 +26,9 @@ namespace Impl {
 /// The shared backend on MPI_COMM_WORLD (created on first use, released by ScopeGuard before MPI_Finalize).
 std::shared_ptr<CommunicatorBackend> mpi_world_backend();
 void release_mpi_world_backend();
+/// A duplicate of \p comm, or TimeoutError when not every rank of \p comm joins within \p timeout (MPI_Comm_dup
+/// would wait for a stopped rank forever). Errors on the duplicate are returned, not fatal.
+MPI_Comm duplicate_mpi_comm(MPI_Comm comm, Timeout timeout);
 } // namespace Impl
 
 } // namespace tessel
