@@ -44,7 +44,7 @@ void simulate_usage() {
       "  --job-mtbf H         job mean time between failures in hours (> 0; default: no job failures)\n"
       "  --checkpoint S       seconds of execution between checkpoints (default 1800; needs a failure MTBF)\n"
       "  --parallel N         simulate N policies concurrently, one thread each (default 1)\n"
-      "  --check              verify conservation invariants every round\n"
+      "  --check              verify conservation and progress invariants every round\n"
       "  --json F             write metrics, per-job JCTs and per-round series as JSON\n"
       "  --quiet              no progress line\n");
 }
@@ -104,6 +104,7 @@ Json metrics_json(Cluster const &cluster, SimResult const &r) {
   }
   out["jct"] = jct;
   out["rejected"] = rejected;
+  out["stalls"] = r.stalls;
   out["round_time"] = r.round_time;
   out["throughput"] = r.throughput;
   out["running"] = r.running;
@@ -283,6 +284,11 @@ void print_metrics(Cluster const &cluster, SimOptions const &opt, std::vector<Si
   row("scheduler ms/round", [](SimMetrics const &m) { return fmt(m.sched_ms_per_round, 3); });
   row("scheduler ms max", [](SimMetrics const &m) { return fmt(m.sched_ms_max, 1); });
   row("wall time (s)", [](SimMetrics const &m) { return fmt(m.wall_seconds, 2); });
+  for (auto const &r : results)
+    if (!r.stalls.empty())
+      std::printf("%s: %zu times a running job made no progress for longer than re-tuning explains (--json lists "
+                  "them); first: %s\n",
+                  r.policy.c_str(), r.stalls.size(), r.stalls.front().c_str());
 }
 
 // The largest finished JCT over all policies (Arena pads the baselines' finished lists with it).

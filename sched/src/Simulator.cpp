@@ -171,9 +171,12 @@ void Simulator::advance(std::vector<int> &ended) {
     double const it = iter_time_of(j);
     bool done = false;
     double finish = _now;
+    double const before = j.remaining;
     if (_opt.arena_compat) {
-      if (j.arena_debt > 0)
+      if (j.arena_debt > 0) {
+        watch_progress(j, false);
         continue; // still re-tuning (Arena skips jobs in its time-debt table)
+      }
       j.arena_exec_time += I;
       j.remaining = j.arena_iter_num - py_floordiv(j.arena_exec_time, it);
       if (j.arena_exec_time - j.arena_checkpoint_exec >= _opt.checkpoint_interval)
@@ -198,6 +201,8 @@ void Simulator::advance(std::vector<int> &ended) {
         }
       }
     }
+    // Progress is work done at a throughput above zero (an infeasible placement's iteration time is finite, 1e9 s).
+    watch_progress(j, done || (j.throughput > 0 && j.remaining < before));
     if (done) {
       j.state = JobState::completed;
       j.finish_time = finish;
@@ -211,6 +216,7 @@ void Simulator::evict(int job, bool lose_progress) {
   auto &j = _jobs[static_cast<std::size_t>(job)];
   _alloc.release(job);
   j.state = JobState::pending;
+  j.stalled_rounds = j.stalled_moves = 0;
   j.arena_debt = 0;
   if (lose_progress) {
     ++j.failures;
@@ -279,6 +285,7 @@ void Simulator::suspend_job(int job) {
                  state_name(j.state));
   _alloc.release(job);
   j.state = JobState::pending;
+  j.stalled_rounds = j.stalled_moves = 0;
   ++j.suspensions;
   j.arena_debt = 0;
   // Suspension checkpoints the job. Arena sets iter_num to the remaining iterations but keeps the executed time.
@@ -342,7 +349,9 @@ void Simulator::account_round(std::vector<int> const &before) {
     double thr = _oracle.adaptive(j.spec->model, j.spec->batch_size, j.quota_type, j.quota_hosts, j.quota_per_host);
     if (thr < 0)
       thr = 0;
+    j.throughput = thr;
     double const tune = gained[ji] ? cost.of(j.quota_gpus) : 0;
+    j.stalled_moves += gained[ji] ? 1 : 0;
     if (gained[ji])
       ++j.reschedules;
     if (_opt.arena_compat) {
@@ -376,6 +385,40 @@ void Simulator::account_round(std::vector<int> const &before) {
   _result.running.push_back(running);
   _result.pending.push_back(pending);
   _result.used_gpus.push_back(used);
+}
+
+int Simulator::stall_bound() const {
+  // The longest a job may run without progress: its re-tuning and restore after a move, and a failed job's
+  // restart, paid off (a job's iteration time is below the round: longer ones are infeasible).
+  ReschedCost const cost = _policy.resched_cost();
+  double const longest = cost.tune_max + cost.restore_max + _opt.restart_cost;
+  return static_cast<int>(std::ceil(longest / _opt.interval)) + 1;
+}
+
+std::string Simulator::stall_reason(JobRecord const &j) const {
+  std::string const where = std::to_string(j.quota_gpus) + " " + _cluster.type(j.quota_type).name + " GPUs (" +
+                            std::to_string(j.quota_hosts) + " hosts x " + std::to_string(j.quota_per_host) + ")";
+  if (j.throughput <= 0)
+    return "its throughput on " + where + " is 0: " + _policy.name() + " keeps it where it cannot progress";
+  if (j.stalled_moves > 1)
+    return _policy.name() + " gave it new GPUs " + std::to_string(j.stalled_moves) + " times in these rounds (now " +
+           where + "), each time before its re-tuning was paid off";
+  return "re-tuning and restore time still owed: " + std::to_string(j.overhead + j.arena_debt) + " s on " + where;
+}
+
+void Simulator::watch_progress(JobRecord &j, bool progressed) {
+  j.stalled_rounds = progressed ? 0 : j.stalled_rounds + 1;
+  j.stalled_moves = progressed ? 0 : j.stalled_moves;
+  if (j.stalled_rounds != stall_bound() + 1)
+    return;
+  std::string const stall =
+      Impl::concat("round ", _round, ": running job ", j.spec->id, " made no progress in ", j.stalled_rounds,
+                   " rounds (at most ", stall_bound(), " allowed): ", stall_reason(j));
+  _result.stalls.push_back(stall);
+  // Arena's own accounting starves jobs its policies move faster than they re-tune; --arena-compat reproduces
+  // that and reports it. Anything else is a defect of the policy.
+  bool const arenas = _opt.arena_compat && j.throughput > 0;
+  TESSEL_REQUIRE(!_opt.check_invariants || arenas, stall);
 }
 
 void Simulator::check_invariants() const {
@@ -473,14 +516,18 @@ SimResult Simulator::run() {
       idle_stall = all_submitted && running == 0 && pending > 0 && !any_down ? idle_stall + 1 : 0;
       if (idle_stall >= 3 || _round + 1 >= _opt.safety_rounds) {
         for (auto &j : _jobs) {
+          std::string stalled;
           if (j.state == JobState::running) {
+            if (j.stalled_rounds > stall_bound())
+              stalled = " (running, no progress in its last " + std::to_string(j.stalled_rounds) +
+                        " rounds: " + stall_reason(j) + ")";
             _alloc.release(j.id);
             j.state = JobState::pending;
           }
           if (j.state == JobState::pending)
             reject_job(j.id, idle_stall >= 3
                                  ? "never placed: " + _policy.name() + " found no allocation for it on an idle cluster"
-                                 : "safety round limit reached");
+                                 : "safety round limit reached" + stalled);
         }
         break;
       }

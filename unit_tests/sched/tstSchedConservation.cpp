@@ -1,7 +1,8 @@
 // Conservation and determinism on random traces: every policy, both accounting modes, with and without failure
 // injection. The simulator checks after every round that no GPU is over-allocated or held by two jobs, that each
 // running job holds a uniform power-of-two layout of one GPU type matching its quota, and that no pending,
-// completed or rejected job holds a GPU; the tests check that every job ends completed or rejected (with a reason).
+// completed or rejected job holds a GPU, and that every running job makes progress within a bounded number of
+// rounds; the tests check that every job ends completed or rejected (with a reason).
 
 #include "SchedTestUtil.hpp"
 
@@ -141,6 +142,94 @@ TEST(SchedConservation, failed_jobs_restart_from_their_checkpoint) {
   // Lost work per failure: under one checkpoint interval plus the interval the failure is detected in, plus the
   // restart cost.
   EXPECT_LE(extra, f * (opt.checkpoint_interval + opt.interval + opt.restart_cost) + opt.interval);
+}
+
+// A careless policy: starts each pending job on free GPUs of its type whether or not it can run there, and with
+// \p move gives every running job other GPUs each round, paying \p tune seconds of re-tuning per GPU moved.
+class Careless final : public Policy {
+public:
+  Careless(bool move, double tune) : _move(move), _tune(tune) {}
+  std::string name() const override { return _move ? "mover" : "placer"; }
+  ReschedCost resched_cost() const override {
+    ReschedCost cost;
+    cost.tune_per_gpu = _tune;
+    return cost;
+  }
+  void schedule(SchedContext &ctx) override {
+    auto &alloc = ctx.alloc();
+    auto const free_gpu = [&](int type, int skip) {
+      for (int g = 0; g < ctx.cluster().num_gpus(); ++g)
+        if (g != skip && alloc.owner(g) == kFree && ctx.cluster().node_type(ctx.cluster().gpu_node(g)) == type)
+          return g;
+      return -1;
+    };
+    for (auto &j : ctx.jobs()) {
+      if (j.state == JobState::running && _move) {
+        int const held = alloc.gpus_of(j.id).front();
+        int const other = free_gpu(j.spec->gpu_type, held);
+        if (other >= 0) {
+          alloc.release(j.id);
+          alloc.assign(other, j.id);
+        }
+      } else if (j.state == JobState::pending) {
+        int const g = free_gpu(j.spec->gpu_type, -1);
+        if (g >= 0) {
+          alloc.assign(g, j.id);
+          ctx.start(j.id);
+        }
+      }
+    }
+  }
+
+private:
+  bool _move;
+  double _tune;
+};
+
+SimResult run_careless(bool move, double tune, char const *model_name, bool check) {
+  Cluster const c = two_type_cluster();
+  ProfileTable const table = simple_profile();
+  Trace const trace =
+      make_trace(c, {job("A", 0, 3000, "moe__690M", 256, 1, 0), job("B", 0, 3000, model_name, 256, 1, 0)});
+  ThroughputOracle const oracle(c, &table, nullptr, ThroughputSource::table);
+  Careless policy(move, tune);
+  SimOptions opt;
+  opt.check_invariants = check;
+  opt.safety_rounds = 200;
+  return Simulator(c, trace, oracle, policy, opt).run();
+}
+
+std::string error_of(std::function<void()> const &f) {
+  try {
+    f();
+  } catch (tessel::Exception const &e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SchedConservation, a_job_kept_where_it_cannot_progress_is_reported) {
+  // moe__2.4B has no profile entry: no throughput anywhere. A job of 3000 iterations at 2 s needs 20 rounds.
+  auto const error = error_of([] { run_careless(false, 150, "moe__2.4B", true); });
+  EXPECT_NE(error.find("running job B made no progress in"), std::string::npos) << error;
+  EXPECT_NE(error.find("its throughput on 1 a100 GPUs (1 hosts x 1) is 0"), std::string::npos) << error;
+  // Without the check the run ends at the safety limit with the same reason on the job.
+  auto const r = run_careless(false, 150, "moe__2.4B", false);
+  EXPECT_EQ(result_of(r, "A").state, JobState::completed);
+  ASSERT_EQ(result_of(r, "B").state, JobState::rejected);
+  EXPECT_NE(result_of(r, "B").reject_reason.find("no progress in its last"), std::string::npos)
+      << result_of(r, "B").reject_reason;
+  EXPECT_NE(result_of(r, "B").reject_reason.find("is 0"), std::string::npos) << result_of(r, "B").reject_reason;
+}
+
+TEST(SchedConservation, a_job_moved_every_round_is_reported) {
+  // A move of one GPU costing 150 s of a 300 s round leaves progress every round; one costing 400 s never does.
+  auto const cheap = run_careless(true, 150, "moe__690M", true);
+  EXPECT_EQ(result_of(cheap, "A").state, JobState::completed);
+  EXPECT_EQ(result_of(cheap, "B").state, JobState::completed);
+  auto const error = error_of([] { run_careless(true, 400, "moe__690M", true); });
+  EXPECT_NE(error.find("running job A made no progress in"), std::string::npos) << error;
+  EXPECT_NE(error.find("mover gave it new GPUs"), std::string::npos) << error;
 }
 
 // Brute force of the type assignment: every type for every job.

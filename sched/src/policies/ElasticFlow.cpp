@@ -63,7 +63,7 @@ private:
   }
 
   bool fit(SchedContext &ctx, int target) {
-    auto &alloc = ctx.alloc();
+    Allocation alloc = ctx.alloc();
     auto const &cluster = ctx.cluster();
     int const type = ctx.job(target).quota_type;
     // Jobs of the type: the target first, then running jobs in start order (Arena's job_list).
@@ -71,10 +71,18 @@ private:
     for (int id : _running)
       if (ctx.job(id).state == JobState::running && ctx.job(id).quota_type == type)
         jobs.push_back(id);
+    // With exact accounting a job that has not progressed since it last got new GPUs keeps them: re-placed at every
+    // admission it would pay its re-tuning again before earning anything (jobs re-placed as arrivals came every
+    // round or two never progressed). Arena re-places every job, and --arena-compat does.
+    std::vector<char> settled(jobs.size(), 0);
     int total = 0;
     for (int n : cluster.type_nodes(type))
       if (!alloc.node_down(n))
         total += cluster.node_capacity(n);
+    for (std::size_t k = 1; k < jobs.size() && !ctx.arena_compat(); ++k) {
+      auto const &j = ctx.job(jobs[k]);
+      settled[k] = j.stalled_rounds > 0 || j.overhead > 0;
+    }
     // Admission: every job's minimum satisfactory share must fit (deadlines are loose, so in admission order).
     std::vector<int> share(jobs.size());
     {
@@ -87,7 +95,7 @@ private:
         return ctx.job(jobs[a]).submit_time < ctx.job(jobs[b]).submit_time;
       });
       for (std::size_t k : order) {
-        int const m = min_share(ctx, jobs[k]);
+        int const m = settled[k] ? ctx.job(jobs[k]).quota_gpus : min_share(ctx, jobs[k]);
         if (m == 0 || m > left)
           return false;
         left -= m;
@@ -100,7 +108,7 @@ private:
       double best = kInfeasible;
       int pick = -1;
       for (std::size_t k = 0; k < jobs.size(); ++k) {
-        if (share[k] > total || share[k] >= kMaxGpus)
+        if (settled[k] || share[k] > total || share[k] >= kMaxGpus)
           continue;
         double const g = gain(ctx, jobs[k], share[k], 2 * share[k]);
         if (g > best) {
@@ -120,14 +128,15 @@ private:
       order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return share[a] > share[b]; });
     for (std::size_t k = 1; k < jobs.size(); ++k)
-      alloc.release(jobs[k]);
+      if (!settled[k])
+        alloc.release(jobs[k]);
     std::vector<int> nodes;
     for (int n : cluster.type_nodes(type))
       if (!alloc.node_down(n))
         nodes.push_back(n);
     int const cap = cluster.type_capacity(type);
-    std::vector<char> placed(jobs.size(), 0);
-    std::size_t next_node = 0;
+    std::vector<char> placed(settled.begin(), settled.end());
+    std::vector<char> whole(nodes.size(), 0); // taken whole by a multi-node job
     auto take = [&](int node, int job, int count) {
       int got = 0;
       for (int g = cluster.node_first_gpu(node); g < cluster.node_first_gpu(node) + cap && got < count; ++g)
@@ -139,11 +148,23 @@ private:
     for (std::size_t k : order) {
       if (share[k] <= cap)
         break;
-      for (int h = 0; h < share[k] / cap; ++h)
-        take(nodes[next_node++], jobs[k], cap);
+      if (placed[k])
+        continue;
+      std::vector<std::size_t> free_nodes;
+      for (std::size_t ni = 0; ni < nodes.size() && static_cast<int>(free_nodes.size()) < share[k] / cap; ++ni)
+        if (!whole[ni] && alloc.free_on_node(nodes[ni]) == cap)
+          free_nodes.push_back(ni);
+      if (static_cast<int>(free_nodes.size()) < share[k] / cap)
+        continue;
+      for (std::size_t ni : free_nodes) {
+        whole[ni] = 1;
+        take(nodes[ni], jobs[k], cap);
+      }
       placed[k] = 1;
     }
-    for (std::size_t ni = next_node; ni < nodes.size(); ++ni) {
+    for (std::size_t ni = 0; ni < nodes.size(); ++ni) {
+      if (whole[ni])
+        continue;
       int const node = nodes[ni];
       for (std::size_t k : order) {
         if (alloc.free_on_node(node) == 0)
@@ -156,8 +177,13 @@ private:
         }
       }
     }
-    for (std::size_t k = 0; k < jobs.size(); ++k)
+    bool const any_settled = std::find(settled.begin(), settled.end(), 1) != settled.end();
+    for (std::size_t k = 0; k < jobs.size(); ++k) {
+      if (!placed[k] && any_settled)
+        return false; // the settled jobs' GPUs left no room of this shape: the target waits
       TESSEL_REQUIRE(placed[k], "elasticflow: buddy placement left job ", ctx.job(jobs[k]).spec->id, " unplaced");
+    }
+    ctx.alloc() = alloc;
     _running.erase(std::remove_if(_running.begin(), _running.end(),
                                   [&](int id) { return ctx.job(id).state != JobState::running || id == target; }),
                    _running.end());

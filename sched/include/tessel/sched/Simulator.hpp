@@ -39,6 +39,10 @@ struct JobRecord {
   // Accounting.
   double start_time = -1, finish_time = -1, queue_time = 0;
   int reschedules = 0, failures = 0, suspensions = 0;
+  // Starvation watch: rounds this job has run since it last progressed, the times it was given new GPUs (and
+  // re-tuned) in them, and its throughput on its current allocation.
+  int stalled_rounds = 0, stalled_moves = 0;
+  double throughput = 0;
   std::string reject_reason;
   // Flags for policies (Crius's decision queue).
   bool blocker = false, opportunism = false;
@@ -163,6 +167,9 @@ struct SimResult {
   std::vector<int> running, pending;          ///< per round
   std::vector<std::vector<int>> used_gpus;    ///< per round, per type
   std::vector<double> sched_ms;               ///< per round
+  /// Running jobs that went more rounds without progress than re-tuning, restore and restart can explain, each
+  /// with why, when it passed that bound (a starved or livelocked job).
+  std::vector<std::string> stalls;
   SimMetrics metrics;
   std::size_t oracle_lookups = 0, oracle_computed = 0;
 };
@@ -181,6 +188,9 @@ private:
   void inject_failures();
   void evict(int job, bool lose_progress);
   void account_round(std::vector<int> const &before);
+  int stall_bound() const;
+  std::string stall_reason(JobRecord const &j) const;
+  void watch_progress(JobRecord &j, bool progressed);
   void check_invariants() const;
   void start_job(int job);
   void suspend_job(int job);
