@@ -430,6 +430,11 @@ Communicator Communicator::split(int color, int key) const {
   return result;
 }
 
+void Communicator::raise_if_any(std::string const &problem, std::string const &elsewhere) const {
+  int const failed = size() == 1 ? !problem.empty() : allreduce_value(problem.empty() ? 0 : 1, ReduceOp::max);
+  TESSEL_REQUIRE(!failed, problem.empty() ? elsewhere : problem);
+}
+
 void Communicator::require_same(std::string const &what, std::uint64_t value) const {
   if (size() == 1)
     return;

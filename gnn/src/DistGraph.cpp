@@ -254,31 +254,25 @@ DistGraph<Index> DistGraph<Index>::load(Communicator const &comm, std::string co
   Impl::HostCsr<std::int64_t> mine;
   mine.row_map.push_back(0);
   // A bad entry or a failed read in one rank's range must end every rank, not leave the others waiting in build.
-  std::string problem;
-  try {
-    if (first < last) {
-      auto const b = static_cast<std::size_t>(indptr[static_cast<std::size_t>(first)]);
-      auto const e = static_cast<std::size_t>(indptr[static_cast<std::size_t>(last)]);
-      mine.entries = file.read_rows<std::int64_t>("graph/indices", b, e - b).data;
-      mine.values = weighted ? file.read_rows<float>("graph/values", b, e - b).data : std::vector<float>(e - b, 1.0f);
-      for (std::size_t k = 0; k < mine.entries.size(); ++k)
-        TESSEL_REQUIRE(mine.entries[k] >= 0 && mine.entries[k] < n, path, ": graph/indices[", b + k,
-                       "] = ", mine.entries[k], " is out of range [0, ", n, ")");
-      for (auto i = first; i < last; ++i) {
-        g._owned.push_back(i);
-        mine.row_map.push_back(static_cast<offset_type>(indptr[static_cast<std::size_t>(i) + 1]) -
-                               static_cast<offset_type>(b));
-      }
-    }
-  } catch (Exception const &e) {
-    problem = e.what();
-  }
-  int const failed = problem.empty() ? 0 : 1;
-  int any = 0;
-  comm.allreduce(&failed, &any, 1, ReduceOp::max);
-  TESSEL_REQUIRE(!any, problem.empty() ? path + ": another rank found its rows of graph/indices or graph/values bad "
-                                                "(see its error)"
-                                       : problem);
+  comm.all_or_none(
+      [&] {
+        if (first < last) {
+          auto const b = static_cast<std::size_t>(indptr[static_cast<std::size_t>(first)]);
+          auto const e = static_cast<std::size_t>(indptr[static_cast<std::size_t>(last)]);
+          mine.entries = file.read_rows<std::int64_t>("graph/indices", b, e - b).data;
+          mine.values =
+              weighted ? file.read_rows<float>("graph/values", b, e - b).data : std::vector<float>(e - b, 1.0f);
+          for (std::size_t k = 0; k < mine.entries.size(); ++k)
+            TESSEL_REQUIRE(mine.entries[k] >= 0 && mine.entries[k] < n, path, ": graph/indices[", b + k,
+                           "] = ", mine.entries[k], " is out of range [0, ", n, ")");
+          for (auto i = first; i < last; ++i) {
+            g._owned.push_back(i);
+            mine.row_map.push_back(static_cast<offset_type>(indptr[static_cast<std::size_t>(i) + 1]) -
+                                   static_cast<offset_type>(b));
+          }
+        }
+      },
+      path + ": another rank found its rows of graph/indices or graph/values bad (see its error)");
   g.build(comm, std::move(mine));
   return g;
 }

@@ -698,18 +698,12 @@ void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<E
     s.for_each_checkpoint_tensor(
         [&h](std::string const &, auto const &tensor) { h = fnv1a(h, tensor.data(), tensor.size() * sizeof(float)); });
     s.comm->require_same("checkpoint '" + path + "': the parameters (they must be the same on every rank)", h);
-    std::string problem;
-    if (s.comm->rank() == 0) {
-      try {
-        write_checkpoint(path, history);
-      } catch (Exception const &e) {
-        problem = e.what();
-      }
-    }
-    int failed = problem.empty() ? 0 : 1;
-    s.comm->broadcast(&failed, 1, DataType::int32, 0);
-    TESSEL_REQUIRE(!failed,
-                   problem.empty() ? "checkpoint '" + path + "': rank 0 could not write it (see its error)" : problem);
+    s.comm->all_or_none(
+        [&] {
+          if (s.comm->rank() == 0)
+            write_checkpoint(path, history);
+        },
+        "checkpoint '" + path + "': rank 0 could not write it (see its error)");
     return;
   }
   write_checkpoint(path, history);
@@ -753,16 +747,9 @@ template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_ch
   if (!s.comm)
     return read_checkpoint(path);
   // Every rank reads the file; one that cannot ends them all.
-  std::string problem;
   std::vector<EpochRecord> history;
-  try {
-    history = read_checkpoint(path);
-  } catch (Exception const &e) {
-    problem = e.what();
-  }
-  int const failed = s.comm->allreduce_value(problem.empty() ? 0 : 1, ReduceOp::max);
-  TESSEL_REQUIRE(!failed, problem.empty() ? "checkpoint '" + path + "': another rank could not read it (see its error)"
-                                          : problem);
+  s.comm->all_or_none([&] { history = read_checkpoint(path); },
+                      "checkpoint '" + path + "': another rank could not read it (see its error)");
   return history;
 }
 

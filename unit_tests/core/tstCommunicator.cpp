@@ -185,6 +185,29 @@ TEST_P(CommunicatorTest, require_same_names_disagreeing_ranks) {
   }
 }
 
+TEST_P(CommunicatorTest, all_or_none_raises_on_every_rank) {
+  auto const c = comm();
+  int const n = c.size(), r = c.rank();
+  int ran = 0;
+  EXPECT_NO_THROW(c.all_or_none([&] { ++ran; }, "elsewhere"));
+  EXPECT_EQ(ran, 1);
+  // The last rank fails: it sees its own error, every other rank the message for a failure elsewhere.
+  auto const what = error_of([&] {
+    c.all_or_none(
+        [&] {
+          if (r == n - 1)
+            TESSEL_THROW("file 'x.h5': field y is bad on rank ", r);
+        },
+        "another rank could not read 'x.h5'");
+  });
+  if (r == n - 1)
+    EXPECT_NE(what.find("file 'x.h5': field y is bad on rank " + std::to_string(r)), std::string::npos) << what;
+  else
+    EXPECT_NE(what.find("another rank could not read 'x.h5'"), std::string::npos) << what;
+  // The communicator is still usable.
+  EXPECT_EQ(c.allreduce_value<std::int32_t>(1, ReduceOp::sum), n);
+}
+
 // Ring exchange of tiles, consumed in completion order with wait_any.
 TEST_P(CommunicatorTest, tile_messages_ring_with_wait_any) {
   auto const c = comm();

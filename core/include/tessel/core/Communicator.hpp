@@ -172,6 +172,20 @@ public:
   /// \p what and the ranks that differ from rank 0.
   void require_same(std::string const &what, std::uint64_t value) const;
 
+  /// \brief Runs \p work on this rank; when it throws on any rank, throws on every rank: the failing rank's own
+  /// error, the others \p elsewhere (what another rank could not do). Every rank must call it.
+  template <class Work> void all_or_none(Work &&work, std::string const &elsewhere) const {
+    std::string problem;
+    try {
+      work();
+    } catch (Exception const &e) {
+      problem = e.what();
+    }
+    raise_if_any(problem, elsewhere);
+  }
+  /// \brief Throws on every rank when \p problem is not empty on some rank (see all_or_none).
+  void raise_if_any(std::string const &problem, std::string const &elsewhere) const;
+
   // Typed conveniences (element type deduced).
   template <class T> void allreduce(T const *send, T *recv, std::size_t count, ReduceOp op) const {
     allreduce(send, recv, count, data_type_of<T>, op);
