@@ -109,6 +109,11 @@ Simulator::Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracl
   for (int t = 0; t < cluster.num_types(); ++t)
     TESSEL_REQUIRE(trace.type_names[static_cast<std::size_t>(t)] == cluster.type(t).name,
                    "the trace was loaded for a different cluster (type ", t, ")");
+  // The longest a job may run without progress: its re-tuning and restore after a move, and a failed job's
+  // restart, paid off (a job's iteration time is below the round: longer ones are infeasible).
+  ReschedCost const cost = _policy.resched_cost();
+  _stall_bound =
+      static_cast<int>(std::ceil((cost.tune_max + cost.restore_max + _opt.restart_cost) / _opt.interval)) + 1;
   _jobs.resize(trace.jobs.size());
   for (std::size_t i = 0; i < trace.jobs.size(); ++i) {
     auto &j = _jobs[i];
@@ -387,14 +392,6 @@ void Simulator::account_round(std::vector<int> const &before) {
   _result.used_gpus.push_back(used);
 }
 
-int Simulator::stall_bound() const {
-  // The longest a job may run without progress: its re-tuning and restore after a move, and a failed job's
-  // restart, paid off (a job's iteration time is below the round: longer ones are infeasible).
-  ReschedCost const cost = _policy.resched_cost();
-  double const longest = cost.tune_max + cost.restore_max + _opt.restart_cost;
-  return static_cast<int>(std::ceil(longest / _opt.interval)) + 1;
-}
-
 std::string Simulator::stall_reason(JobRecord const &j) const {
   std::string const where = std::to_string(j.quota_gpus) + " " + _cluster.type(j.quota_type).name + " GPUs (" +
                             std::to_string(j.quota_hosts) + " hosts x " + std::to_string(j.quota_per_host) + ")";
@@ -409,11 +406,11 @@ std::string Simulator::stall_reason(JobRecord const &j) const {
 void Simulator::watch_progress(JobRecord &j, bool progressed) {
   j.stalled_rounds = progressed ? 0 : j.stalled_rounds + 1;
   j.stalled_moves = progressed ? 0 : j.stalled_moves;
-  if (j.stalled_rounds != stall_bound() + 1)
+  if (j.stalled_rounds != _stall_bound + 1)
     return;
   std::string const stall =
       Impl::concat("round ", _round, ": running job ", j.spec->id, " made no progress in ", j.stalled_rounds,
-                   " rounds (at most ", stall_bound(), " allowed): ", stall_reason(j));
+                   " rounds (at most ", _stall_bound, " allowed): ", stall_reason(j));
   _result.stalls.push_back(stall);
   // Arena's own accounting starves jobs its policies move faster than they re-tune; --arena-compat reproduces
   // that and reports it. Anything else is a defect of the policy.
@@ -518,7 +515,7 @@ SimResult Simulator::run() {
         for (auto &j : _jobs) {
           std::string stalled;
           if (j.state == JobState::running) {
-            if (j.stalled_rounds > stall_bound())
+            if (j.stalled_rounds > _stall_bound)
               stalled = " (running, no progress in its last " + std::to_string(j.stalled_rounds) +
                         " rounds: " + stall_reason(j) + ")";
             _alloc.release(j.id);

@@ -5,6 +5,7 @@
 // rounds; the tests check that every job ends completed or rejected (with a reason).
 
 #include "SchedTestUtil.hpp"
+#include "TesselTestError.hpp"
 
 #include <tessel/sched/Synthetic.hpp>
 #include <tessel/sched/TypeAssignment.hpp>
@@ -199,18 +200,9 @@ SimResult run_careless(bool move, double tune, char const *model_name, bool chec
   return Simulator(c, trace, oracle, policy, opt).run();
 }
 
-std::string error_of(std::function<void()> const &f) {
-  try {
-    f();
-  } catch (tessel::Exception const &e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(SchedConservation, a_job_kept_where_it_cannot_progress_is_reported) {
   // moe__2.4B has no profile entry: no throughput anywhere. A job of 3000 iterations at 2 s needs 20 rounds.
-  auto const error = error_of([] { run_careless(false, 150, "moe__2.4B", true); });
+  auto const error = tessel::test::error_of([] { run_careless(false, 150, "moe__2.4B", true); });
   EXPECT_NE(error.find("running job B made no progress in"), std::string::npos) << error;
   EXPECT_NE(error.find("its throughput on 1 a100 GPUs (1 hosts x 1) is 0"), std::string::npos) << error;
   // Without the check the run ends at the safety limit with the same reason on the job.
@@ -227,7 +219,7 @@ TEST(SchedConservation, a_job_moved_every_round_is_reported) {
   auto const cheap = run_careless(true, 150, "moe__690M", true);
   EXPECT_EQ(result_of(cheap, "A").state, JobState::completed);
   EXPECT_EQ(result_of(cheap, "B").state, JobState::completed);
-  auto const error = error_of([] { run_careless(true, 400, "moe__690M", true); });
+  auto const error = tessel::test::error_of([] { run_careless(true, 400, "moe__690M", true); });
   EXPECT_NE(error.find("running job A made no progress in"), std::string::npos) << error;
   EXPECT_NE(error.find("mover gave it new GPUs"), std::string::npos) << error;
 }

@@ -34,6 +34,13 @@ bool place_scatter(Allocation &alloc, int job, int type, Layout layout);
 /// Nodes of \p type with at least \p need free GPUs, most free first (stable in node order).
 std::vector<int> nodes_with_free(Allocation const &alloc, int type, int need);
 
+/// With exact accounting: \p job has not progressed since it last got new GPUs (or still owes re-tuning or restart
+/// time), so moving it again would make it pay once more before earning anything; a job moved that way every round
+/// or two never progresses. False under --arena-compat, whose policies move such jobs as Arena does.
+inline bool still_settling(SchedContext const &ctx, JobRecord const &job) {
+  return !ctx.arena_compat() && (job.stalled_rounds > 0 || job.overhead > 0);
+}
+
 /// Inserts \p job into \p queue after every job submitted no later (FIFO by submission round, then id).
 void insert_by_priority(std::vector<int> &queue, std::vector<JobRecord> const &jobs, int job);
 

@@ -71,18 +71,14 @@ private:
     for (int id : _running)
       if (ctx.job(id).state == JobState::running && ctx.job(id).quota_type == type)
         jobs.push_back(id);
-    // With exact accounting a job that has not progressed since it last got new GPUs keeps them: re-placed at every
-    // admission it would pay its re-tuning again before earning anything (jobs re-placed as arrivals came every
-    // round or two never progressed). Arena re-places every job, and --arena-compat does.
+    // A job still settling after its last move keeps its GPUs (Arena re-places every job at every admission).
     std::vector<char> settled(jobs.size(), 0);
     int total = 0;
     for (int n : cluster.type_nodes(type))
       if (!alloc.node_down(n))
         total += cluster.node_capacity(n);
-    for (std::size_t k = 1; k < jobs.size() && !ctx.arena_compat(); ++k) {
-      auto const &j = ctx.job(jobs[k]);
-      settled[k] = j.stalled_rounds > 0 || j.overhead > 0;
-    }
+    for (std::size_t k = 1; k < jobs.size(); ++k)
+      settled[k] = still_settling(ctx, ctx.job(jobs[k]));
     // Admission: every job's minimum satisfactory share must fit (deadlines are loose, so in admission order).
     std::vector<int> share(jobs.size());
     {

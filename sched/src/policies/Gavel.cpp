@@ -97,11 +97,7 @@ private:
     for (auto const &a : _admitted) {
       p.gpus.push_back(a.gpus);
       p.current.push_back(a.type);
-      // With exact accounting a job that has not progressed since it last got new GPUs stays: moved again it would
-      // pay its re-tuning again before earning anything (a job moved every other round, as arrivals came, never
-      // progressed). Arena moves it, and --arena-compat does.
-      auto const &j = ctx.job(a.job);
-      bool const settling = !ctx.arena_compat() && (j.stalled_rounds > 0 || j.overhead > 0);
+      bool const settling = still_settling(ctx, ctx.job(a.job)); // it keeps its type
       std::vector<double> row;
       for (int t = 0; t < T; ++t)
         row.push_back(settling && t != a.type ? kInfeasible : dp_thr(ctx, a.job, t));

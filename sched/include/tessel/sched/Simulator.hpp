@@ -188,7 +188,6 @@ private:
   void inject_failures();
   void evict(int job, bool lose_progress);
   void account_round(std::vector<int> const &before);
-  int stall_bound() const;
   std::string stall_reason(JobRecord const &j) const;
   void watch_progress(JobRecord &j, bool progressed);
   void check_invariants() const;
@@ -210,6 +209,7 @@ private:
   std::vector<int> _node_down_until;
   std::size_t _next_arrival = 0;
   int _round = 0;
+  int _stall_bound = 0; ///< rounds a running job may go without progress (re-tuning, restore and restart)
   double _t0 = 0, _now = 0;
   std::uint64_t _rng_state = 0;
   SimResult _result;
