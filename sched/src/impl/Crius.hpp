@@ -72,6 +72,13 @@ struct SearchPlan {
   std::vector<ModInfo> mdf;
 };
 
+// The job a shrink of one GPU type halves (Arena's choice in _shrink_one_job_and_migration_search).
+struct ShrinkChoice {
+  int sid = -1, new_num = 0, new_hosts = 0, new_per = 0, prev_hosts = 0;
+  double gain = kInfeasible - 1;
+  std::vector<int> prev_nodes;
+};
+
 // One shrink or hardware-type change of a running job, then the target's migration search in the state after it.
 struct MoveResult {
   bool feasible = false, moved = false, relaxed = false;
@@ -82,16 +89,50 @@ struct MoveResult {
   ModInfo info{Mod::shrink, -1, -1, 0, 0};
 };
 
-// All running jobs' facts in one pass over a state.
+// All jobs' facts in one pass over a state (storage reused between passes).
 struct StatIndex {
-  std::vector<int> jobs;
-  std::vector<Stat> stats;
+  std::vector<int> jobs;    // jobs holding GPUs (used or reserved), GPU order of first appearance
+  std::vector<Stat> stats;  // stats[i] for jobs[i]; may hold more (unused) entries than jobs
+  std::vector<int> running; // jobs holding a used GPU, GPU order of the first one (Arena's _get_run_job_ids)
+  std::vector<int> slot;    // job id -> index in jobs, or -1
+  std::vector<char> listed; // per index: in `running`
+  bool multi_type = false;  // some job holds GPUs of more than one type
   Stat const *find(int job) const {
-    for (std::size_t i = 0; i < jobs.size(); ++i)
-      if (jobs[i] == job)
-        return &stats[i];
-    return nullptr;
+    if (job < 0 || static_cast<std::size_t>(job) >= slot.size())
+      return nullptr;
+    int const i = slot[static_cast<std::size_t>(job)];
+    return i < 0 ? nullptr : &stats[static_cast<std::size_t>(i)];
   }
+};
+
+// Indexes of recent states, each with a copy of its state (owners and idle status) to recognize it: the jobs a
+// restart trial tries in one pass start from the same state, and many of their first moves lead to the same states.
+struct IndexCache {
+  struct Entry {
+    bool valid = false;
+    std::vector<int> owner;
+    std::vector<char> idle;
+    StatIndex idx;
+  };
+  std::vector<Entry> entries; // most recently used first
+};
+
+// Results of migration searches (Arena's _migration_search_internal) of jobs holding no GPU of the type searched.
+// In a state where every job holds GPUs of one type only, such a result depends only on the GPUs of that type
+// (owners and idle status), the job's model, batch and GPU count, and the migration budgets; so it holds for every
+// such state with the same GPUs of the type. Per type, the results of a few recent states, each with a copy of the
+// type's GPUs to recognize the state.
+struct MigMemo {
+  struct Entry {
+    int model, batch, num, gm, lm;
+    MigResult result;
+  };
+  struct Snapshot {
+    std::vector<int> owner;
+    std::vector<char> idle;
+    std::vector<Entry> entries;
+  };
+  std::vector<std::vector<Snapshot>> by_type; // most recently used first
 };
 
 class Crius final : public Policy {
@@ -154,11 +195,14 @@ private:
   void apply(Crs const &c);
   void update_run_jobs();
   Stat stat(Crs const &c, int job, Quota const &q) const;
+  Stat quota_stat(Quota const &q) const;
   bool clear_placement(Crs &c, int job) const;
+  void clear_on_nodes(Crs &c, int job, std::vector<int> const &nodes) const;
   bool sufficient(Crs const &c, int type, int num) const;
   std::vector<int> nodes_of(Crs const &c, int job) const;
-  StatIndex index_stats(Crs const &c) const;
-  Stat stat_from(StatIndex const &idx, int job, Quota const &q) const;
+  void index_stats(Crs const &c, StatIndex &idx) const;
+  StatIndex const &indexed(Crs const &c) const;
+  Stat const &stat_from(StatIndex const &idx, int job, Quota const &q, Stat &fallback) const;
 
   // Placement, RHD defragmentation and migration (CriusPlacement.cpp)
   void partial_nodes(Crs const &c, int type, int num, std::vector<std::pair<int, int>> &partial,
@@ -169,27 +213,36 @@ private:
   bool rhd_pair(Crs &c, int n1, int b1, int n2, int b2, int cap) const;
   void rhd(Crs &c, std::vector<std::pair<int, int>> const &partial, int cap) const;
   std::uint64_t type_hash(Crs const &c, int type) const;
-  bool place_relaxed(Crs &c, int job, Quota const &q, int &hosts, int &per_host, double &gain) const;
+  bool place_relaxed(Crs &c, int job, Quota const &q, bool holds_none, int &hosts, int &per_host, double &gain) const;
   bool direct_place(Crs &c, int job, int num, int cap, std::vector<std::pair<int, int>> const &partial,
                     std::vector<int> const &idle_nodes) const;
-  MigResult migration_internal(Crs &c, int job, Quota const &q, int gm, int lm) const;
-  MigResult migration_search(Crs &c, int job, Quota const &q, int gm, int lm, bool clear) const;
+  MigResult migration_internal(Crs &c, int job, Quota const &q, int gm, int lm, bool holds_none = false) const;
+  MigResult migration_search(Crs &c, int job, Quota const &q, int gm, int lm, bool clear,
+                             bool holds_none = false) const;
   void introspective_migration();
   void eliminate_unnecessary_suspend_resume(Crs const &prev);
 
   // Shrink / hardware-type-change search (CriusDowngradeSearch.cpp)
-  std::vector<int> run_job_ids(Crs const &c, int target) const;
   void shrink_in_state(Crs &c, std::vector<int> nodes, int prev_hosts, int job, int new_num) const;
-  MoveResult shrink_one(int target, Quota &tq, int cur_type, std::vector<int> const &cand, Crs &c, double gain, int gm,
-                        int lm) const;
-  MoveResult htc_one(int target, Quota &tq, std::vector<int> const &cand, Crs &c, double gain, int gm, int lm) const;
-  void search_after_move(MoveResult &r, int target, Quota const &tq, int job, Mod kind, int type, int gm, int lm) const;
+  void shrink_choices(int target, Quota const &tq, std::vector<int> const &cand, StatIndex const &idx,
+                      std::vector<ShrinkChoice> &out) const;
+  MoveResult shrink_one(int target, Quota &tq, int cur_type, int target_type, bool target_placed,
+                        ShrinkChoice const &choice, Crs const &src, Crs &c, double gain, int gm, int lm) const;
+  MoveResult htc_one(int target, Quota &tq, std::vector<int> const &cand, StatIndex const &idx, Crs const &src, Crs &c,
+                     double gain, int gm, int lm) const;
+  double reachable_thr(int job, int type, int num) const;
+  MigMemo::Snapshot &mig_snapshot(Crs const &c, int type) const;
+  MigResult const &mig_internal_memo(MigMemo::Snapshot &snap, Crs const &c, int job, std::vector<int> const &nodes,
+                                     int type, int num, int gm, int lm) const;
+  void search_after_move(MoveResult &r, int target, Quota const &tq, bool target_placed, int job, Mod kind, int type,
+                         int gm, int lm) const;
   bool no_infeasible_job(std::vector<ModInfo> const &mdf) const;
   std::vector<SearchPlan> downgrade_search(int target, Crs const &c, int depth, int gm, int lm) const;
   bool fit_one_job(Crs const &c, int job, int gm, int lm, Crs &decision, int &gm_out) const;
 
   // Upgrades of running jobs (CriusUpgrade.cpp)
-  bool upgrade_one(int id, int gm, int lm, double floor, double &gain_out, Crs &state_out, int &gm_out) const;
+  bool upgrade_one(Crs const &live_state, int id, int gm, int lm, double floor, double &gain_out, Crs &state_out,
+                   int &gm_out) const;
   void upgrade_trial();
 
   // Restart trial (CriusRestart.cpp)
@@ -201,7 +254,10 @@ private:
   SchedContext *_ctx = nullptr;
   Cluster const *_cluster = nullptr;
   std::vector<int> _running, _pending, _dq; // running queue, pending queue, decision queue (Arena's)
-  mutable std::vector<int> _slot_scratch;
+  // Scratch of the downgrade search (reused storage): indexes of plans' states, a trial state.
+  mutable IndexCache _indexes; // invalidated every round
+  mutable Crs _trial;
+  mutable MigMemo _mig_memo; // cleared every round
 };
 
 } // namespace tessel::sched::Impl::crius

@@ -12,7 +12,11 @@
 // The search state is an indexed copy of the cluster (owner and idle status per GPU, idle count per node); per-job
 // facts are computed in one pass where Arena rescans its tables per query, RHD migration stops at a fixed point
 // (or cycle) instead of repeating up to 256 identical passes, and the upgrade trial prunes moves whose throughput
-// gain cannot beat the best found. None of these change a decision.
+// gain cannot beat the best found. The downgrade search indexes each plan's state once (recent states' indexes
+// are kept: the jobs of a restart pass start from the same state), picks every type's shrink in one pass, tries
+// the target's own type change first (it wins when feasible), skips other jobs' type changes that cannot beat the
+// best found, and shares migration-search results between jobs of one model, batch and GPU count and between
+// states with the same GPUs of the new type (CriusDowngradeSearch.cpp). None of these change a decision.
 //
 // The policy's steps are split over the files listed in impl/Crius.hpp.
 
@@ -26,6 +30,9 @@ namespace tessel::sched::Impl::crius {
 void Crius::schedule(SchedContext &ctx) {
   _ctx = &ctx;
   _cluster = &ctx.cluster();
+  _mig_memo.by_type.clear();
+  for (auto &e : _indexes.entries)
+    e.valid = false;
   // Jobs that ended leave the running queue (Arena's _update_and_check_end), in running-queue order.
   std::vector<int> ended;
   for (int id : _running)

@@ -6,22 +6,9 @@
 
 #include <tessel/core/Error.hpp>
 
-#include <unordered_set>
+#include <algorithm>
 
 namespace tessel::sched::Impl::crius {
-
-// Running jobs in the state (GPU order of first appearance), then the target (Arena's _get_run_job_ids).
-std::vector<int> Crius::run_job_ids(Crs const &c, int target) const {
-  std::vector<int> ids;
-  std::unordered_set<int> seen;
-  for (std::size_t g = 0; g < c.owner.size(); ++g) {
-    int const o = c.owner[g];
-    if (o >= 0 && !c.idle[g] && seen.insert(o).second)
-      ids.push_back(o);
-  }
-  ids.push_back(target);
-  return ids;
-}
 
 // Arena's _update_crs_table_after_job_shrink.
 void Crius::shrink_in_state(Crs &c, std::vector<int> nodes, int prev_hosts, int job, int new_num) const {
@@ -46,128 +33,306 @@ void Crius::shrink_in_state(Crs &c, std::vector<int> nodes, int prev_hosts, int 
   }
 }
 
-// Arena's _shrink_one_job_and_migration_search.
-MoveResult Crius::shrink_one(int target, Quota &tq, int cur_type, std::vector<int> const &cand, Crs &c, double gain,
-                             int gm, int lm) const {
-  MoveResult r;
-  r.gain = gain;
-  r.gm = gm;
-  r.gm_with_mgrt = gm;
-  StatIndex const idx = index_stats(c);
-  Stat const tstat = stat_from(idx, target, tq);
-  int const target_type = tstat.type;
-  auto stat_of = [&](int jid) {
-    return jid == target ? stat_from(idx, target, tq) : stat_from(idx, jid, registered(jid));
+// Arena's choice of the job to shrink, for every GPU type in one pass over the candidates: among the candidates of
+// the type holding at least half the GPUs of its largest one and more than one GPU, the first with the largest
+// gain. \p idx indexes the plan's state, \p tq is the target's quota in it.
+void Crius::shrink_choices(int target, Quota const &tq, std::vector<int> const &cand, StatIndex const &idx,
+                           std::vector<ShrinkChoice> &out) const {
+  int const ntypes = _cluster->num_types();
+  out.assign(static_cast<std::size_t>(ntypes), ShrinkChoice{});
+  Stat fallback;
+  auto stat_of = [&](int jid) -> Stat const & {
+    if (jid != target)
+      if (Stat const *s = idx.find(jid))
+        return *s;
+    return stat_from(idx, jid, jid == target ? tq : registered(jid), fallback);
   };
-  int max_alloc = -1;
+  std::vector<int> max_alloc(static_cast<std::size_t>(ntypes), -1);
   for (int jid : cand) {
-    Stat const s = stat_of(jid);
-    if (s.type == cur_type)
-      max_alloc = std::max(max_alloc, s.num);
+    Stat const &s = stat_of(jid);
+    if (s.type >= 0 && s.type < ntypes)
+      max_alloc[static_cast<std::size_t>(s.type)] = std::max(max_alloc[static_cast<std::size_t>(s.type)], s.num);
   }
-  double max_gain = kInfeasible - 1;
-  int sid = -1, new_num = 0, new_hosts = 0, new_per = 0, prev_hosts = 0;
-  std::vector<int> prev_nodes;
   Crs live_state;
+  Stat live_stat;
   bool have_live = false;
-  for (int jid : cand) {
-    Stat s = stat_of(jid);
-    if (s.num < max_alloc / 2)
-      continue;
-    if (jid != target && s.nodes.empty()) {
-      // Placement cleared in this state (a reserved opportunistic job): use the cluster's.
-      if (!have_live) {
-        live_state = live();
-        have_live = true;
-      }
-      s = stat(live_state, jid, registered(jid));
-    }
-    if (s.type != cur_type || s.num == 1)
-      continue;
+  auto consider = [&](int jid, Stat const &s, int type) {
+    if (s.type != type || s.num == 1)
+      return;
     int const nn = s.num / 2;
     int const nh = s.hosts > 2 ? s.hosts / 2 : 1;
     int const np = s.hosts > 2 ? s.per_host : nn;
     double const g = delta(jid, s.type, nh, np, s.type, s.hosts, s.per_host);
-    if (g > max_gain) {
-      max_gain = g;
-      sid = jid;
-      new_num = nn;
-      new_hosts = nh;
-      new_per = np;
-      prev_hosts = s.hosts;
-      prev_nodes = s.nodes;
+    ShrinkChoice &ch = out[static_cast<std::size_t>(type)];
+    if (g > ch.gain) {
+      ch.gain = g;
+      ch.sid = jid;
+      ch.new_num = nn;
+      ch.new_hosts = nh;
+      ch.new_per = np;
+      ch.prev_hosts = s.hosts;
+      ch.prev_nodes = s.nodes;
     }
+  };
+  for (int jid : cand) {
+    Stat const &s = stat_of(jid);
+    if (jid == target || !s.nodes.empty()) {
+      // Only the shrink of the job's own type can pick it.
+      if (s.type >= 0 && s.type < ntypes && s.num >= max_alloc[static_cast<std::size_t>(s.type)] / 2)
+        consider(jid, s, s.type);
+      continue;
+    }
+    // Placement cleared in this state (a reserved opportunistic job): Arena uses the cluster's, for every type
+    // whose largest candidate it passes with its cleared stat.
+    int const num = s.num;
+    if (!have_live) {
+      live_state = live();
+      have_live = true;
+    }
+    live_stat = stat(live_state, jid, registered(jid));
+    for (int t = 0; t < ntypes; ++t)
+      if (num >= max_alloc[static_cast<std::size_t>(t)] / 2)
+        consider(jid, live_stat, t);
   }
-  if (sid < 0)
-    return r;
-  r.moved = true;
-  r.gain += max_gain;
-  if (sid != target) {
-    shrink_in_state(c, prev_nodes, prev_hosts, sid, new_num);
-  } else {
-    tq.num = new_num;
-    if (!prev_nodes.empty())
-      shrink_in_state(c, prev_nodes, prev_hosts, sid, new_num);
-  }
-  if (cur_type == target_type) {
-    r.crs = c;
-    search_after_move(r, target, tq, sid, Mod::shrink, cur_type, gm, lm);
-  } else {
-    r.info = {Mod::shrink, sid, cur_type, new_hosts, new_per};
-  }
-  return r;
 }
 
-// Arena's _htc_one_job_and_migration_search.
-MoveResult Crius::htc_one(int target, Quota &tq, std::vector<int> const &cand, Crs &c, double gain, int gm,
-                          int lm) const {
+// Arena's _shrink_one_job_and_migration_search in \p src with the job \p choice picked for \p cur_type; \p c becomes
+// the state after the shrink when there is one.
+MoveResult Crius::shrink_one(int target, Quota &tq, int cur_type, int target_type, bool target_placed,
+                             ShrinkChoice const &choice, Crs const &src, Crs &c, double gain, int gm, int lm) const {
   MoveResult r;
   r.gain = gain;
   r.gm = gm;
   r.gm_with_mgrt = gm;
-  StatIndex const idx = index_stats(c);
-  int const target_type = stat_from(idx, target, tq).type;
+  int const sid = choice.sid;
+  if (sid < 0)
+    return r;
+  r.moved = true;
+  r.gain += choice.gain;
+  c = src;
+  if (sid != target) {
+    shrink_in_state(c, choice.prev_nodes, choice.prev_hosts, sid, choice.new_num);
+  } else {
+    tq.num = choice.new_num;
+    if (!choice.prev_nodes.empty())
+      shrink_in_state(c, choice.prev_nodes, choice.prev_hosts, sid, choice.new_num);
+  }
+  if (cur_type == target_type) {
+    r.crs = c;
+    search_after_move(r, target, tq, target_placed, sid, Mod::shrink, cur_type, gm, lm);
+  } else {
+    r.info = {Mod::shrink, sid, cur_type, choice.new_hosts, choice.new_per};
+  }
+  return r;
+}
+
+// The best throughput a migration search of \p job with \p num GPUs of \p type can give it (the best locality, or
+// a relaxed one the search may fall back to), or kInfeasible when the search fails for sure.
+double Crius::reachable_thr(int job, int type, int num) const {
+  Layout const b = best(num, type);
+  double best_thr = thr(job, type, b.hosts, b.per_host);
+  if (!(best_thr > 0))
+    return kInfeasible;
+  int const cap = _cluster->type_capacity(type);
+  for (int per = num; per > 1;) {
+    per /= 2;
+    if (per > cap)
+      continue;
+    double const t = thr(job, type, num / per, per);
+    if (!(t > 0))
+      break; // place_relaxed gives up at the first infeasible locality
+    best_thr = std::max(best_thr, t);
+  }
+  return best_thr;
+}
+
+// The memo of migration searches for the GPUs of \p type in \p c: a recent state's, or a new one.
+MigMemo::Snapshot &Crius::mig_snapshot(Crs const &c, int type) const {
+  auto &list = _mig_memo.by_type[static_cast<std::size_t>(type)];
+  auto const &nodes = _cluster->type_nodes(type);
+  auto same = [&](MigMemo::Snapshot const &snap) {
+    std::size_t k = 0;
+    for (int node : nodes) {
+      auto const first = static_cast<std::size_t>(_cluster->node_first_gpu(node));
+      auto const cap = static_cast<std::size_t>(_cluster->node_capacity(node));
+      if (!std::equal(c.owner.begin() + static_cast<std::ptrdiff_t>(first),
+                      c.owner.begin() + static_cast<std::ptrdiff_t>(first + cap),
+                      snap.owner.begin() + static_cast<std::ptrdiff_t>(k)) ||
+          !std::equal(c.idle.begin() + static_cast<std::ptrdiff_t>(first),
+                      c.idle.begin() + static_cast<std::ptrdiff_t>(first + cap),
+                      snap.idle.begin() + static_cast<std::ptrdiff_t>(k)))
+        return false;
+      k += cap;
+    }
+    return true;
+  };
+  for (std::size_t i = 0; i < list.size(); ++i)
+    if (same(list[i])) {
+      std::rotate(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i),
+                  list.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return list.front();
+    }
+  constexpr std::size_t kSnapshots = 4;
+  if (list.size() < kSnapshots)
+    list.emplace_back();
+  std::rotate(list.begin(), list.end() - 1, list.end());
+  MigMemo::Snapshot &snap = list.front();
+  snap.owner.clear();
+  snap.idle.clear();
+  snap.entries.clear();
+  for (int node : nodes) {
+    int const first = _cluster->node_first_gpu(node), cap = _cluster->node_capacity(node);
+    snap.owner.insert(snap.owner.end(), c.owner.begin() + first, c.owner.begin() + first + cap);
+    snap.idle.insert(snap.idle.end(), c.idle.begin() + first, c.idle.begin() + first + cap);
+  }
+  return snap;
+}
+
+// Arena's _migration_search_internal of \p job (holding GPUs on \p nodes only, none of \p type, in \p c, where every
+// job holds GPUs of one type) for \p num GPUs of \p type: from the memo when a state with the same GPUs of the type had
+// it searched, else searched in a copy of \p c.
+MigResult const &Crius::mig_internal_memo(MigMemo::Snapshot &snap, Crs const &c, int job, std::vector<int> const &nodes,
+                                          int type, int num, int gm, int lm) const {
+  auto const &j = _ctx->job(job);
+  int const model = j.spec->model, batch = j.spec->batch_size;
+  for (auto const &e : snap.entries)
+    if (e.model == model && e.batch == batch && e.num == num && e.gm == gm && e.lm == lm)
+      return e.result;
+  _trial = c;
+  clear_on_nodes(_trial, job, nodes);
+  MigResult const res = migration_internal(_trial, job, Quota{type, num}, gm, lm, true);
+  snap.entries.push_back({model, batch, num, gm, lm, res});
+  return snap.entries.back().result;
+}
+
+// Arena's _htc_one_job_and_migration_search in \p src (indexed by \p idx); \p c becomes the state after the move
+// when there is one. Arena tries every job of the target's type on every other type with enough idle GPUs, each with
+// a migration search in a copy of the state; the same choice is made here with less work:
+// - the target comes last in \p cand and wins whenever one of its moves is feasible, so it is tried first and the
+//   other jobs only when none is;
+// - another job's move is searched only when the best throughput its search can reach could beat the best move
+//   found (the gain is at most that throughput less the job's current one);
+// - a search result depends only on the GPUs of the new type in the state and the job's model, batch and GPU count,
+//   so results are shared between jobs and between states with the same GPUs of that type (MigMemo); the chosen
+//   job's search is run again to get its state.
+MoveResult Crius::htc_one(int target, Quota &tq, std::vector<int> const &cand, StatIndex const &idx, Crs const &src,
+                          Crs &c, double gain, int gm, int lm) const {
+  MoveResult r;
+  r.gain = gain;
+  r.gm = gm;
+  r.gm_with_mgrt = gm;
+  Stat fallback;
+  int const target_type = stat_from(idx, target, tq, fallback).type;
+  int const ntypes = _cluster->num_types();
+  // sufficient(src, t, n) for every t at once: the type has nodes and at least n idle GPUs.
+  std::vector<int> idle_of(static_cast<std::size_t>(ntypes), 0);
+  for (int t = 0; t < ntypes; ++t)
+    for (int node : _cluster->type_nodes(t))
+      idle_of[static_cast<std::size_t>(t)] += src.bubbles[static_cast<std::size_t>(node)];
+  auto enough = [&](int t, int num) {
+    return !_cluster->type_nodes(t).empty() && idle_of[static_cast<std::size_t>(t)] >= num;
+  };
+  if (_mig_memo.by_type.size() != static_cast<std::size_t>(ntypes))
+    _mig_memo.by_type.assign(static_cast<std::size_t>(ntypes), {});
+  std::vector<MigMemo::Snapshot *> snaps(static_cast<std::size_t>(ntypes), nullptr);
+  auto snapshot = [&](int t) -> MigMemo::Snapshot & {
+    auto &s = snaps[static_cast<std::size_t>(t)];
+    if (!s)
+      s = &mig_snapshot(src, t);
+    return *s;
+  };
+  bool const memo = !idx.multi_type;
   double max_gain = kInfeasible, max_gain_mgrt = kInfeasible;
   int hid = -1, new_type = -1, prev_num = 0, new_gm = gm;
   std::vector<int> prev_nodes;
-  Crs best_other; // the state after the chosen other job's migration (Arena recomputes it)
-  for (int jid : cand) {
-    Stat const s = stat_from(idx, jid, registered(jid));
+  auto try_target = [&] {
+    Stat tmp;
+    Stat const &s = stat_from(idx, target, registered(target), tmp);
     if (s.type != target_type)
-      continue;
-    for (int t = 0; t < _cluster->num_types(); ++t) {
-      if (t == target_type || !sufficient(c, t, s.num))
+      return;
+    for (int t = 0; t < ntypes; ++t) {
+      if (t == target_type || !enough(t, s.num))
+        continue;
+      Layout const b = best(s.num, t);
+      double const g = delta(target, t, b.hosts, b.per_host, s.type, s.hosts, s.per_host);
+      if (!(g > max_gain) || !(reachable_thr(target, t, s.num) > 0))
+        continue;
+      bool feasible_move = false;
+      int gm_after = gm;
+      if (memo) {
+        MigResult const &ms = mig_internal_memo(snapshot(t), src, target, s.nodes, t, s.num, gm, lm);
+        feasible_move = ms.feasible;
+        gm_after = ms.gm;
+      } else {
+        _trial = src;
+        MigResult const ms = migration_search(_trial, target, Quota{t, s.num}, gm, lm, true);
+        feasible_move = ms.feasible;
+        gm_after = ms.gm;
+      }
+      if (feasible_move) {
+        max_gain = g;
+        hid = target;
+        new_type = t;
+        prev_num = s.num;
+        prev_nodes = s.nodes;
+        new_gm = gm_after;
+      }
+    }
+  };
+  auto try_other = [&](int jid) {
+    Stat tmp;
+    Stat const *found = idx.find(jid);
+    Stat const &s = found ? *found : stat_from(idx, jid, registered(jid), tmp);
+    if (s.type != target_type)
+      return;
+    // Arena's migration search first takes the gain of the job's current placement (none when it holds no GPU).
+    double const prev_gain = s.nodes.empty() ? 0 : delta(jid, s.type, s.hosts, s.per_host);
+    for (int t = 0; t < ntypes; ++t) {
+      if (t == target_type || !enough(t, s.num))
         continue;
       Layout const b = best(s.num, t);
       double const g = delta(jid, t, b.hosts, b.per_host, s.type, s.hosts, s.per_host);
-      // The candidate as a job of the new type (Arena deep-copies the registered job).
-      bool const may_win = jid == target ? g > max_gain : true;
-      if (!may_win)
+      double const reach = reachable_thr(jid, t, s.num);
+      if (!(reach > 0) || !(g + (reach - prev_gain) > max_gain_mgrt))
         continue;
-      Crs trial = c;
-      Quota const q{t, s.num};
-      MigResult const ms = migration_search(trial, jid, q, gm, lm, true);
+      MigResult ms;
+      if (memo) {
+        ms = mig_internal_memo(snapshot(t), src, jid, s.nodes, t, s.num, gm, lm);
+        ms.gain -= prev_gain;
+      } else {
+        _trial = src;
+        ms = migration_search(_trial, jid, Quota{t, s.num}, gm, lm, true);
+      }
       double const gm_total = g + ms.gain;
-      if (((g > max_gain && jid == target) || (gm_total > max_gain_mgrt && jid != target)) && ms.feasible) {
-        if (jid == target)
-          max_gain = g;
-        else
-          max_gain_mgrt = gm_total;
+      if (gm_total > max_gain_mgrt && ms.feasible) {
+        max_gain_mgrt = gm_total;
         hid = jid;
         new_type = t;
         prev_num = s.num;
         prev_nodes = s.nodes;
         new_gm = ms.gm;
-        if (jid != target)
-          best_other = std::move(trial);
       }
     }
-  }
+  };
+  bool const target_last =
+      !cand.empty() && cand.back() == target && std::find(cand.begin(), cand.end() - 1, target) == cand.end() - 1;
+  if (target_last)
+    try_target();
+  if (hid < 0)
+    for (int jid : cand) {
+      if (jid != target)
+        try_other(jid);
+      else if (!target_last)
+        try_target();
+    }
   if (hid < 0)
     return r;
   r.moved = true;
+  c = src;
   if (hid != target) {
-    c = std::move(best_other);
+    // The chosen job's migration search again, for its state.
+    MigResult const ms = migration_search(c, hid, Quota{new_type, prev_num}, gm, lm, true);
+    TESSEL_REQUIRE(ms.feasible && ms.gm == new_gm, "crius: repeated migration search disagrees");
     r.gain += max_gain_mgrt;
     r.gm = new_gm;
   } else {
@@ -178,15 +343,16 @@ MoveResult Crius::htc_one(int target, Quota &tq, std::vector<int> const &cand, C
     r.gain += max_gain;
   }
   r.crs = c;
-  search_after_move(r, target, tq, hid, Mod::htc, new_type, r.gm, lm);
+  // The target holds no GPU in c: it held none in src, or was cleared (a type change of its own).
+  search_after_move(r, target, tq, hid != target && idx.find(target), hid, Mod::htc, new_type, r.gm, lm);
   return r;
 }
 
 // The target's migration search in r.crs after the move of \p job; r.info records the move with the job's layout
-// after the search.
-void Crius::search_after_move(MoveResult &r, int target, Quota const &tq, int job, Mod kind, int type, int gm,
-                              int lm) const {
-  MigResult const ms = migration_search(r.crs, target, tq, gm, lm, true);
+// after the search. !\p target_placed: the target holds no GPU in r.crs.
+void Crius::search_after_move(MoveResult &r, int target, Quota const &tq, bool target_placed, int job, Mod kind,
+                              int type, int gm, int lm) const {
+  MigResult const ms = migration_search(r.crs, target, tq, gm, lm, true, !target_placed);
   Stat const after = stat(r.crs, job, job == target ? tq : registered(job));
   r.feasible = ms.feasible;
   r.mgrt_gain = ms.gain;
@@ -212,6 +378,8 @@ bool Crius::no_infeasible_job(std::vector<ModInfo> const &mdf) const {
 // Arena's _job_downgrade_search: BFS of `depth` levels; each plan tries a shrink per GPU type and one HTC.
 std::vector<SearchPlan> Crius::downgrade_search(int target, Crs const &c, int depth, int gm, int lm) const {
   std::vector<SearchPlan> fsb, level;
+  std::vector<int> cand;
+  std::vector<ShrinkChoice> choices;
   level.push_back(SearchPlan{c, registered(target), 0.0, gm, {}});
   for (int it = 0; it < depth && !level.empty(); ++it) {
     std::vector<SearchPlan> next;
@@ -224,19 +392,28 @@ std::vector<SearchPlan> Crius::downgrade_search(int target, Crs const &c, int de
       if ((!r.feasible || r.relaxed) && r.moved)
         next.push_back(SearchPlan{std::move(work), tq, r.gain, r.gm, mdf});
     };
-    // Arena pops its input queue from the back.
+    // Arena pops its input queue from the back. Every move of a plan starts from the plan's state: one index.
     for (auto p = level.rbegin(); p != level.rend(); ++p) {
+      StatIndex const &idx = indexed(p->crs);
+      cand = idx.running;
+      cand.push_back(target);
+      shrink_choices(target, p->target, cand, idx, choices);
+      Stat fallback;
+      int const target_type = stat_from(idx, target, p->target, fallback).type;
+      // A shrink only frees GPUs: the target holds GPUs after one only when it holds some in the plan's state.
+      bool const target_placed = idx.find(target) != nullptr;
       for (int t = 0; t < _cluster->num_types(); ++t) {
         if (_cluster->type_nodes(t).empty())
           continue;
-        Crs work = p->crs;
+        Crs work;
         Quota tq = p->target;
-        MoveResult r = shrink_one(target, tq, t, run_job_ids(work, target), work, p->gain, p->gm, lm);
+        MoveResult r = shrink_one(target, tq, t, target_type, target_placed, choices[static_cast<std::size_t>(t)],
+                                  p->crs, work, p->gain, p->gm, lm);
         keep(r, work, tq, p->mdf);
       }
-      Crs work = p->crs;
+      Crs work;
       Quota tq = p->target;
-      MoveResult r = htc_one(target, tq, run_job_ids(work, target), work, p->gain, p->gm, lm);
+      MoveResult r = htc_one(target, tq, cand, idx, p->crs, work, p->gain, p->gm, lm);
       keep(r, work, tq, p->mdf);
     }
     level = std::move(next);

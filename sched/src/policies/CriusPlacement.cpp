@@ -158,9 +158,10 @@ std::uint64_t Crius::type_hash(Crs const &c, int type) const {
   return h;
 }
 
-// Arena's _place_job_with_relaxted_locality.
-bool Crius::place_relaxed(Crs &c, int job, Quota const &q, int &hosts, int &per_host, double &gain) const {
-  Stat const s = stat(c, job, q);
+// Arena's _place_job_with_relaxted_locality (\p holds_none: the job holds no GPU in \p c, its stat is its quota).
+bool Crius::place_relaxed(Crs &c, int job, Quota const &q, bool holds_none, int &hosts, int &per_host,
+                          double &gain) const {
+  Stat const s = holds_none ? quota_stat(q) : stat(c, job, q);
   int const cap = _cluster->type_capacity(s.type);
   std::vector<std::pair<int, int>> partial, wide;
   std::vector<int> idle_nodes;
@@ -211,11 +212,12 @@ bool Crius::direct_place(Crs &c, int job, int num, int cap, std::vector<std::pai
   return false;
 }
 
-// Arena's _migration_search_internal.
-MigResult Crius::migration_internal(Crs &c, int job, Quota const &q, int gm, int lm) const {
+// Arena's _migration_search_internal (\p holds_none: the job holds no GPU in \p c, so its stat is its quota, and
+// still none when the RHD passes are done: they only move the jobs they find on the nodes).
+MigResult Crius::migration_internal(Crs &c, int job, Quota const &q, int gm, int lm, bool holds_none) const {
   MigResult r;
   r.gm = gm;
-  Stat const s = stat(c, job, q);
+  Stat const s = holds_none ? quota_stat(q) : stat(c, job, q);
   int const cap = _cluster->type_capacity(s.type);
   Layout const b = best(s.num, s.type);
   std::vector<std::pair<int, int>> partial;
@@ -261,7 +263,7 @@ MigResult Crius::migration_internal(Crs &c, int job, Quota const &q, int gm, int
   }
   int hosts = 0, per = 0;
   double gain = kInfeasible;
-  if (place_relaxed(c, job, q, hosts, per, gain)) {
+  if (place_relaxed(c, job, q, holds_none, hosts, per, gain)) {
     r.feasible = true;
     r.migrated = cnt > 0;
     r.relaxed = true;
@@ -273,15 +275,18 @@ MigResult Crius::migration_internal(Crs &c, int job, Quota const &q, int gm, int
   return r;
 }
 
-// Arena's _migration_search: the gain is relative to the job's placement in the state, if any.
-MigResult Crius::migration_search(Crs &c, int job, Quota const &q, int gm, int lm, bool clear) const {
+// Arena's _migration_search: the gain is relative to the job's placement in the state, if any. \p holds_none: the
+// caller knows the job holds no GPU in \p c (no gain to take, nothing to clear).
+MigResult Crius::migration_search(Crs &c, int job, Quota const &q, int gm, int lm, bool clear, bool holds_none) const {
+  if (holds_none)
+    return migration_internal(c, job, q, gm, lm, true);
   double prev_gain = 0;
   Stat const s = stat(c, job, q);
   if (!s.nodes.empty())
     prev_gain = delta(job, s.type, s.hosts, s.per_host);
   if (clear)
-    clear_placement(c, job);
-  MigResult r = migration_internal(c, job, q, gm, lm);
+    clear_on_nodes(c, job, s.nodes);
+  MigResult r = migration_internal(c, job, q, gm, lm, clear || s.nodes.empty());
   r.gain -= prev_gain;
   return r;
 }

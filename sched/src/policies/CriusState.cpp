@@ -65,13 +65,34 @@ void Crius::update_run_jobs() {
 }
 
 // Arena's _get_job_rt_stat: from the state when the job holds GPUs there, else from its quota.
+namespace {
+
+// Calls f(g) for every GPU g that \p job owns in \p c, in GPU order; blocks of GPUs without one are skipped by a
+// vectorizable count.
+template <class F> void for_gpus_of(Crs const &c, int job, F &&f) {
+  constexpr std::size_t kBlock = 64;
+  std::size_t const n = c.owner.size();
+  int const *own = c.owner.data();
+  for (std::size_t base = 0; base < n; base += kBlock) {
+    std::size_t const end = std::min(n, base + kBlock);
+    int hits = 0;
+    for (std::size_t g = base; g < end; ++g)
+      hits += own[g] == job;
+    if (hits == 0)
+      continue;
+    for (std::size_t g = base; g < end; ++g)
+      if (own[g] == job)
+        f(static_cast<int>(g));
+  }
+}
+
+} // namespace
+
 Stat Crius::stat(Crs const &c, int job, Quota const &q) const {
   Stat s;
   int last = -1;
-  for (std::size_t g = 0; g < c.owner.size(); ++g) {
-    if (c.owner[g] != job)
-      continue;
-    int const node = _cluster->gpu_node(static_cast<int>(g));
+  for_gpus_of(c, job, [&](int g) {
+    int const node = _cluster->gpu_node(g);
     if (s.type < 0)
       s.type = _cluster->node_type(node);
     ++s.num;
@@ -79,7 +100,7 @@ Stat Crius::stat(Crs const &c, int job, Quota const &q) const {
       s.nodes.push_back(node);
       last = node;
     }
-  }
+  });
   if (s.type < 0)
     s.type = q.type;
   if (s.num == 0)
@@ -90,13 +111,32 @@ Stat Crius::stat(Crs const &c, int job, Quota const &q) const {
   return s;
 }
 
+// stat() of a job holding no GPU in the state.
+Stat Crius::quota_stat(Quota const &q) const {
+  Stat s;
+  s.type = q.type;
+  s.num = q.num;
+  s.hosts = std::max(1, s.num / _cluster->type_capacity(s.type));
+  s.per_host = s.num / s.hosts;
+  return s;
+}
+
+// clear_placement() of a job all of whose GPUs lie on \p nodes.
+void Crius::clear_on_nodes(Crs &c, int job, std::vector<int> const &nodes) const {
+  for (int node : nodes) {
+    int const first = _cluster->node_first_gpu(node), cap = _cluster->node_capacity(node);
+    for (int g = first; g < first + cap; ++g)
+      if (c.owner[static_cast<std::size_t>(g)] == job)
+        free_gpu(c, g);
+  }
+}
+
 bool Crius::clear_placement(Crs &c, int job) const {
   bool modified = false;
-  for (std::size_t g = 0; g < c.owner.size(); ++g)
-    if (c.owner[g] == job) {
-      free_gpu(c, static_cast<int>(g));
-      modified = true;
-    }
+  for_gpus_of(c, job, [&](int g) {
+    free_gpu(c, g);
+    modified = true;
+  });
   return modified;
 }
 
@@ -113,51 +153,109 @@ bool Crius::sufficient(Crs const &c, int type, int num) const {
 // Nodes holding `job` in a state, in node order.
 std::vector<int> Crius::nodes_of(Crs const &c, int job) const {
   std::vector<int> nodes;
-  for (std::size_t g = 0; g < c.owner.size(); ++g)
-    if (c.owner[g] == job) {
-      int const node = _cluster->gpu_node(static_cast<int>(g));
-      if (nodes.empty() || nodes.back() != node)
-        nodes.push_back(node);
-    }
+  for_gpus_of(c, job, [&](int g) {
+    int const node = _cluster->gpu_node(g);
+    if (nodes.empty() || nodes.back() != node)
+      nodes.push_back(node);
+  });
   return nodes;
 }
 
-StatIndex Crius::index_stats(Crs const &c) const {
-  StatIndex idx;
-  std::vector<int> &slot = _slot_scratch;
-  slot.assign(_ctx->jobs().size(), -1);
-  for (std::size_t g = 0; g < c.owner.size(); ++g) {
-    int const o = c.owner[g];
-    if (o < 0)
-      continue;
-    int const node = _cluster->gpu_node(static_cast<int>(g));
-    int &sl = slot[static_cast<std::size_t>(o)];
-    if (sl < 0) {
-      sl = static_cast<int>(idx.jobs.size());
-      idx.jobs.push_back(o);
-      idx.stats.push_back(Stat{_cluster->node_type(node), 0, 0, 0, {}});
+// All jobs' facts in one pass over \p c; \p idx keeps its storage (no allocation once warm).
+void Crius::index_stats(Crs const &c, StatIndex &idx) const {
+  std::size_t const njobs = _ctx->jobs().size();
+  if (idx.slot.size() != njobs)
+    idx.slot.assign(njobs, -1);
+  else
+    for (int j : idx.jobs)
+      idx.slot[static_cast<std::size_t>(j)] = -1;
+  idx.jobs.clear();
+  idx.running.clear();
+  idx.multi_type = false;
+  // Node by node, a run of GPUs of one owner at a time (the same facts and orders as GPU by GPU).
+  for (int node = 0, nn = _cluster->num_nodes(); node < nn; ++node) {
+    int const first = _cluster->node_first_gpu(node), last = first + _cluster->node_capacity(node);
+    int const type = _cluster->node_type(node);
+    for (int g = first; g < last;) {
+      int const o = c.owner[static_cast<std::size_t>(g)];
+      int h = g + 1;
+      while (h < last && c.owner[static_cast<std::size_t>(h)] == o)
+        ++h;
+      if (o < 0) {
+        g = h;
+        continue;
+      }
+      int &sl = idx.slot[static_cast<std::size_t>(o)];
+      if (sl < 0) {
+        sl = static_cast<int>(idx.jobs.size());
+        idx.jobs.push_back(o);
+        if (idx.stats.size() < idx.jobs.size())
+          idx.stats.emplace_back();
+        if (idx.listed.size() < idx.jobs.size())
+          idx.listed.push_back(0);
+        Stat &s = idx.stats[static_cast<std::size_t>(sl)];
+        s.type = type;
+        s.num = 0;
+        s.nodes.clear();
+        idx.listed[static_cast<std::size_t>(sl)] = 0;
+      }
+      auto const si = static_cast<std::size_t>(sl);
+      Stat &s = idx.stats[si];
+      s.num += h - g;
+      if (s.nodes.empty() || s.nodes.back() != node) {
+        s.nodes.push_back(node);
+        idx.multi_type = idx.multi_type || type != s.type;
+      }
+      if (!idx.listed[si])
+        for (int k = g; k < h; ++k)
+          if (!c.idle[static_cast<std::size_t>(k)]) {
+            idx.listed[si] = 1;
+            idx.running.push_back(o);
+            break;
+          }
+      g = h;
     }
-    Stat &s = idx.stats[static_cast<std::size_t>(sl)];
-    ++s.num;
-    if (s.nodes.empty() || s.nodes.back() != node)
-      s.nodes.push_back(node);
   }
-  for (auto &s : idx.stats) {
+  for (std::size_t i = 0; i < idx.jobs.size(); ++i) {
+    Stat &s = idx.stats[i];
     s.hosts = static_cast<int>(s.nodes.size());
     s.per_host = s.num / s.hosts;
   }
-  return idx;
 }
 
-Stat Crius::stat_from(StatIndex const &idx, int job, Quota const &q) const {
+// The index of \p c: a recent one when it indexed the same state, else built in the least recently used entry.
+StatIndex const &Crius::indexed(Crs const &c) const {
+  auto &list = _indexes.entries;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto const &e = list[i];
+    if (e.valid && e.owner == c.owner && e.idle == c.idle) {
+      std::rotate(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i),
+                  list.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return list.front().idx;
+    }
+  }
+  constexpr std::size_t kEntries = 8;
+  if (list.size() < kEntries)
+    list.emplace_back();
+  std::rotate(list.begin(), list.end() - 1, list.end());
+  auto &e = list.front();
+  e.owner = c.owner;
+  e.idle = c.idle;
+  index_stats(c, e.idx);
+  e.valid = true;
+  return e.idx;
+}
+
+// A job's facts from the index, or from its quota (in \p fallback) when it holds no GPU in the indexed state.
+Stat const &Crius::stat_from(StatIndex const &idx, int job, Quota const &q, Stat &fallback) const {
   if (Stat const *s = idx.find(job))
     return *s;
-  Stat s;
-  s.type = q.type;
-  s.num = q.num;
-  s.hosts = std::max(1, s.num / _cluster->type_capacity(s.type));
-  s.per_host = s.num / s.hosts;
-  return s;
+  fallback.type = q.type;
+  fallback.num = q.num;
+  fallback.nodes.clear();
+  fallback.hosts = std::max(1, fallback.num / _cluster->type_capacity(fallback.type));
+  fallback.per_host = fallback.num / fallback.hosts;
+  return fallback;
 }
 
 } // namespace tessel::sched::Impl::crius

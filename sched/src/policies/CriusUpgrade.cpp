@@ -7,10 +7,12 @@
 
 namespace tessel::sched::Impl::crius {
 
-// Arena's _job_upgrade_search for one running job; `floor` prunes moves that cannot beat it.
-bool Crius::upgrade_one(int id, int gm, int lm, double floor, double &gain_out, Crs &state_out, int &gm_out) const {
+// Arena's _job_upgrade_search for one running job in \p live_state (live()); `floor` prunes moves that cannot beat
+// it.
+bool Crius::upgrade_one(Crs const &live_state, int id, int gm, int lm, double floor, double &gain_out, Crs &state_out,
+                        int &gm_out) const {
   auto const &j = _ctx->job(id);
-  Crs c = live();
+  Crs c = live_state;
   bool const modified = clear_placement(c, id);
   TESSEL_REQUIRE(modified, "crius: running job ", j.spec->id, " holds no GPU");
   int const ttype = j.quota_type, tnum = j.quota_gpus, thosts = j.quota_hosts, tper = j.quota_per_host;
@@ -70,11 +72,12 @@ void Crius::upgrade_trial() {
     double best_gain = kInfeasible;
     int best_job = -1, best_gm = gm;
     Crs best_state;
+    Crs const live_state = live(); // nothing changes the allocation until the step's upgrade is applied
     for (int id : _running) {
       double g = 0;
       Crs state;
       int gm_after = gm;
-      if (!upgrade_one(id, gm, kLocalEta, best_gain, g, state, gm_after) || !(g > best_gain))
+      if (!upgrade_one(live_state, id, gm, kLocalEta, best_gain, g, state, gm_after) || !(g > best_gain))
         continue;
       Stat const n = stat(state, id, registered(id));
       if (!feasible(id, n.type, n.hosts, n.per_host))
