@@ -35,7 +35,7 @@ void Crius::schedule(SchedContext &ctx) {
     if (std::find(_running.begin(), _running.end(), id) != _running.end())
       handle_eviction(id);
   remove_not_running();
-  if (!ended.empty() || !ctx.evicted().empty())
+  if (!ended.empty() || !ctx.evicted().empty() || !ctx.repaired().empty())
     optimize_running_jobs(ended, ctx.arrived().empty());
   if (!ctx.arrived().empty())
     fit_new_jobs(ctx.arrived());
