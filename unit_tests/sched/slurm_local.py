@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 BRIDGE = "tsslurm0"
@@ -59,6 +60,8 @@ class LocalSlurm:
 
     # -- set-up ------------------------------------------------------------------------------------------------
     def __enter__(self):
+        # A SIGTERM (ctest's timeout, a user's kill) still runs the tear-down.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
             self.start()
         except BaseException:
@@ -239,9 +242,28 @@ class LocalSlurm:
                         pass
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
-        pidfile = os.path.join(self.work, "slurmctld.pid")
-        if os.path.exists(pidfile):
+        for line in _run(["ip", "-o", "link", "show"], check=False).stdout.split("\n"):
+            parts = line.split(": ")
+            if len(parts) > 1 and parts[1].split("@")[0].startswith("tsv"):
+                subprocess.run(["ip", "link", "del", parts[1].split("@")[0]], capture_output=True)
+        # Daemons of an earlier test cluster (any folder) hold our ports: they are recognised by their config.
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
             try:
-                os.kill(int(open(pidfile).read().strip()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError):
-                pass
+                argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+            except OSError:
+                continue
+            names = [os.path.basename(a.decode(errors="replace")) for a in argv[:3]]
+            if not any(n in ("slurmctld", "slurmd") for n in names) or b"-f" not in argv:
+                continue
+            conf = argv[argv.index(b"-f") + 1].decode(errors="replace")
+            try:
+                ours = ("SlurmctldPort=%d" % CTLD_PORT) in open(conf).read()
+            except OSError:
+                ours = conf.endswith("/slurm/slurm.conf")
+            if ours:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass

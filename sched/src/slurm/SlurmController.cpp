@@ -50,6 +50,15 @@ bool alive_state(std::string const &s) {
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double max_of(std::vector<double> const &v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
+
 // Node groups of the model from the Slurm nodes: one group per GPU type (in order of first appearance), nodes of a
 // type in Slurm's order. Every node of a type must have the same power-of-two GPU count.
 Cluster cluster_of(Json const &nodes, std::vector<std::string> &names, std::string const &source) {
@@ -263,6 +272,7 @@ struct SlurmController::State final : SchedWorld {
   double slurm_error_since = 0;
   std::map<std::string, SlurmNode> node_state;
   double last_round_ms = 0, last_decide_ms = 0;
+  std::vector<double> round_ms, decide_ms; ///< every round of this process (the controller's own cost)
 
   State(ControllerOptions o, ProfileTable const *t, ThroughputSource s)
       : opt(std::move(o)), slurm(opt.slurm), table(t), source(s), submits(opt.state_dir + "/jobs.journal"),
@@ -577,6 +587,8 @@ struct SlurmController::State final : SchedWorld {
       std::string const why = tessel::Impl::concat("failed ", j.failures, " times (more than --max-failures ",
                                                    opt.max_failures, "); last: ", reason);
       reject(id, why);
+      // Its GPUs are free: for the policy it ended like a completed job.
+      ended_.push_back(id);
       journal.append({{"op", "reject"}, {"job", j.spec->id}, {"reason", why}, {"now", now_}});
       log(tessel::Impl::concat("job ", j.spec->id, " rejected: ", why));
       return;
@@ -907,6 +919,8 @@ struct SlurmController::State final : SchedWorld {
     }
     ++rounds_run;
     last_round_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
+    round_ms.push_back(last_round_ms);
+    decide_ms.push_back(last_decide_ms);
     publish();
     return slurm_error.empty();
   }
@@ -979,6 +993,12 @@ struct SlurmController::State final : SchedWorld {
             {"slurm_error", slurm_error},
             {"round_ms", last_round_ms},
             {"decide_ms", last_decide_ms},
+            {"cost",
+             {{"rounds", round_ms.size()},
+              {"round_ms_median", median(round_ms)},
+              {"round_ms_max", max_of(round_ms)},
+              {"decide_ms_median", median(decide_ms)},
+              {"decide_ms_max", max_of(decide_ms)}}},
             {"counts", {{"running", running}, {"pending", pending}, {"completed", completed}, {"rejected", rejected}}},
             {"nodes", nodes},
             {"jobs", jobs}};

@@ -84,8 +84,9 @@ public:
   double interval() const { return _world->interval(); }
   bool arena_compat() const { return _world->arena_compat(); }
 
-  /// Jobs submitted this round (in submission order), jobs that completed since the last round (their GPUs are
-  /// already free), and running jobs the world moved back to pending (failed node or job).
+  /// Jobs submitted this round (in submission order), running jobs that ended since the last round (completed, or
+  /// rejected by the world after failing too often; their GPUs are already free), and running jobs the world moved
+  /// back to pending (failed node or job).
   std::vector<int> const &arrived() const { return _world->arrived(); }
   std::vector<int> const &ended() const { return _world->ended(); }
   std::vector<int> const &evicted() const { return _world->evicted(); }
