@@ -10,6 +10,9 @@ namespace tessel::sched::app {
 int simulate_command(tessel::CommandLine &args);
 int estimate_command(tessel::CommandLine &args);
 int cells_command(tessel::CommandLine &args);
+int serve_command(tessel::CommandLine &args);
+int submit_command(tessel::CommandLine &args);
+int status_command(tessel::CommandLine &args);
 
 } // namespace tessel::sched::app
 

@@ -104,6 +104,19 @@ Json metrics_json(Cluster const &cluster, SimResult const &r) {
   }
   out["jct"] = jct;
   out["rejected"] = rejected;
+  // Per job, the outcome and the last allocation (what a live run of the same trace is compared with).
+  Json &jobs = out["jobs"] = Json::array();
+  for (auto const &j : r.jobs)
+    jobs.push_back({{"id", j.id},
+                    {"state", state_name(j.state)},
+                    {"submit_time", j.submit_time},
+                    {"start_time", j.start_time},
+                    {"finish_time", j.finish_time},
+                    {"jct", j.jct},
+                    {"gpu_type", j.gpu_type >= 0 ? cluster.type(j.gpu_type).name : std::string()},
+                    {"num_gpus", j.num_gpus},
+                    {"reschedules", j.reschedules},
+                    {"failures", j.failures}});
   out["stalls"] = r.stalls;
   out["round_time"] = r.round_time;
   out["throughput"] = r.throughput;

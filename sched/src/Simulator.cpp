@@ -30,27 +30,6 @@ double ReschedCost::of(int gpus) const {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// SchedContext
-// ---------------------------------------------------------------------------------------------------------------
-
-Cluster const &SchedContext::cluster() const { return _sim->_cluster; }
-ThroughputOracle const &SchedContext::oracle() const { return _sim->_oracle; }
-Allocation &SchedContext::alloc() { return _sim->_alloc; }
-Allocation const &SchedContext::alloc() const { return _sim->_alloc; }
-std::vector<JobRecord> &SchedContext::jobs() { return _sim->_jobs; }
-JobRecord &SchedContext::job(int id) { return _sim->_jobs.at(static_cast<std::size_t>(id)); }
-int SchedContext::round() const { return _sim->_round; }
-double SchedContext::now() const { return _sim->_now; }
-double SchedContext::interval() const { return _sim->_opt.interval; }
-bool SchedContext::arena_compat() const { return _sim->_opt.arena_compat; }
-std::vector<int> const &SchedContext::arrived() const { return _sim->_arrived; }
-std::vector<int> const &SchedContext::ended() const { return _sim->_ended; }
-std::vector<int> const &SchedContext::evicted() const { return _sim->_evicted; }
-void SchedContext::start(int job) { _sim->start_job(job); }
-void SchedContext::suspend(int job) { _sim->suspend_job(job); }
-void SchedContext::reject(int job, std::string reason) { _sim->reject_job(job, std::move(reason)); }
-
-// ---------------------------------------------------------------------------------------------------------------
 // Simulator
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -464,7 +443,7 @@ void Simulator::check_invariants() const {
 SimResult Simulator::run() {
   using clock = std::chrono::steady_clock;
   auto const wall0 = clock::now();
-  SchedContext ctx(*this);
+  SchedContext ctx(static_cast<SchedWorld &>(*this));
   double const I = _opt.interval;
   int idle_stall = 0;
   for (_round = 0;; ++_round) {
@@ -472,11 +451,13 @@ SimResult Simulator::run() {
     _arrived.clear();
     _ended.clear();
     _evicted.clear();
+    _repaired.clear();
     for (int n = 0; n < _cluster.num_nodes(); ++n)
       if (_node_down_until[static_cast<std::size_t>(n)] >= 0 &&
           _node_down_until[static_cast<std::size_t>(n)] <= _round) {
         _alloc.set_node_down(n, false);
         _node_down_until[static_cast<std::size_t>(n)] = -1;
+        _repaired.push_back(n);
       }
     submit_arrivals(_arrived);
     advance(_ended);

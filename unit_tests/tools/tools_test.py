@@ -81,6 +81,8 @@ CELLS = ["tessel-sched", "cells", "--model", "nosuch", "--gpu", "A100", "--clust
 SCHED_BENCH = ["tessel-sched-bench", "--cluster", MISSING]
 SYNTH = ["tessel-sched-data", "synth", "/nonexistent/t.csv", "--cluster", MISSING]
 EF = ["tessel-sched-data", "elasticflow-trace", MISSING, "/nonexistent/t.csv", "--cluster", MISSING]
+SERVE = ["tessel-sched", "serve", "--backend", "slurm", "--state", "/nonexistent/state"]
+TRAINER = ["tessel-sched-trainer"]
 OPTIONS = [
     (GNN_TRAIN, "--epochs", []), (GNN_TRAIN, "--hidden", []), (GNN_TRAIN, "--layers", []),
     (GNN_TRAIN, "--lr", []), (GNN_TRAIN, "--weight-decay", ["0"]), (GNN_TRAIN, "--dropout", ["0"]),
@@ -113,6 +115,9 @@ OPTIONS = [
     (SYNTH, "--jobs", []), (SYNTH, "--rate", []), (SYNTH, "--median-hours", []), (SYNTH, "--sigma", ["0"]),
     (SYNTH, "--gpt-share", ["0"]), (SYNTH, "--seed", ["0", "4294967299"]),
     (EF, "--from", ["0"]), (EF, "--sample", []), (EF, "--seed", ["0", "4294967299"]),
+    (SERVE, "--round", []), (SERVE, "--time-scale", []), (SERVE, "--max-failures", ["0"]),
+    (SERVE, "--checkpoint", []), (SERVE, "--restart-cost", ["0"]), (SERVE, "--slurm-timeout", []),
+    (SERVE, "--rounds", ["0"]), (TRAINER, "--fail-after", ["0"]),
 ]
 # The base arguments may give the option under test (a required one): the last spelling wins.
 
@@ -123,7 +128,9 @@ def case_options():
         "tessel-gnn": [["--help"]], "tessel-gnn-bench": [["--help"]], "tessel-gnn-data": [["--help"]],
         "tessel-moe": [["--help"]],
         "tessel-moe-gen": [["--help"]], "tessel-moe-bench": [["--help"]], "tessel-comm-bench": [["--help"]],
-        "tessel-sched": [["simulate", "--help"], ["cells", "--help"]], "tessel-sched-bench": [["--help"]],
+        "tessel-sched": [["simulate", "--help"], ["cells", "--help"], ["serve", "--help"], ["submit", "--help"],
+                         ["status", "--help"]], "tessel-sched-bench": [["--help"]],
+        "tessel-sched-trainer": [["--help"]],
         "tessel-sched-data": [["--help"]],
     }
     covered = {(argv[0], opt) for argv, opt, _ in OPTIONS}

@@ -70,7 +70,7 @@ template <class Fit> void restart_pending_fifo(SchedContext &ctx, std::vector<in
 template <class Fit> void requeue_and_restart(SchedContext &ctx, std::vector<int> &pending, Fit &&fit) {
   for (int j : ctx.evicted())
     insert_by_priority(pending, ctx.jobs(), j);
-  if (!ctx.ended().empty() || !ctx.evicted().empty())
+  if (!ctx.ended().empty() || !ctx.evicted().empty() || !ctx.repaired().empty())
     restart_pending_fifo(ctx, pending, fit);
 }
 

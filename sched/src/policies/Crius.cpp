@@ -36,13 +36,13 @@ void Crius::schedule(SchedContext &ctx) {
   // Jobs that ended leave the running queue (Arena's _update_and_check_end), in running-queue order.
   std::vector<int> ended;
   for (int id : _running)
-    if (ctx.job(id).state == JobState::completed)
+    if (ctx.job(id).state == JobState::completed || ctx.job(id).state == JobState::rejected)
       ended.push_back(id);
   for (int id : ctx.evicted())
     if (std::find(_running.begin(), _running.end(), id) != _running.end())
       handle_eviction(id);
   remove_not_running();
-  if (!ended.empty() || !ctx.evicted().empty())
+  if (!ended.empty() || !ctx.evicted().empty() || !ctx.repaired().empty())
     optimize_running_jobs(ended, ctx.arrived().empty());
   if (!ctx.arrived().empty())
     fit_new_jobs(ctx.arrived());

@@ -38,7 +38,8 @@ public:
       }
       _pending.push_back(id);
     }
-    if (_pending.empty() || (ctx.arrived().empty() && ctx.ended().empty() && ctx.evicted().empty()))
+    if (_pending.empty() ||
+        (ctx.arrived().empty() && ctx.ended().empty() && ctx.evicted().empty() && ctx.repaired().empty()))
       return;
     allocate(ctx);
   }

@@ -7,6 +7,7 @@
 
 #include <tessel/sched/Allocation.hpp>
 #include <tessel/sched/Cluster.hpp>
+#include <tessel/sched/SchedContext.hpp>
 #include <tessel/sched/Throughput.hpp>
 #include <tessel/sched/Trace.hpp>
 
@@ -17,101 +18,6 @@
 #include <vector>
 
 namespace tessel::sched {
-
-/// \brief Life of a job in the simulation.
-enum class JobState { waiting, pending, running, completed, rejected };
-char const *state_name(JobState state);
-
-/// \brief A job during a simulation: its spec, where it stands and what it has accumulated.
-struct JobRecord {
-  JobSpec const *spec = nullptr;
-  int id = 0; ///< index in the trace
-  JobState state = JobState::waiting;
-  int submit_round = -1;
-  double submit_time = 0; ///< time the scheduler saw the job (Arena: the round's start)
-  // Resource quota: the allocation while running; the request (or last allocation) while pending.
-  int quota_type = -1, quota_gpus = 0, quota_hosts = 0, quota_per_host = 0;
-  // Progress. Exact accounting: remaining iterations; Arena accounting: iter_num and exec_time as in Arena.
-  double remaining = 0, checkpoint_remaining = 0, since_checkpoint = 0;
-  double arena_iter_num = 0, arena_exec_time = 0, arena_checkpoint_exec = 0;
-  double overhead = 0;   ///< re-tuning / restore seconds still to pay before making progress
-  double arena_debt = 0; ///< Arena's reschedule time debt (> interval skips progress)
-  // Accounting.
-  double start_time = -1, finish_time = -1, queue_time = 0;
-  int reschedules = 0, failures = 0, suspensions = 0;
-  // Starvation watch: rounds this job has run since it last progressed, the times it was given new GPUs (and
-  // re-tuned) in them, and its throughput on its current allocation.
-  int stalled_rounds = 0, stalled_moves = 0;
-  double throughput = 0;
-  std::string reject_reason;
-  // Flags for policies (Crius's decision queue).
-  bool blocker = false, opportunism = false;
-};
-
-class Simulator;
-
-/// \brief What a policy sees and may change in one scheduling round.
-class SchedContext {
-public:
-  Cluster const &cluster() const;
-  ThroughputOracle const &oracle() const;
-  Allocation &alloc();
-  Allocation const &alloc() const;
-  std::vector<JobRecord> &jobs();
-  JobRecord &job(int id);
-  int round() const;
-  double now() const;
-  double interval() const;
-  bool arena_compat() const;
-
-  /// Jobs submitted this round (in submission order), jobs that completed since the last round (their GPUs are
-  /// already free), and running jobs the simulator moved back to pending (failed node).
-  std::vector<int> const &arrived() const;
-  std::vector<int> const &ended() const;
-  std::vector<int> const &evicted() const;
-
-  /// Pending job -> running; the job must already hold its GPUs in alloc().
-  void start(int job);
-  /// Running job -> pending (checkpointed); frees its GPUs.
-  void suspend(int job);
-  /// Pending job -> rejected with \p reason.
-  void reject(int job, std::string reason);
-
-private:
-  friend class Simulator;
-  explicit SchedContext(Simulator &sim) : _sim(&sim) {}
-  Simulator *_sim;
-};
-
-/// \brief Re-tuning and checkpoint-restore costs a policy pays when a job (re)starts on new GPUs (Arena's
-/// RESCHED_OVERHEAD_* and CKPT_RESUME_OVERHEAD: seconds per GPU, capped).
-struct ReschedCost {
-  double tune_per_gpu = 150, tune_max = 600;
-  double restore_per_gpu = 0, restore_max = 400;
-  double of(int gpus) const;
-};
-
-/// \brief A scheduling policy, called once per round.
-class Policy {
-public:
-  virtual ~Policy() = default;
-  virtual std::string name() const = 0;
-  /// Arena's baselines pay the default costs; a policy with cheaper restarts (Crius) overrides this.
-  virtual ReschedCost resched_cost() const { return {}; }
-  virtual void schedule(SchedContext &ctx) = 0;
-};
-
-/// \brief Options of policies: Crius's search bounds. Arena's behaviour where it differs from ours is
-/// SimOptions::arena_compat, which policies read through SchedContext::arena_compat().
-struct PolicyOptions {
-  int crius_search_depth = 0; ///< 0: Arena's rule (3, or 2 with more than 150 running jobs)
-  int crius_upgrade_steps = 10;
-  int crius_restart_trials = 100;
-};
-
-/// Names accepted by make_policy: crius, fcfs, gavel, sia, elasticflow.
-std::vector<std::string> policy_names();
-std::unique_ptr<Policy> make_policy(std::string const &name, PolicyOptions const &options = {});
 
 /// \brief Simulation options.
 struct SimOptions {
@@ -174,15 +80,31 @@ struct SimResult {
   std::size_t oracle_lookups = 0, oracle_computed = 0;
 };
 
-/// \brief The simulator.
-class Simulator {
+/// \brief The simulator: the reference world the policies act on (SchedWorld), round by round on a trace.
+class Simulator : private SchedWorld {
 public:
   Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracle const &oracle, Policy &policy,
             SimOptions options);
   SimResult run();
 
 private:
-  friend class SchedContext;
+  // SchedWorld
+  Cluster const &cluster() const override { return _cluster; }
+  ThroughputOracle const &oracle() const override { return _oracle; }
+  Allocation &alloc() override { return _alloc; }
+  std::vector<JobRecord> &jobs() override { return _jobs; }
+  int round() const override { return _round; }
+  double now() const override { return _now; }
+  double interval() const override { return _opt.interval; }
+  bool arena_compat() const override { return _opt.arena_compat; }
+  std::vector<int> const &arrived() const override { return _arrived; }
+  std::vector<int> const &ended() const override { return _ended; }
+  std::vector<int> const &evicted() const override { return _evicted; }
+  std::vector<int> const &repaired() const override { return _repaired; }
+  void start(int job) override { start_job(job); }
+  void suspend(int job) override { suspend_job(job); }
+  void reject(int job, std::string reason) override { reject_job(job, std::move(reason)); }
+
   void submit_arrivals(std::vector<int> &arrived);
   void advance(std::vector<int> &ended);
   void inject_failures();
@@ -205,7 +127,7 @@ private:
   SimOptions _opt;
   Allocation _alloc;
   std::vector<JobRecord> _jobs;
-  std::vector<int> _arrived, _ended, _evicted;
+  std::vector<int> _arrived, _ended, _evicted, _repaired;
   std::vector<int> _node_down_until;
   std::size_t _next_arrival = 0;
   int _round = 0;

@@ -1,0 +1,269 @@
+"""A real Slurm cluster on this machine for the tests and replays of sched's Slurm backend.
+
+One slurmctld on the host and one slurmd per node, each node in its own network namespace (own address, so several
+slurmd run on one host without a multiple-slurmd build), with typed GPUs backed by empty device files, as in
+../shared/docs/slurm-local.md. Everything it starts it stops by pid; a node "crashes" by killing every process in its
+namespace (slurmd, slurmstepd and the job's processes).
+
+    with LocalSlurm(work_dir, [("a1", "a100", 4), ("v1", "v100", 4)]) as slurm:
+        env = slurm.env           # SLURM_CONF for sinfo / squeue / sbatch / tessel-sched serve
+        slurm.crash_node("a1")
+
+`LocalSlurm.unavailable()` says why a cluster cannot be made here (not root, Slurm or munge not installed, no network
+namespaces), or returns None.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+BRIDGE = "tsslurm0"
+SUBNET = "10.231.7"
+CTLD_PORT = 6917
+SLURMD_PORT = 6918
+
+
+def _run(argv, check=True, env=None):
+    p = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if check and p.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(argv), p.returncode, p.stderr.strip()))
+    return p
+
+
+class LocalSlurm:
+    def __init__(self, work, nodes, slurmd_timeout=6):
+        self.work = os.path.abspath(work)
+        self.nodes = list(nodes)
+        self.slurmd_timeout = slurmd_timeout
+        self.procs = {}
+        self.munged = None
+        self.conf = os.path.join(self.work, "slurm.conf")
+        self.env = dict(os.environ, SLURM_CONF=self.conf)
+
+    @staticmethod
+    def unavailable():
+        if os.geteuid() != 0:
+            return "a test cluster needs root (slurmd, network namespaces)"
+        for prog in ("slurmctld", "slurmd", "munged", "sinfo", "ip", "nsenter"):
+            if shutil.which(prog) is None and not os.path.exists("/usr/sbin/" + prog):
+                return "%s is not installed (scripts/deps installs slurm-wlm and munge)" % prog
+        name = "tsprobe%d" % os.getpid()
+        if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+            return "network namespaces cannot be made here (ip netns add failed)"
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        return None
+
+    # -- set-up ------------------------------------------------------------------------------------------------
+    def __enter__(self):
+        # A SIGTERM (ctest's timeout, a user's kill) still runs the tear-down.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def ns(self, node):
+        return "tsslurm-" + node
+
+    def start(self):
+        self._clean_leftovers()
+        if os.path.exists(self.work):
+            shutil.rmtree(self.work)
+        for d in ("state", "log", "spool", "gpu"):
+            os.makedirs(os.path.join(self.work, d))
+        self._start_munge()
+        _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        _run(["ip", "addr", "add", SUBNET + ".1/24", "dev", BRIDGE])
+        _run(["ip", "link", "set", BRIDGE, "up"])
+        host = socket.gethostname().split(".")[0]
+        conf = [
+            "ClusterName=tessel", "SlurmctldHost=%s(%s.1)" % (host, SUBNET), "SlurmctldPort=%d" % CTLD_PORT,
+            "SlurmdPort=%d" % SLURMD_PORT, "AuthType=auth/munge", "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "GresTypes=gpu",
+            "SlurmUser=root", "ReturnToService=2", "SlurmdTimeout=%d" % self.slurmd_timeout, "MessageTimeout=5",
+            "KillWait=5", "MinJobAge=600", "SlurmdParameters=config_overrides",
+            # The main scheduler every second (default 60 s between full passes): starts 0.7 s after sbatch
+            # instead of 1.8-2.7 s, which matters at the time compression of the tests and replays.
+            "SchedulerParameters=sched_interval=1",
+            "StateSaveLocation=%s/state" % self.work, "SlurmdSpoolDir=%s/spool/%%n" % self.work,
+            "SlurmctldPidFile=%s/slurmctld.pid" % self.work, "SlurmdPidFile=%s/slurmd-%%n.pid" % self.work,
+            "SlurmctldLogFile=%s/log/slurmctld.log" % self.work, "SlurmdLogFile=%s/log/slurmd-%%n.log" % self.work,
+        ]
+        gres = []
+        for k, (name, gpu, count) in enumerate(self.nodes):
+            addr = "%s.%d" % (SUBNET, 10 + k)
+            ns, veth = self.ns(name), "tsv%d" % k
+            _run(["ip", "netns", "add", ns])
+            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "tsp%d" % k])
+            _run(["ip", "link", "set", "tsp%d" % k, "netns", ns])
+            _run(["ip", "link", "set", veth, "master", BRIDGE, "up"])
+            _run(["ip", "netns", "exec", ns, "ip", "addr", "add", addr + "/24", "dev", "tsp%d" % k])
+            _run(["ip", "netns", "exec", ns, "ip", "link", "set", "tsp%d" % k, "up"])
+            _run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
+            gpu_dir = os.path.join(self.work, "gpu", name)
+            os.makedirs(gpu_dir)
+            for g in range(count):
+                open(os.path.join(gpu_dir, "gpu%d" % g), "w").close()
+            os.makedirs(os.path.join(self.work, "spool", name))
+            conf.append("NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%d RealMemory=1000 Gres=gpu:%s:%d State=UNKNOWN"
+                        % (name, addr, name, max(8, count), gpu, count))
+            gres.append("NodeName=%s Name=gpu Type=%s File=%s/gpu[0-%d]" % (name, gpu, gpu_dir, count - 1))
+        conf.append("PartitionName=main Nodes=%s Default=YES MaxTime=INFINITE State=UP"
+                    % ",".join(n for n, _, _ in self.nodes))
+        with open(self.conf, "w") as f:
+            f.write("\n".join(conf) + "\n")
+        with open(os.path.join(self.work, "gres.conf"), "w") as f:
+            f.write("\n".join(gres) + "\n")
+        self.start_controller(clean=True)
+        for name, _, _ in self.nodes:
+            self.start_node(name)
+        self.wait_idle()
+
+    def _start_munge(self):
+        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+            return
+        key = "/etc/munge/munge.key"
+        if not os.path.exists(key) or os.path.getsize(key) == 0:
+            os.makedirs("/etc/munge", exist_ok=True)
+            with open(key, "wb") as f:
+                f.write(os.urandom(1024))
+            shutil.chown(key, "munge", "munge")
+            os.chmod(key, 0o400)
+        os.makedirs("/run/munge", exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        # munged -F stays in the foreground: this process owns it and stops it.
+        self.munged = subprocess.Popen(["su", "-s", "/bin/sh", "munge", "-c", "exec /usr/sbin/munged -F"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if _run(["munge", "-n"], check=False).returncode == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("munged did not start")
+
+    def start_controller(self, clean=False):
+        argv = ["slurmctld", "-D", "-f", self.conf] + (["-i"] if clean else [])
+        self.procs["slurmctld"] = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if _run(["sinfo", "-h"], check=False, env=self.env).returncode == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("slurmctld did not answer: " + self.log("slurmctld"))
+
+    def stop_controller(self):
+        self._stop("slurmctld")
+
+    def start_node(self, name):
+        # nsenter enters only the network namespace (ip netns exec would remount /sys and hide the cgroup mount).
+        argv = ["nsenter", "--net=/run/netns/" + self.ns(name), "slurmd", "-D", "-f", self.conf, "-N", name]
+        self.procs["slurmd:" + name] = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL,
+                                                        stderr=subprocess.DEVNULL)
+
+    def crash_node(self, name):
+        """Kills every process of the node (slurmd, slurmstepd, the jobs): a node that died."""
+        pids = _run(["ip", "netns", "pids", self.ns(name)], check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p = self.procs.pop("slurmd:" + name, None)
+        if p:
+            p.wait()
+
+    def nodes_json(self):
+        return json.loads(_run(["sinfo", "--json"], env=self.env).stdout)["nodes"]
+
+    def jobs_json(self):
+        return json.loads(_run(["squeue", "--json"], env=self.env).stdout)["jobs"]
+
+    def wait_idle(self, timeout=60):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            states = {n["name"]: n["state"] for n in self.nodes_json()}
+            if len(states) == len(self.nodes) and all(s == "idle" for s in states.values()):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("nodes not idle after %d s: %s" % (timeout, states))
+
+    def log(self, daemon):
+        path = os.path.join(self.work, "log", daemon + ".log")
+        return open(path).read()[-3000:] if os.path.exists(path) else ""
+
+    # -- tear-down -----------------------------------------------------------------------------------------------
+    def _stop(self, key):
+        p = self.procs.pop(key, None)
+        if p is None:
+            return
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    def stop(self):
+        for key in list(self.procs):
+            if key.startswith("slurmd:"):
+                self.crash_node(key.split(":", 1)[1])
+        self._stop("slurmctld")
+        for name, _, _ in self.nodes:
+            self.crash_node(name)
+            subprocess.run(["ip", "netns", "del", self.ns(name)], capture_output=True)
+        for k in range(len(self.nodes)):
+            subprocess.run(["ip", "link", "del", "tsv%d" % k], capture_output=True)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+        if self.munged is not None:
+            self.munged.terminate()
+            self.munged.wait()
+            subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+            self.munged = None
+
+    def _clean_leftovers(self):
+        # A test killed before its tear-down leaves namespaces and a bridge named as ours: remove them.
+        listing = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
+        for line in listing:
+            ns = line.split(" ")[0]
+            if ns.startswith("tsslurm-"):
+                for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+        for line in _run(["ip", "-o", "link", "show"], check=False).stdout.split("\n"):
+            parts = line.split(": ")
+            if len(parts) > 1 and parts[1].split("@")[0].startswith("tsv"):
+                subprocess.run(["ip", "link", "del", parts[1].split("@")[0]], capture_output=True)
+        # Daemons of an earlier test cluster (any folder) hold our ports: they are recognised by their config.
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+            except OSError:
+                continue
+            names = [os.path.basename(a.decode(errors="replace")) for a in argv[:3]]
+            if not any(n in ("slurmctld", "slurmd") for n in names) or b"-f" not in argv:
+                continue
+            conf = argv[argv.index(b"-f") + 1].decode(errors="replace")
+            try:
+                ours = ("SlurmctldPort=%d" % CTLD_PORT) in open(conf).read()
+            except OSError:
+                ours = conf.endswith("/slurm/slurm.conf")
+            if ours:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass

@@ -1,0 +1,209 @@
+// The Slurm backend's pieces that need no running Slurm: parsing the CLIs' JSON (sinfo / squeue of Slurm 22.05),
+// the sbatch request of a Cell, the job-side plan and checkpoint contract, and the durable intake of job specs.
+// The controller itself is tested against a real Slurm (slurm_test.py).
+
+#include "SchedTestUtil.hpp"
+
+#include "../TesselTestError.hpp"
+
+#include <tessel/core/Json.hpp>
+#include <tessel/sched/JobContext.hpp>
+#include <tessel/sched/Slurm.hpp>
+#include <tessel/sched/SlurmController.hpp>
+
+#include <algorithm>
+
+namespace {
+
+using namespace sched_test;
+using tessel::Json;
+using tessel::test::error_of;
+
+// The shape of `sinfo --json` (data parser v0.0.38), trimmed to the fields read.
+std::string sinfo_text() {
+  return R"js({"meta": {}, "errors": [], "nodes": [
+    {"name": "a1", "gres": "gpu:a100:4(S:0-1)", "state": "mixed", "state_flags": [], "reason": ""},
+    {"name": "a2", "gres": "gpu:a100:4", "state": "down", "state_flags": ["NOT_RESPONDING"], "reason": "Not responding"},
+    {"name": "v1", "gres": "gpu:v100:4,license:x:1", "state": "idle", "state_flags": ["DRAIN"], "reason": "maint"},
+    {"name": "c1", "gres": "", "state": "idle", "state_flags": []},
+    {"name": "v2", "gres": "gpu:v100:2", "state": "idle", "state_flags": ["NOT_RESPONDING"]}]})js";
+}
+
+TEST(SchedSlurm, sinfo_json_gives_typed_gpus_and_usable_or_failed_nodes) {
+  auto const nodes = parse_sinfo_json(sinfo_text(), "sinfo");
+  ASSERT_EQ(nodes.size(), 5u);
+  EXPECT_EQ(nodes[0].gpu_type, "a100");
+  EXPECT_EQ(nodes[0].gpus, 4);
+  EXPECT_TRUE(nodes[0].usable);
+  EXPECT_FALSE(nodes[0].failed);
+  EXPECT_FALSE(nodes[1].usable); // down: its jobs are lost
+  EXPECT_TRUE(nodes[1].failed);
+  EXPECT_FALSE(nodes[2].usable); // draining: no new job, the running ones stay
+  EXPECT_FALSE(nodes[2].failed);
+  EXPECT_EQ(nodes[2].gpu_type, "v100");
+  EXPECT_EQ(nodes[3].gpus, 0);
+  EXPECT_FALSE(nodes[4].usable); // not responding for a moment: no new job, not failed
+  EXPECT_FALSE(nodes[4].failed);
+}
+
+TEST(SchedSlurm, sinfo_json_errors_name_the_node_and_the_gres) {
+  EXPECT_NE(error_of([] {
+              parse_sinfo_json(R"js({"nodes": [{"name": "m1", "gres": "gpu:a100:2,gpu:v100:2", "state": "idle"}]})js",
+                               "sinfo");
+            }).find("node m1 has GPUs of two types (a100 and v100)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_sinfo_json(R"js({"nodes": [{"name": "m2", "gres": "gpu:4", "state": "idle"}]})js", "sinfo");
+            }).find("GRES 'gpu:4' has no GPU type"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_sinfo_json(R"js({"nodes": 3})js", "sinfo"); }).find("sinfo"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_sinfo_json(R"js({"errors": [{"error": "down"}], "nodes": []})js", "sinfo");
+            }).find("reported errors"),
+            std::string::npos);
+}
+
+TEST(SchedSlurm, squeue_json_keeps_our_jobs_with_states_nodes_and_exit_codes) {
+  std::string const text = R"js({"errors": [], "jobs": [
+    {"job_id": 7, "name": "tessel.j1.2", "job_state": "RUNNING", "state_reason": "None", "exit_code": 0,
+     "restart_cnt": 0, "job_resources": {"allocated_nodes": [{"nodename": "a1"}, {"nodename": "a2"}]}},
+    {"job_id": 8, "name": "other", "job_state": "RUNNING"},
+    {"job_id": 9, "name": "tessel.j2.1", "job_state": "FAILED", "state_reason": "NonZeroExitCode",
+     "exit_code": 768, "restart_cnt": 0, "job_resources": {"allocated_nodes": [{"nodename": "v1"}]}},
+    {"job_id": 10, "name": "tessel.j3.1", "job_state": "PENDING", "state_reason": "BeginTime", "restart_cnt": 1}]})js";
+  auto const jobs = parse_squeue_json(text, "squeue", "tessel.");
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].id, 7);
+  EXPECT_EQ(jobs[0].nodes, (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_EQ(jobs[1].state, "FAILED");
+  EXPECT_EQ(jobs[1].exit_code, 3); // the raw wait status 768 is exit status 3
+  EXPECT_EQ(jobs[2].restarts, 1);
+  EXPECT_TRUE(jobs[2].nodes.empty());
+}
+
+TEST(SchedSlurm, sbatch_asks_for_the_cells_nodes_gres_and_tasks) {
+  SbatchRequest r;
+  r.name = "tessel.j1.3";
+  r.partition = "main";
+  r.nodes = {"a1", "a2"};
+  r.gpu_type = "a100";
+  r.gpus_per_node = 4;
+  r.script = "exec tessel-sched-trainer";
+  r.after = 41;
+  r.env = {{"TESSEL_SCHED_PLAN", "/s/jobs/j1/plan.3.json"}};
+  auto const argv = SlurmClient::sbatch_command(r);
+  auto has = [&](std::string const &a) { return std::find(argv.begin(), argv.end(), a) != argv.end(); };
+  EXPECT_EQ(argv[0], "sbatch");
+  EXPECT_TRUE(has("--nodes=2"));
+  EXPECT_TRUE(has("--nodelist=a1,a2"));
+  EXPECT_TRUE(has("--gres=gpu:a100:4"));
+  EXPECT_TRUE(has("--ntasks-per-node=4"));
+  EXPECT_TRUE(has("--requeue"));
+  EXPECT_TRUE(has("--dependency=afterany:41"));
+  EXPECT_TRUE(has("--export=ALL,TESSEL_SCHED_PLAN=/s/jobs/j1/plan.3.json"));
+  r.env = {{"X", "a,b"}};
+  EXPECT_NE(error_of([&] { SlurmClient::sbatch_command(r); }).find("contains a comma"), std::string::npos);
+}
+
+TEST(SchedSlurm, a_job_resumes_from_its_checkpoint_and_reports_progress) {
+  TempDir dir;
+  JobPlan plan;
+  plan.job = "j1";
+  plan.attempt = 2;
+  plan.model = "moe__2.4B";
+  plan.batch_size = 256;
+  plan.iterations = 100;
+  plan.gpu_type = "a100";
+  plan.nodes = {"a1"};
+  plan.gpus_per_node = 4;
+  plan.plan.stages = {{4, 1}};
+  plan.throughput = 50;
+  plan.dir = dir.path("");
+  JobContext const ctx(plan);
+  EXPECT_EQ(ctx.resume_from(), 0);
+  ctx.report(10);
+  EXPECT_EQ(ctx.resume_from(), 0) << "progress is not a checkpoint";
+  ctx.checkpoint(40);
+  EXPECT_EQ(ctx.resume_from(), 40);
+  Json const progress = tessel::read_json(dir.path("progress.json"));
+  EXPECT_EQ(progress["state"], "checkpointed");
+  EXPECT_EQ(progress["done"], 40);
+  ctx.finish();
+  EXPECT_EQ(tessel::read_json(dir.path("progress.json"))["state"], "done");
+  EXPECT_EQ(ctx.resume_from(), 100);
+  // A plan file missing a field is refused, naming it.
+  dir.write("plan.json", R"js({"job": "j1", "attempt": 1})js");
+  EXPECT_NE(error_of([&] { read_job_plan(dir.path("plan.json")); }).find("model"), std::string::npos);
+}
+
+// A state folder as a controller leaves it (config.json), without Slurm: submit judges specs against its cluster.
+std::string state_folder(TempDir const &dir) {
+  dir.write("state/config.json", R"js({"partition": "main", "t0": 0, "round_seconds": 1, "time_scale": 1,
+    "policy": "fcfs", "source": "estimator", "profile": "",
+    "nodes": [{"name": "a1", "gpu_type": "a100", "gpus": 4}, {"name": "a2", "gpu_type": "a100", "gpus": 4},
+              {"name": "v1", "gpu_type": "v100", "gpus": 4}]})js");
+  return dir.path("state");
+}
+
+Json job(std::string const &name) {
+  return {{"name", name},      {"model", "bert"}, {"size", "1.3B"},    {"batch_size", 128},
+          {"iterations", 500}, {"gpus", 4},       {"gpu_type", "a100"}};
+}
+
+TEST(SchedSlurm, submit_journals_valid_specs_once_and_refuses_bad_fields) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path("state"));
+  std::string const state = state_folder(dir);
+  EXPECT_EQ(submit_job(state, job("j1"), "j1.json"), "j1");
+  EXPECT_EQ(submit_job(state, job("j2"), "j2.json"), "j2");
+  EXPECT_NE(error_of([&] { submit_job(state, job("j1"), "again.json"); }).find("already submitted"), std::string::npos);
+  struct Bad {
+    char const *field;
+    Json value;
+    char const *message;
+  };
+  std::vector<Bad> const bad = {
+      {"gpus", 16, "field 'gpus': 16 a100 GPUs requested; the cluster has 8"},
+      {"gpus", 6, "field 'gpus': 6 is not a power of two"},
+      {"gpu_type", "h100", "field 'gpu_type': the cluster has no 'h100' GPUs (it has a100, v100)"},
+      {"size", "99B", "field 'model': unknown model 'bert__99B'"},
+      {"batch_size", 0, "field 'batch_size' must be in [1,"},
+      {"iterations", 2.5, "field 'iterations' must be an integer"},
+      {"name", "a b", "field 'name' may hold letters"},
+      {"color", "red", "field 'color' is not a job spec field"},
+  };
+  for (auto const &b : bad) {
+    Json spec = job("x");
+    spec[b.field] = b.value;
+    std::string const error = error_of([&] { submit_job(state, spec, "x.json"); });
+    EXPECT_NE(error.find(std::string("x.json: ") + b.message), std::string::npos) << b.field << ": " << error;
+  }
+  Json missing = job("y");
+  missing.erase("gpu_type");
+  EXPECT_NE(error_of([&] { submit_job(state, missing, "y.json"); }).find("field 'gpu_type' is missing"),
+            std::string::npos);
+  // Only the two good jobs are in the journal, as whole lines.
+  std::ifstream in(dir.path("state/jobs.journal"));
+  std::string line;
+  std::vector<std::string> names;
+  while (std::getline(in, line))
+    names.push_back(tessel::parse_json(line, "journal")["spec"]["name"].get<std::string>());
+  EXPECT_EQ(names, (std::vector<std::string>{"j1", "j2"}));
+  // Without a controller's state there is nothing to submit to.
+  EXPECT_NE(error_of([&] { submit_job(dir.path("nowhere"), job("z"), "z.json"); }).find("no controller state"),
+            std::string::npos);
+}
+
+TEST(SchedSlurm, status_lists_jobs_the_controller_has_not_seen_yet) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path("state"));
+  std::string const state = state_folder(dir);
+  EXPECT_NE(error_of([&] { read_status(state); }).find("no status"), std::string::npos);
+  submit_job(state, job("seen"), "s.json");
+  submit_job(state, job("new"), "n.json");
+  dir.write("state/status.json", R"js({"jobs": [{"name": "seen"}]})js");
+  Json const s = read_status(state);
+  EXPECT_EQ(s["submitted_not_seen"], Json::array({"new"}));
+}
+
+} // namespace
