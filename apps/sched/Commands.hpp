@@ -4,8 +4,14 @@
 // Sub-commands of tessel-sched; each reads its options from a tessel::CommandLine and calls finish().
 
 #include <tessel/core/CommandLine.hpp>
+#include <tessel/sched/Throughput.hpp>
+
+#include <string>
 
 namespace tessel::sched::app {
+
+/// The value of --source (table, estimator, table+estimator); a usage error names the option.
+ThroughputSource source_option(std::string const &name);
 
 int simulate_command(tessel::CommandLine &args);
 int estimate_command(tessel::CommandLine &args);

@@ -23,17 +23,6 @@ std::atomic<bool> g_stop{false};
 
 extern "C" void on_stop(int) { g_stop.store(true); }
 
-ThroughputSource serve_source(std::string const &name) {
-  if (name == "table")
-    return ThroughputSource::table;
-  if (name == "estimator")
-    return ThroughputSource::estimator;
-  if (name == "table+estimator")
-    return ThroughputSource::table_then_estimator;
-  TESSEL_REQUIRE_USAGE(false, "option --source expects table, estimator or table+estimator, got '", name, "'");
-  return ThroughputSource::table;
-}
-
 } // namespace
 
 int serve_command(tessel::CommandLine &args) {
@@ -79,7 +68,7 @@ int serve_command(tessel::CommandLine &args) {
   o.until_done = args.flag("until-done");
   o.job_prefix = args.get("job-prefix", "tessel.");
   args.finish();
-  ThroughputSource const source = serve_source(source_arg);
+  ThroughputSource const source = source_option(source_arg);
   TESSEL_REQUIRE_USAGE(source == ThroughputSource::estimator || !o.profile.empty(), "--source ", source_arg,
                        " needs --profile");
   ProfileTable table;

@@ -135,16 +135,16 @@ struct SimulateArgs {
   bool quiet = false;
 };
 
-ThroughputSource parse_source(std::string const &name) {
-  if (name == "table")
-    return ThroughputSource::table;
-  if (name == "estimator")
-    return ThroughputSource::estimator;
-  if (name == "table+estimator")
-    return ThroughputSource::table_then_estimator;
-  TESSEL_REQUIRE_USAGE(false, "option --source expects table, estimator or table+estimator, got '", name, "'");
-  return ThroughputSource::table;
+} // namespace
+
+ThroughputSource source_option(std::string const &name) {
+  ThroughputSource source = ThroughputSource::table;
+  TESSEL_REQUIRE_USAGE(parse_source(name, source), "option --source expects table, estimator or table+estimator, got '",
+                       name, "'");
+  return source;
 }
+
+namespace {
 
 std::vector<std::string> parse_policies(std::string const &list) {
   std::vector<std::string> policies;
@@ -189,7 +189,7 @@ SimulateArgs parse_simulate_args(tessel::CommandLine &args) {
   a.source_arg = args.get("source", a.profile_path.empty() ? "estimator" : "table");
   args.finish();
   tessel::require_writable(a.json_path);
-  a.source = parse_source(a.source_arg);
+  a.source = source_option(a.source_arg);
   a.policies = parse_policies(policy_arg);
   return a;
 }

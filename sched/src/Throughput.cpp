@@ -36,6 +36,15 @@ char const *source_name(ThroughputSource source) {
   return "?";
 }
 
+bool parse_source(std::string_view name, ThroughputSource &source) {
+  for (auto s : {ThroughputSource::table, ThroughputSource::estimator, ThroughputSource::table_then_estimator})
+    if (name == source_name(s)) {
+      source = s;
+      return true;
+    }
+  return false;
+}
+
 double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 
 ThroughputOracle::ThroughputOracle(Cluster const &cluster, ProfileTable const *table, Estimator const *estimator,

@@ -138,7 +138,7 @@ TEST(SchedSlurm, a_job_resumes_from_its_checkpoint_and_reports_progress) {
 
 // A state folder as a controller leaves it (config.json), without Slurm: submit judges specs against its cluster.
 std::string state_folder(TempDir const &dir) {
-  dir.write("state/config.json", R"js({"partition": "main", "t0": 0, "round_seconds": 1, "time_scale": 1,
+  dir.write("state/config.json", R"js({"partition": "main", "t0": 0, "round_seconds": 30, "time_scale": 10,
     "policy": "fcfs", "source": "estimator", "profile": "",
     "nodes": [{"name": "a1", "gpu_type": "a100", "gpus": 4}, {"name": "a2", "gpu_type": "a100", "gpus": 4},
               {"name": "v1", "gpu_type": "v100", "gpus": 4}]})js");

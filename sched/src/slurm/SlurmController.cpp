@@ -120,20 +120,6 @@ bool gained(Enacted const &before, Enacted const &after) {
   return false;
 }
 
-ThroughputSource source_of(std::string const &name) {
-  if (name == "table")
-    return ThroughputSource::table;
-  if (name == "table+estimator")
-    return ThroughputSource::table_then_estimator;
-  return ThroughputSource::estimator;
-}
-
-std::string source_text(ThroughputSource s) {
-  return s == ThroughputSource::table                  ? "table"
-         : s == ThroughputSource::table_then_estimator ? "table+estimator"
-                                                       : "estimator";
-}
-
 // What the policies and submit use to judge a job: the cluster and the throughput source of a state folder.
 struct Judge {
   Cluster cluster;
@@ -271,6 +257,7 @@ struct SlurmController::State final : SchedWorld {
   std::string slurm_error;
   double slurm_error_since = 0;
   std::map<std::string, SlurmNode> node_state;
+  std::map<long, std::string> slurm_states; ///< this round's squeue: Slurm job id -> state
   double last_round_ms = 0, last_decide_ms = 0;
   std::vector<double> round_ms, decide_ms; ///< every round of this process (the controller's own cost)
 
@@ -470,7 +457,7 @@ struct SlurmController::State final : SchedWorld {
                 {"round_seconds", opt.round_seconds},
                 {"time_scale", opt.time_scale},
                 {"policy", opt.policy},
-                {"source", source_text(source)},
+                {"source", source_name(source)},
                 {"profile", opt.profile},
                 {"nodes", nodes_json(nodes)}};
       write_json(config_path, config);
@@ -601,8 +588,11 @@ struct SlurmController::State final : SchedWorld {
   // Brings the jobs up to date with Slurm: completions, failures, progress, node states.
   void reconcile(std::vector<SlurmNode> const &nodes, std::vector<SlurmJob> const &in_slurm) {
     std::map<long, SlurmJob const *> by_id;
-    for (auto const &s : in_slurm)
+    slurm_states.clear();
+    for (auto const &s : in_slurm) {
       by_id[s.id] = &s;
+      slurm_states[s.id] = s.state;
+    }
     node_state.clear();
     for (auto const &n : nodes)
       node_state[n.name] = n;
@@ -721,8 +711,8 @@ struct SlurmController::State final : SchedWorld {
     return path;
   }
 
-  // Starts (or restarts elsewhere) job `id` where the policy placed it; `after`: the attempt it replaces.
-  void launch(int id, Enacted const &e, long after) {
+  // Starts (or restarts elsewhere) job `id` where the policy placed it; `after`: an attempt still checkpointing.
+  void launch(int id, Enacted const &e, long after, bool moved) {
     auto &j = records[static_cast<std::size_t>(id)];
     auto &l = live[static_cast<std::size_t>(id)];
     std::vector<std::string> names;
@@ -764,7 +754,7 @@ struct SlurmController::State final : SchedWorld {
         l.enacted = l.last = e;
         l.restore = false;
         log(tessel::Impl::concat(
-            after ? "moved" : "started", " job ", j.spec->id, " on ", r.gpus_per_node * names.size(), " ", r.gpu_type,
+            moved ? "moved" : "started", " job ", j.spec->id, " on ", r.gpus_per_node * names.size(), " ", r.gpu_type,
             " GPUs (", names.size(), " nodes x ", r.gpus_per_node, ") as Slurm job ", l.slurm_id,
             after ? tessel::Impl::concat(" (after Slurm job ", after, " checkpoints)") : std::string()));
         return;
@@ -782,15 +772,23 @@ struct SlurmController::State final : SchedWorld {
 
   void ask_to_stop(int id, long slurm_id) {
     auto &l = live[static_cast<std::size_t>(id)];
-    try {
-      slurm.signal(slurm_id, "USR1");
-    } catch (SlurmError const &e) {
-      log(tessel::Impl::concat("job ", records[static_cast<std::size_t>(id)].spec->id, ": ", e.what(),
-                               "; cancelling Slurm job ", slurm_id));
-      slurm.cancel(slurm_id);
+    auto const it = slurm_states.find(slurm_id);
+    std::string const state = it == slurm_states.end() ? std::string() : it->second;
+    if (state == "RUNNING" || state == "CONFIGURING") {
+      try {
+        slurm.signal(slurm_id, "USR1");
+        l.stopping_id = slurm_id;
+        l.stopping_round = round_;
+        return;
+      } catch (SlurmError const &e) {
+        log(tessel::Impl::concat("job ", records[static_cast<std::size_t>(id)].spec->id, ": ", e.what(),
+                                 "; cancelling Slurm job ", slurm_id));
+      }
     }
-    l.stopping_id = slurm_id;
-    l.stopping_round = round_;
+    // Not started yet (nothing to checkpoint; signalling a pending job blocks scancel for half a minute), or the
+    // signal failed: cancel it.
+    if (state.empty() || alive_state(state))
+      slurm.cancel(slurm_id);
   }
 
   // Carries the policy's decisions out in Slurm.
@@ -816,7 +814,9 @@ struct SlurmController::State final : SchedWorld {
                           {"gained", gained(before[i], now)},
                           {"now", now_}});
         }
-        launch(j.id, now, old);
+        // The next attempt waits for the one still checkpointing (this one, or an earlier one when this one had
+        // not started), so that two attempts never run at once and the next resumes from the last checkpoint.
+        launch(j.id, now, l.stopping_id, old > 0);
       } else if (was_running && j.state == JobState::pending) {
         long const old = l.slurm_id;
         journal.append({{"op", "stop"}, {"job", j.spec->id}, {"attempt", l.attempt}, {"now", now_}});
@@ -1065,11 +1065,14 @@ std::string submit_job(std::string const &state_dir, Json const &spec, std::stri
   // The same judgement as the controller's: its cluster, and its throughput source (the table is re-read when the
   // controller used one).
   std::string const src = json_get<std::string>(config, "source", config_path);
+  ThroughputSource throughput = ThroughputSource::estimator;
+  TESSEL_REQUIRE(parse_source(src, throughput), config_path, ": field 'source': unknown throughput source '", src, "'");
   std::unique_ptr<ProfileTable> table;
   if (config.contains("profile") && config["profile"].is_string() && !config["profile"].get<std::string>().empty())
     table = std::make_unique<ProfileTable>(load_profile(config["profile"].get<std::string>()));
-  Judge const judge(json_member(config, "nodes", config_path), config_path, table ? table.get() : no_table,
-                    source_of(src), 300);
+  Judge const judge(json_member(config, "nodes", config_path), config_path, table ? table.get() : no_table, throughput,
+                    json_get<double>(config, "round_seconds", config_path) *
+                        json_get<double>(config, "time_scale", config_path));
   std::string command;
   JobSpec const s = parse_spec(spec, source, judge, command);
   Impl::Journal const journal(state_dir + "/jobs.journal");

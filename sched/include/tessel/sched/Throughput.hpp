@@ -10,6 +10,7 @@
 #include <tessel/sched/Profile.hpp>
 
 #include <cstdint>
+#include <string_view>
 #include <unordered_map>
 
 namespace tessel::sched {
@@ -27,6 +28,8 @@ enum class ThroughputSource {
 };
 
 char const *source_name(ThroughputSource source);
+/// \brief The source named \p name (as source_name writes it); false when there is none of that name.
+bool parse_source(std::string_view name, ThroughputSource &source);
 
 /// \brief Memoized throughput oracle. Not thread-safe (one per simulation).
 ///
