@@ -112,6 +112,7 @@ OPTIONS = [
     (SIM, "--job-mtbf", []), (SIM + ["--job-mtbf", "10"], "--checkpoint", []), (SIM, "--parallel", []),
     (CELLS, "--batch", []), (CELLS, "--gpus", []),
     (SCHED_BENCH, "--jobs", []), (SCHED_BENCH, "--rounds", []), (SCHED_BENCH, "--repeat", []),
+    (SCHED_BENCH, "--seed", ["0", "4294967299"]), (SCHED_BENCH, "--load", []),
     (SYNTH, "--jobs", []), (SYNTH, "--rate", []), (SYNTH, "--median-hours", []), (SYNTH, "--sigma", ["0"]),
     (SYNTH, "--gpt-share", ["0"]), (SYNTH, "--seed", ["0", "4294967299"]),
     (EF, "--from", ["0"]), (EF, "--sample", []), (EF, "--seed", ["0", "4294967299"]),
@@ -145,7 +146,7 @@ def case_options():
             for opt in re.findall(r"(--[a-z][a-z0-9-]*)[ =](?:N|H|S|R|D|T|E|C|X|F|B|US|SEC|MB/s|STD|A|SECONDS|"
                                   r"JOBS_PER_HOUR|R,C|LIST)\b", out):
                 if opt in ("--trace", "--schedule", "--models", "--kernels", "--policy", "--profile", "--cluster",
-                           "--registry", "--tuning", "--json", "--data", "--out", "--source", "--crius-spec",
+                           "--registry", "--tuning", "--json", "--data", "--out", "--source", "--crius-spec", "--decisions",
                            "--device-infos"):
                     continue
                 check((name, opt) in covered, "%s %s is not in the options table" % (name, opt))
