@@ -43,6 +43,8 @@ void simulate_usage() {
       "  --repair-rounds R    rounds a failed node stays down (default 6; needs --node-mtbf)\n"
       "  --job-mtbf H         job mean time between failures in hours (> 0; default: no job failures)\n"
       "  --checkpoint S       seconds of execution between checkpoints (default 1800; needs a failure MTBF)\n"
+      "  --start-latency S    seconds without progress at every start, move or shrink of a job: a cluster\n"
+      "                       manager's launch latency (default 0; exact accounting only)\n"
       "  --parallel N         simulate N policies concurrently, one thread each (default 1)\n"
       "  --check              verify conservation and progress invariants every round\n"
       "  --json F             write metrics, per-job JCTs and per-round series as JSON\n"
@@ -182,6 +184,9 @@ SimulateArgs parse_simulate_args(tessel::CommandLine &args) {
                        "--repair-rounds is how long a failed node stays down: it needs --node-mtbf");
   TESSEL_REQUIRE_USAGE(!args.has("checkpoint") || args.has("node-mtbf") || args.has("job-mtbf"),
                        "--checkpoint sets where failed jobs restart from: it needs --node-mtbf or --job-mtbf");
+  opt.start_latency = args.get_double("start-latency", 0, tessel::Range::at_least(0, 1e7));
+  TESSEL_REQUIRE_USAGE(!(opt.arena_compat && opt.start_latency > 0),
+                       "--start-latency is a cost of exact accounting: it does not combine with --arena-compat");
   opt.check_invariants = args.flag("check");
   a.threads = args.get_int("parallel", 1, 1, 1024);
   a.json_path = args.get("json", "");
@@ -349,7 +354,8 @@ void write_results(SimulateArgs const &a, Cluster const &cluster, std::vector<Si
                     {"seed", opt.seed},
                     {"node_mtbf_hours", opt.node_mtbf_hours},
                     {"job_mtbf_hours", opt.job_mtbf_hours},
-                    {"checkpoint_interval", opt.checkpoint_interval}};
+                    {"checkpoint_interval", opt.checkpoint_interval},
+                    {"start_latency", opt.start_latency}};
   Json &types = doc["gpu_types"] = Json::array();
   for (auto const &t : cluster.types())
     types.push_back(t.name);

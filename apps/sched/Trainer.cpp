@@ -32,8 +32,9 @@ int main(int argc, char **argv) {
                 plan.gpu_type.c_str());
     for (auto const &n : plan.nodes)
       std::printf(" %s", n.c_str());
-    std::printf("; plan %s x %d micro-batches; %.2f samples/s\n", plan.plan.key().c_str(), plan.plan.micro_batches,
-                plan.throughput);
+    double const started = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("; plan %s x %d micro-batches; %.2f samples/s; started at %.3f\n", plan.plan.key().c_str(),
+                plan.plan.micro_batches, plan.throughput, started);
     std::fflush(stdout);
     double const iter_wall = plan.batch_size / plan.throughput / plan.time_scale;
     double const startup_wall = plan.startup_s / plan.time_scale;

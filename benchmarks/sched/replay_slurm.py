@@ -69,7 +69,7 @@ def live(a, policy, trace_rows, out, data):
     state = os.path.join(work, "state")
     os.makedirs(work, exist_ok=True)
     sched, trainer = tool(a.build, "tessel-sched"), tool(a.build, "tessel-sched-trainer")
-    with LocalSlurm(os.path.join(work, "slurm"), NODES) as slurm:
+    with LocalSlurm(os.path.join(work, "slurm"), NODES, instance=1) as slurm:  # beside a test cluster
         env = dict(slurm.env, PATH=os.path.dirname(trainer) + ":" + os.environ["PATH"])
         log = open(os.path.join(work, "serve.log"), "w")
         serve = subprocess.Popen([sched, "serve", "--backend", "slurm", "--state", state, "--partition", "main",
@@ -101,14 +101,32 @@ def live(a, policy, trace_rows, out, data):
                         "jct": j["finish_time"] - j["submit_time"] if j["finish_time"] >= 0 else None,
                         "finish": j["finish_time"] - interval, "reschedules": j["reschedules"],
                         "attempts": j["attempt"]} for j in status["jobs"]}
-    return jobs, status
+    return jobs, status, launch_latencies(state, t0, a.time_scale)
 
 
-def simulate(a, policy, cluster, trace, out, data):
-    path = os.path.join(out, "sim-%s.json" % policy)
+def launch_latencies(state, t0, scale):
+    """Wall seconds from each attempt's sbatch (the journal's launch record) to its trainer's start."""
+    launched = {}
+    for line in open(os.path.join(state, "controller.journal")):
+        rec = json.loads(line)
+        if rec["op"] == "launch":
+            launched[(rec["job"], rec["attempt"])] = t0 + rec["now"] / scale
+    out = []
+    for (job, attempt), at in launched.items():
+        path = os.path.join(state, "jobs", job, "slurm.%d.out" % attempt)
+        if not os.path.exists(path):
+            continue  # cancelled before it started
+        for line in open(path):
+            if "started at " in line:
+                out.append(float(line.rsplit("started at ", 1)[1]) - at)
+    return sorted(out)
+
+
+def simulate(a, policy, cluster, trace, out, data, latency=0.0):
+    path = os.path.join(out, "sim-%s%s.json" % (policy, "-latency" if latency else ""))
     run([tool(a.build, "tessel-sched"), "simulate", "--trace", trace, "--cluster", cluster, "--profile",
          os.path.join(data, "traces", "crius"), "--policy", policy, "--interval", str(a.round * a.time_scale),
-         "--json", path, "--quiet"])
+         "--start-latency", str(latency), "--json", path, "--quiet"])
     return {j["id"]: {"state": j["state"], "jct": j["jct"] if j["state"] == "completed" else None,
                       "finish": j["finish_time"], "reschedules": j["reschedules"]}
             for j in json.load(open(path))["policies"][policy]["jobs"]}
@@ -145,12 +163,16 @@ def main():
     result = {"options": vars(a), "policies": {}}
     for policy in a.policies.split(","):
         t = time.time()
-        live_jobs, status = live(a, policy, rows, a.out, data)
+        live_jobs, status, latencies = live(a, policy, rows, a.out, data)
         wall = time.time() - t
+        latency = statistics.median(latencies) * a.time_scale if latencies else 0.0
         sim_jobs = simulate(a, policy, cluster, trace, a.out, data)
+        sim_lat_jobs = simulate(a, policy, cluster, trace, a.out, data, latency)
         result["policies"][policy] = {"live": summary(live_jobs, rows), "sim": summary(sim_jobs, rows),
+                                      "sim_latency": summary(sim_lat_jobs, rows),
+                                      "launch_latency_wall_s": latencies, "start_latency_model_s": latency,
                                       "live_wall_s": wall, "controller_cost": status["cost"],
-                                      "live_jobs": live_jobs, "sim_jobs": sim_jobs}
+                                      "live_jobs": live_jobs, "sim_jobs": sim_jobs, "sim_latency_jobs": sim_lat_jobs}
         print("%s: live run %.0f s wall" % (policy, wall), flush=True)
     json.dump(result, open(os.path.join(a.out, "replay.json"), "w"), indent=1)
     print("\n| policy | avg JCT live (s) | simulated | diff | makespan live | simulated | diff | "
@@ -168,11 +190,23 @@ def main():
         c = r["controller_cost"]
         print("| %s | %d | %.1f / %.1f | %.2f / %.2f |" % (p, c["rounds"], c["round_ms_median"], c["round_ms_max"],
                                                           c["decide_ms_median"], c["decide_ms_max"]))
+    print("\nWith the measured launch latency in the simulator (--start-latency: median wall seconds from sbatch to "
+          "the job's start x time scale):")
+    print("| policy | attempts launched | launch latency median / p90 (wall s) | --start-latency (s) | avg JCT live | "
+          "simulated | diff | makespan diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p, r in result["policies"].items():
+        lat, lv, sm = r["launch_latency_wall_s"], r["live"], r["sim_latency"]
+        print("| %s | %d | %.2f / %.2f | %.0f | %.0f | %.0f | %+.1f %% | %+.1f %% |" % (
+            p, len(lat), statistics.median(lat) if lat else 0, lat[int(0.9 * (len(lat) - 1))] if lat else 0,
+            r["start_latency_model_s"], lv["avg_jct"], sm["avg_jct"], 100 * (lv["avg_jct"] / sm["avg_jct"] - 1),
+            100 * (lv["makespan"] / sm["makespan"] - 1)))
     if "crius" in result["policies"] and "fcfs" in result["policies"]:
         c, f = result["policies"]["crius"], result["policies"]["fcfs"]
-        print("\nCrius's avg-JCT reduction over FCFS: live %.1f %%, simulated %.1f %%" % (
-            100 * (1 - c["live"]["avg_jct"] / f["live"]["avg_jct"]),
-            100 * (1 - c["sim"]["avg_jct"] / f["sim"]["avg_jct"])))
+        print("\nCrius's avg-JCT reduction over FCFS: live %.1f %%, simulated %.1f %%, simulated with the launch "
+              "latency %.1f %%" % (100 * (1 - c["live"]["avg_jct"] / f["live"]["avg_jct"]),
+                                   100 * (1 - c["sim"]["avg_jct"] / f["sim"]["avg_jct"]),
+                                   100 * (1 - c["sim_latency"]["avg_jct"] / f["sim_latency"]["avg_jct"])))
 
 
 if __name__ == "__main__":

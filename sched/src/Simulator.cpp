@@ -91,8 +91,9 @@ Simulator::Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracl
   // The longest a job may run without progress: its re-tuning and restore after a move, and a failed job's
   // restart, paid off (a job's iteration time is below the round: longer ones are infeasible).
   ReschedCost const cost = _policy.resched_cost();
-  _stall_bound =
-      static_cast<int>(std::ceil((cost.tune_max + cost.restore_max + _opt.restart_cost) / _opt.interval)) + 1;
+  _stall_bound = static_cast<int>(std::ceil(
+                     (cost.tune_max + cost.restore_max + _opt.restart_cost + _opt.start_latency) / _opt.interval)) +
+                 1;
   _jobs.resize(trace.jobs.size());
   for (std::size_t i = 0; i < trace.jobs.size(); ++i) {
     auto &j = _jobs[i];
@@ -296,7 +297,10 @@ void Simulator::account_round(std::vector<int> const &before) {
   // Quotas of running jobs from the allocation, and the jobs that gained a GPU they did not hold (Arena attributes
   // every changed GPU to its new holder).
   std::vector<int> count(_jobs.size(), 0), nodes(_jobs.size(), 0), last_node(_jobs.size(), -1);
-  std::vector<char> gained(_jobs.size(), 0);
+  std::vector<char> gained(_jobs.size(), 0), lost(_jobs.size(), 0);
+  for (std::size_t g = 0; g < owners.size(); ++g)
+    if (before[g] >= 0 && owners[g] != before[g])
+      lost[static_cast<std::size_t>(before[g])] = 1;
   std::vector<int> used(static_cast<std::size_t>(T), 0);
   for (std::size_t g = 0; g < owners.size(); ++g) {
     int const o = owners[g];
@@ -359,7 +363,8 @@ void Simulator::account_round(std::vector<int> const &before) {
         }
       }
     } else {
-      j.overhead += tune;
+      // Every new attempt (start, move, shrink) waits for the cluster manager to launch it.
+      j.overhead += tune + (gained[ji] || lost[ji] ? _opt.start_latency : 0.0);
       thr *= std::max(0.0, I - j.overhead) / I;
     }
     thr_sum += thr;

@@ -22,10 +22,6 @@ import subprocess
 import sys
 import time
 
-BRIDGE = "tsslurm0"
-SUBNET = "10.231.7"
-CTLD_PORT = 6917
-SLURMD_PORT = 6918
 
 
 def _run(argv, check=True, env=None):
@@ -36,7 +32,14 @@ def _run(argv, check=True, env=None):
 
 
 class LocalSlurm:
-    def __init__(self, work, nodes, slurmd_timeout=6):
+    def __init__(self, work, nodes, slurmd_timeout=6, instance=0):
+        """`instance` (0-9) picks the bridge, subnet, ports and namespace names, so that clusters of different
+        instances run side by side (the tests use 0, the replay benchmark 1)."""
+        self.instance = instance
+        self.bridge = "tsslurm%d" % instance
+        self.subnet = "10.231.%d" % (7 + instance)
+        self.ctld_port = 6917 + 10 * instance
+        self.slurmd_port = self.ctld_port + 1
         self.work = os.path.abspath(work)
         self.nodes = list(nodes)
         self.slurmd_timeout = slurmd_timeout
@@ -73,7 +76,10 @@ class LocalSlurm:
         self.stop()
 
     def ns(self, node):
-        return "tsslurm-" + node
+        return "tsslurm%d-%s" % (self.instance, node)
+
+    def veth(self, k):
+        return "ts%dv%d" % (self.instance, k), "ts%dp%d" % (self.instance, k)
 
     def start(self):
         self._clean_leftovers()
@@ -82,33 +88,34 @@ class LocalSlurm:
         for d in ("state", "log", "spool", "gpu"):
             os.makedirs(os.path.join(self.work, d))
         self._start_munge()
-        _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        _run(["ip", "addr", "add", SUBNET + ".1/24", "dev", BRIDGE])
-        _run(["ip", "link", "set", BRIDGE, "up"])
+        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", self.subnet + ".1/24", "dev", self.bridge])
+        _run(["ip", "link", "set", self.bridge, "up"])
         host = socket.gethostname().split(".")[0]
         conf = [
-            "ClusterName=tessel", "SlurmctldHost=%s(%s.1)" % (host, SUBNET), "SlurmctldPort=%d" % CTLD_PORT,
-            "SlurmdPort=%d" % SLURMD_PORT, "AuthType=auth/munge", "ProctrackType=proctrack/linuxproc",
+            "ClusterName=tessel%d" % self.instance, "SlurmctldHost=%s(%s.1)" % (host, self.subnet),
+            "SlurmctldPort=%d" % self.ctld_port, "SlurmdPort=%d" % self.slurmd_port, "AuthType=auth/munge", "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "GresTypes=gpu",
             "SlurmUser=root", "ReturnToService=2", "SlurmdTimeout=%d" % self.slurmd_timeout, "MessageTimeout=5",
             "KillWait=5", "MinJobAge=600", "SlurmdParameters=config_overrides",
-            # The main scheduler every second (default 60 s between full passes): starts 0.7 s after sbatch
-            # instead of 1.8-2.7 s, which matters at the time compression of the tests and replays.
-            "SchedulerParameters=sched_interval=1",
+            # The main scheduler and backfill every second (defaults 60 s and 30 s): a job starts 0.7 s after
+            # sbatch instead of 1.8-2.7 s, and a job whose nodes are free is not held until the next backfill pass
+            # because an earlier job pinned to busy nodes blocks the main scheduler's pass over the partition.
+            "SchedulerParameters=sched_interval=1,bf_interval=1",
             "StateSaveLocation=%s/state" % self.work, "SlurmdSpoolDir=%s/spool/%%n" % self.work,
             "SlurmctldPidFile=%s/slurmctld.pid" % self.work, "SlurmdPidFile=%s/slurmd-%%n.pid" % self.work,
             "SlurmctldLogFile=%s/log/slurmctld.log" % self.work, "SlurmdLogFile=%s/log/slurmd-%%n.log" % self.work,
         ]
         gres = []
         for k, (name, gpu, count) in enumerate(self.nodes):
-            addr = "%s.%d" % (SUBNET, 10 + k)
-            ns, veth = self.ns(name), "tsv%d" % k
+            addr = "%s.%d" % (self.subnet, 10 + k)
+            ns, (veth, peer) = self.ns(name), self.veth(k)
             _run(["ip", "netns", "add", ns])
-            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "tsp%d" % k])
-            _run(["ip", "link", "set", "tsp%d" % k, "netns", ns])
-            _run(["ip", "link", "set", veth, "master", BRIDGE, "up"])
-            _run(["ip", "netns", "exec", ns, "ip", "addr", "add", addr + "/24", "dev", "tsp%d" % k])
-            _run(["ip", "netns", "exec", ns, "ip", "link", "set", "tsp%d" % k, "up"])
+            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", peer])
+            _run(["ip", "link", "set", peer, "netns", ns])
+            _run(["ip", "link", "set", veth, "master", self.bridge, "up"])
+            _run(["ip", "netns", "exec", ns, "ip", "addr", "add", addr + "/24", "dev", peer])
+            _run(["ip", "netns", "exec", ns, "ip", "link", "set", peer, "up"])
             _run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
             gpu_dir = os.path.join(self.work, "gpu", name)
             os.makedirs(gpu_dir)
@@ -221,8 +228,8 @@ class LocalSlurm:
             self.crash_node(name)
             subprocess.run(["ip", "netns", "del", self.ns(name)], capture_output=True)
         for k in range(len(self.nodes)):
-            subprocess.run(["ip", "link", "del", "tsv%d" % k], capture_output=True)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+            subprocess.run(["ip", "link", "del", self.veth(k)[0]], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         if self.munged is not None:
             self.munged.terminate()
             self.munged.wait()
@@ -234,17 +241,17 @@ class LocalSlurm:
         listing = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
         for line in listing:
             ns = line.split(" ")[0]
-            if ns.startswith("tsslurm-"):
+            if ns.startswith(self.ns("")):
                 for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
                     try:
                         os.kill(int(pid), signal.SIGKILL)
                     except ProcessLookupError:
                         pass
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         for line in _run(["ip", "-o", "link", "show"], check=False).stdout.split("\n"):
             parts = line.split(": ")
-            if len(parts) > 1 and parts[1].split("@")[0].startswith("tsv"):
+            if len(parts) > 1 and parts[1].split("@")[0].startswith("ts%dv" % self.instance):
                 subprocess.run(["ip", "link", "del", parts[1].split("@")[0]], capture_output=True)
         # Daemons of an earlier test cluster (any folder) hold our ports: they are recognised by their config.
         for pid in os.listdir("/proc"):
@@ -259,9 +266,9 @@ class LocalSlurm:
                 continue
             conf = argv[argv.index(b"-f") + 1].decode(errors="replace")
             try:
-                ours = ("SlurmctldPort=%d" % CTLD_PORT) in open(conf).read()
+                ours = ("SlurmctldPort=%d\n" % self.ctld_port) in open(conf).read()
             except OSError:
-                ours = conf.endswith("/slurm/slurm.conf")
+                ours = False
             if ours:
                 try:
                     os.kill(int(pid), signal.SIGKILL)

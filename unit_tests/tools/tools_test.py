@@ -109,7 +109,7 @@ OPTIONS = [
     (COMM, "-b", ["4294967299"]), (COMM, "-e", ["4294967299"]), (COMM, "-f", []), (COMM, "-w", ["0"]), (COMM, "-n", []), (COMM, "-c", ["0"]),
     (SIM, "--rounds", ["0"]), (SIM, "--interval", []), (SIM, "--iteration-divisor", []),
     (SIM, "--seed", ["0", "4294967299"]), (SIM, "--node-mtbf", []), (SIM + ["--node-mtbf", "10"], "--repair-rounds", []),
-    (SIM, "--job-mtbf", []), (SIM + ["--job-mtbf", "10"], "--checkpoint", []), (SIM, "--parallel", []),
+    (SIM, "--job-mtbf", []), (SIM, "--start-latency", ["0"]), (SIM + ["--job-mtbf", "10"], "--checkpoint", []), (SIM, "--parallel", []),
     (CELLS, "--batch", []), (CELLS, "--gpus", []),
     (SCHED_BENCH, "--jobs", []), (SCHED_BENCH, "--rounds", []), (SCHED_BENCH, "--repeat", []),
     (SCHED_BENCH, "--seed", ["0", "4294967299"]), (SCHED_BENCH, "--load", []),

@@ -35,7 +35,10 @@ struct SimOptions {
   double job_mtbf_hours = 0;         ///< mean time between failures of a running job (0: none)
   double checkpoint_interval = 1800; ///< seconds of execution between checkpoints
   double restart_cost = 60;          ///< seconds to restore a failed job from its checkpoint (exact accounting)
-  bool check_invariants = false;     ///< verify conservation after every round (tests)
+  /// Seconds a job makes no progress each time it starts on a new set of GPUs, moves or shrinks (exact accounting):
+  /// the cluster manager's launch latency, which a live cluster pays per attempt (0: an ideal manager).
+  double start_latency = 0;
+  bool check_invariants = false; ///< verify conservation after every round (tests)
   std::function<void(int round, int running, int pending, int done)> progress; ///< called every round
   /// Called after every round with the allocation and the jobs (tests and tracing).
   std::function<void(int round, Allocation const &alloc, std::vector<JobRecord> const &jobs)> observer;
