@@ -259,7 +259,8 @@ struct SlurmController::State final : SchedWorld {
   std::map<std::string, SlurmNode> node_state;
   std::map<long, std::string> slurm_states; ///< this round's squeue: Slurm job id -> state
   double last_round_ms = 0, last_decide_ms = 0;
-  std::vector<double> round_ms, decide_ms; ///< every round of this process (the controller's own cost)
+  std::vector<double> round_ms, decide_ms;         ///< every round of this process (the controller's own cost)
+  std::vector<int> decide_running, decide_pending; ///< the jobs each of those decisions saw
 
   State(ControllerOptions o, ProfileTable const *t, ThroughputSource s)
       : opt(std::move(o)), slurm(opt.slurm), table(t), source(s), submits(opt.state_dir + "/jobs.journal"),
@@ -906,9 +907,17 @@ struct SlurmController::State final : SchedWorld {
       }
       account();
       SchedContext ctx(*this);
+      int seen_running = 0, seen_pending = 0;
+      for (auto const &j : records) {
+        seen_running += j.state == JobState::running;
+        seen_pending += j.state == JobState::pending;
+      }
       auto const t_decide = clock::now();
       policy->schedule(ctx);
       last_decide_ms = std::chrono::duration<double, std::milli>(clock::now() - t_decide).count();
+      decide_ms.push_back(last_decide_ms);
+      decide_running.push_back(seen_running);
+      decide_pending.push_back(seen_pending);
       enact(before_state, before);
       account();
     } catch (SlurmError const &e) {
@@ -920,7 +929,6 @@ struct SlurmController::State final : SchedWorld {
     ++rounds_run;
     last_round_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
     round_ms.push_back(last_round_ms);
-    decide_ms.push_back(last_decide_ms);
     publish();
     return slurm_error.empty();
   }
@@ -998,10 +1006,28 @@ struct SlurmController::State final : SchedWorld {
               {"round_ms_median", median(round_ms)},
               {"round_ms_max", max_of(round_ms)},
               {"decide_ms_median", median(decide_ms)},
-              {"decide_ms_max", max_of(decide_ms)}}},
+              {"decide_ms_max", max_of(decide_ms)},
+              {"slowest_decision_saw", slowest_decision()},
+              {"recent_decisions", recent_decisions()}}},
             {"counts", {{"running", running}, {"pending", pending}, {"completed", completed}, {"rejected", rejected}}},
             {"nodes", nodes},
             {"jobs", jobs}};
+  }
+
+  // The running and pending jobs the slowest decision of this process saw.
+  Json slowest_decision() const {
+    if (decide_ms.empty())
+      return Json::object();
+    auto const k = static_cast<std::size_t>(std::max_element(decide_ms.begin(), decide_ms.end()) - decide_ms.begin());
+    return {{"running", decide_running[k]}, {"pending", decide_pending[k]}};
+  }
+
+  // The last 1,000 decisions: milliseconds, running and pending jobs seen.
+  Json recent_decisions() const {
+    Json out = Json::array();
+    for (std::size_t k = decide_ms.size() > 1000 ? decide_ms.size() - 1000 : 0; k < decide_ms.size(); ++k)
+      out.push_back(Json::array({decide_ms[k], decide_running[k], decide_pending[k]}));
+    return out;
   }
 
   void publish() const {

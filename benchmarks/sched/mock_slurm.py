@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""A stand-in for Slurm's CLIs (sinfo, squeue, sbatch, scancel, by the name it is called as) over a JSON state file
+($MOCK_SLURM_STATE), for measuring tessel-sched serve's round at a cluster size no test machine has. Jobs "run"
+without processes: each ends after the wall seconds the state's duration range draws, and then reports itself done
+in its progress.json, as tessel-sched-trainer would; a signalled job ends at once (checkpointed).
+Used by controller_scale.py; not a test of Slurm (slurm_test.py runs the real one)."""
+
+import fcntl
+import json
+import os
+import random
+import sys
+import time
+
+STATE = os.environ["MOCK_SLURM_STATE"]
+ALIVE = ("PENDING", "RUNNING")
+
+
+def load(f):
+    f.seek(0)
+    return json.load(f)
+
+
+def save(f, s):
+    f.seek(0)
+    f.truncate()
+    json.dump(s, f)
+
+
+def advance(s):
+    now = time.time()
+    by_id = {j["job_id"]: j for j in s["jobs"]}
+    for j in s["jobs"]:
+        if j["job_state"] == "PENDING" and (j["after"] == 0 or by_id[j["after"]]["job_state"] not in ALIVE):
+            j["job_state"], j["start"] = "RUNNING", now
+            j["end"] = now + random.uniform(*s["duration"])
+        if j["job_state"] == "RUNNING" and now >= j["end"]:
+            j["job_state"] = "COMPLETED"
+            with open(os.path.join(j["dir"], "progress.json"), "w") as p:
+                json.dump({"done": j["iterations"], "state": "done", "time": j["end"]}, p)
+
+
+def main():
+    cmd = os.path.basename(sys.argv[0])
+    args = sys.argv[1:]
+    with open(STATE, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        s = load(f)
+        advance(s)
+        if cmd == "sinfo":
+            print(json.dumps({"errors": [], "nodes": s["nodes"]}))
+        elif cmd == "squeue":
+            print(json.dumps({"errors": [], "jobs": [
+                {"job_id": j["job_id"], "name": j["name"], "job_state": j["job_state"], "state_reason": "None",
+                 "exit_code": 0, "restart_cnt": 0,
+                 "job_resources": {"allocated_nodes": [{"nodename": n} for n in j["nodes"]]}} for j in s["jobs"]]}))
+        elif cmd == "sbatch":
+            opt = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+            env = dict(kv.split("=", 1) for kv in opt["export"].split(",")[1:])
+            plan = json.load(open(env["TESSEL_SCHED_PLAN"]))
+            s["next_id"] += 1
+            s["jobs"].append({"job_id": s["next_id"], "name": opt["job-name"], "job_state": "PENDING",
+                              "nodes": opt["nodelist"].split(","), "dir": env["TESSEL_SCHED_JOB_DIR"],
+                              "iterations": plan["iterations"],
+                              "after": int(opt.get("dependency", "afterany:0").split(":")[1])})
+            advance(s)
+            print(s["next_id"])
+        elif cmd == "scancel":
+            job = int(args[-1])
+            for j in s["jobs"]:
+                if j["job_id"] == job and j["job_state"] in ALIVE:
+                    j["job_state"] = "COMPLETED" if any(a.startswith("--signal") for a in args) else "CANCELLED"
+        save(f, s)
+
+
+if __name__ == "__main__":
+    main()
