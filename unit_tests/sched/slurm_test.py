@@ -114,6 +114,17 @@ def slurm_jobs_of(slurm, name):
     return [j for j in slurm.jobs_json() if j["name"].startswith("tessel." + name + ".")]
 
 
+def spans_of(slurm, state, name):
+    """(start, end) of the attempts of job `name` that ran: Slurm gives an attempt cancelled while pending a start
+    time too (the cancellation's), but only an attempt that ran has its output file."""
+    out = []
+    for j in slurm_jobs_of(slurm, name):
+        attempt = j["name"].rsplit(".", 1)[1]
+        if os.path.exists(os.path.join(state, "jobs", name, "slurm.%s.out" % attempt)):
+            out.append((j["start_time"], j["end_time"]))
+    return sorted(out)
+
+
 def alive(j):
     return j["job_state"] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
 
@@ -165,8 +176,8 @@ def case_placement(slurm):
             check(small["reschedules"] >= 1, "crius moved or resized small at least once", json.dumps(small))
             # No two attempts of a job ran at once: each later attempt started after the previous one ended.
             for name in ("small", "large"):
-                runs = sorted((j["job_id"], j["start_time"], j["end_time"]) for j in slurm_jobs_of(slurm, name))
-                for (_, _, end), (_, start, _) in zip(runs, runs[1:]):
+                runs = spans_of(slurm, state, name)
+                for (_, end), (start, _) in zip(runs, runs[1:]):
                     check(start >= end, "job %s: an attempt started before the previous one ended" % name, runs)
         log = serve.log()
         check("moved job small" in log, "the log shows small being moved", log[-2000:])
@@ -280,7 +291,7 @@ def case_restart(slurm):
                 names_seen = [r["name"] for r in runs]
                 check(len(names_seen) == len(set(names_seen)), "job %s: an attempt was submitted twice" % n,
                       names_seen)
-                spans = sorted((r["start_time"], r["end_time"]) for r in runs if r["start_time"] > 0)
+                spans = spans_of(slurm, state, n)
                 for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
                     check(s1 >= e0, "job %s: two attempts ran at once" % n, spans)
             journal = [json.loads(l) for l in open(os.path.join(state, "controller.journal"))]
