@@ -45,7 +45,7 @@ int serve_command(tessel::CommandLine &args) {
         "  --slurm-timeout S    deadline of every Slurm command (default 30)\n"
         "  --rounds N           stop after N rounds (default: until SIGINT / SIGTERM)\n"
         "  --until-done         stop once every submitted job completed or was rejected\n"
-        "  --job-prefix P       Slurm job names are <P><job>.<attempt> (default tessel.)\n");
+        "  --job-prefix P       Slurm job names are <P><job> (default tessel.)\n");
     return 0;
   }
   std::string const backend = args.require("backend");

@@ -29,9 +29,10 @@ def save(f, s):
 
 def advance(s):
     now = time.time()
-    by_id = {j["job_id"]: j for j in s["jobs"]}
+    running = {j["name"] for j in s["jobs"] if j["job_state"] == "RUNNING"}
     for j in s["jobs"]:
-        if j["job_state"] == "PENDING" and (j["after"] == 0 or by_id[j["after"]]["job_state"] not in ALIVE):
+        if j["job_state"] == "PENDING" and not (j["singleton"] and j["name"] in running):
+            running.add(j["name"])
             j["job_state"], j["start"] = "RUNNING", now
             j["end"] = now + random.uniform(*s["duration"])
         if j["job_state"] == "RUNNING" and now >= j["end"]:
@@ -51,7 +52,8 @@ def main():
             print(json.dumps({"errors": [], "nodes": s["nodes"]}))
         elif cmd == "squeue":
             print(json.dumps({"errors": [], "jobs": [
-                {"job_id": j["job_id"], "name": j["name"], "job_state": j["job_state"], "state_reason": "None",
+                {"job_id": j["job_id"], "name": j["name"], "comment": j["comment"], "job_state": j["job_state"],
+                 "state_reason": "None",
                  "exit_code": 0, "restart_cnt": 0,
                  "job_resources": {"allocated_nodes": [{"nodename": n} for n in j["nodes"]]}} for j in s["jobs"]]}))
         elif cmd == "sbatch":
@@ -62,7 +64,7 @@ def main():
             s["jobs"].append({"job_id": s["next_id"], "name": opt["job-name"], "job_state": "PENDING",
                               "nodes": opt["nodelist"].split(","), "dir": env["TESSEL_SCHED_JOB_DIR"],
                               "iterations": plan["iterations"],
-                              "after": int(opt.get("dependency", "afterany:0").split(":")[1])})
+                              "comment": opt.get("comment", ""), "singleton": opt.get("dependency") == "singleton"})
             advance(s)
             print(s["next_id"])
         elif cmd == "scancel":

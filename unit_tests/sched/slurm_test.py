@@ -46,8 +46,9 @@ def finish():
 class Serve:
     """tessel-sched serve as a user runs it, on a state folder."""
 
-    def __init__(self, slurm, state, policy="crius", extra=()):
+    def __init__(self, slurm, state, policy="crius", extra=(), path_first=None):
         self.slurm, self.state, self.policy, self.extra = slurm, state, policy, list(extra)
+        self.path_first = path_first  # a folder searched before PATH (a slow sbatch)
         self.proc = None
         self.logs = []
 
@@ -55,6 +56,8 @@ class Serve:
         log = open(os.path.join(WORK, "serve.%d.log" % len(self.logs)), "w")
         self.logs.append(log.name)
         env = dict(self.slurm.env, PATH=os.path.dirname(TRAINER) + ":" + os.environ["PATH"])
+        if self.path_first:
+            env["PATH"] = self.path_first + ":" + env["PATH"]
         self.proc = subprocess.Popen([SCHED, "serve", "--backend", "slurm", "--state", self.state, "--partition",
                                       "main", "--policy", self.policy, "--round", "1", "--time-scale", "600",
                                       "--slurm-timeout", "10"] + PROFILE_ARGS + self.extra,
@@ -111,7 +114,8 @@ def spec(name, model="moe__2.4B", gpus=4, gpu_type="a100", iterations=300, **ext
 
 
 def slurm_jobs_of(slurm, name):
-    return [j for j in slurm.jobs_json() if j["name"].startswith("tessel." + name + ".")]
+    """The Slurm jobs of the attempts of job `name` (named tessel.<name>, the attempt in the comment)."""
+    return [j for j in slurm.jobs_json() if j["name"] == "tessel." + name]
 
 
 def spans_of(slurm, state, name):
@@ -119,7 +123,7 @@ def spans_of(slurm, state, name):
     time too (the cancellation's), but only an attempt that ran has its output file."""
     out = []
     for j in slurm_jobs_of(slurm, name):
-        attempt = j["name"].rsplit(".", 1)[1]
+        attempt = j["comment"].split("=", 1)[1]
         if os.path.exists(os.path.join(state, "jobs", name, "slurm.%s.out" % attempt)):
             out.append((j["start_time"], j["end_time"]))
     return sorted(out)
@@ -266,14 +270,27 @@ def case_node_failure(slurm):
 def case_restart(slurm):
     """The controller is killed mid-round, twice, and restarted: no job lost, none started twice."""
     state = os.path.join(WORK, "state")
-    serve = Serve(slurm, state)
+    # sbatch takes 0.8 s here, so that the first kill lands while a round is still submitting its jobs (after
+    # some attempts were journaled and submitted, before others were).
+    slow = os.path.join(WORK, "slow-sbatch")
+    os.makedirs(slow, exist_ok=True)
+    real = subprocess.run(["sh", "-c", "command -v sbatch"], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(slow, "sbatch"), "w") as f:
+        f.write("#!/bin/sh\nsleep 0.8\nexec %s \"$@\"\n" % real)
+    os.chmod(os.path.join(slow, "sbatch"), 0o755)
+    serve = Serve(slurm, state, path_first=slow)
     serve.start()
     names = ["r%d" % k for k in range(5)]
     try:
         for k, n in enumerate(names[:3]):
             check(submit(state, spec(n, gpus=2 << (k % 2), iterations=250 + 50 * k))[0] == 0, "submit " + n)
-        time.sleep(2.3)
+        wait_for(lambda: "started job" in serve.log(), 30, "the first start")
         serve.kill()
+        launches = [json.loads(l) for l in open(os.path.join(state, "controller.journal")) if '"launch"' in l]
+        started = serve.log().count("started job")
+        print("killed after %d attempts journaled, %d known submitted" % (len(launches), started))
+        check(len(launches) > started or len(launches) < 3, "the kill landed inside a round's launches",
+              "%d journaled, %d started" % (len(launches), started))
         # Jobs submitted while no controller runs are not lost either.
         check(submit(state, spec(names[3], model="moe__1.3B", gpus=2, gpu_type="v100", iterations=200))[0] == 0,
               "submit while the controller is down")
@@ -287,10 +304,9 @@ def case_restart(slurm):
                 j = serve.job(n)
                 check(j["state"] == "completed", "job %s completed" % n, json.dumps(j))
                 runs = slurm_jobs_of(slurm, n)
-                # Attempts never overlapped: at most one alive at any time, and every attempt named once.
-                names_seen = [r["name"] for r in runs]
-                check(len(names_seen) == len(set(names_seen)), "job %s: an attempt was submitted twice" % n,
-                      names_seen)
+                # Attempts never overlapped (Slurm's singleton dependency), and each attempt was submitted once.
+                attempts = [r["comment"] for r in runs]
+                check(len(attempts) == len(set(attempts)), "job %s: an attempt was submitted twice" % n, attempts)
                 spans = spans_of(slurm, state, n)
                 for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
                     check(s1 >= e0, "job %s: two attempts ran at once" % n, spans)
@@ -345,7 +361,7 @@ def case_repeated_failure(slurm):
                   json.dumps(f))
             check("exit code 3" in f.get("reason", ""), "the reason names the exit code", json.dumps(f))
             check(len(slurm_jobs_of(slurm, "flaky")) == 3, "flaky ran exactly 3 attempts",
-                  [j["name"] for j in slurm_jobs_of(slurm, "flaky")])
+                  [j["comment"] for j in slurm_jobs_of(slurm, "flaky")])
             check(serve.job("fine")["state"] == "completed", "the other job completed")
         time.sleep(3)
         check(len(slurm_jobs_of(slurm, "flaky")) == 3, "no attempt after the rejection")
@@ -412,7 +428,9 @@ if __name__ == "__main__":
             os.remove(os.path.join(WORK, f))
     import shutil
     shutil.rmtree(os.path.join(WORK, "state"), ignore_errors=True)
-    with LocalSlurm(os.path.join(WORK, "slurm"), NODES[CASE]) as slurm:
+    # TESSEL_SLURM_TEST_INSTANCE (0-9): another bridge, subnet and ports, to run beside a cluster of instance 0.
+    instance = int(os.environ.get("TESSEL_SLURM_TEST_INSTANCE", "0"))
+    with LocalSlurm(os.path.join(WORK, "slurm"), NODES[CASE], instance=instance) as slurm:
         try:
             globals()["case_" + CASE](slurm)
         except Exception as e:  # a timeout or a crash of the harness is a failed check, with the logs

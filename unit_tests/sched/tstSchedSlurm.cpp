@@ -65,7 +65,7 @@ TEST(SchedSlurm, sinfo_json_errors_name_the_node_and_the_gres) {
 
 TEST(SchedSlurm, squeue_json_keeps_our_jobs_with_states_nodes_and_exit_codes) {
   std::string const text = R"js({"errors": [], "jobs": [
-    {"job_id": 7, "name": "tessel.j1.2", "job_state": "RUNNING", "state_reason": "None", "exit_code": 0,
+    {"job_id": 7, "name": "tessel.j1", "comment": "attempt=2", "job_state": "RUNNING", "state_reason": "None", "exit_code": 0,
      "restart_cnt": 0, "job_resources": {"allocated_nodes": [{"nodename": "a1"}, {"nodename": "a2"}]}},
     {"job_id": 8, "name": "other", "job_state": "RUNNING"},
     {"job_id": 9, "name": "tessel.j2.1", "job_state": "FAILED", "state_reason": "NonZeroExitCode",
@@ -75,6 +75,7 @@ TEST(SchedSlurm, squeue_json_keeps_our_jobs_with_states_nodes_and_exit_codes) {
   ASSERT_EQ(jobs.size(), 3u);
   EXPECT_EQ(jobs[0].id, 7);
   EXPECT_EQ(jobs[0].nodes, (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_EQ(jobs[0].comment, "attempt=2");
   EXPECT_EQ(jobs[1].state, "FAILED");
   EXPECT_EQ(jobs[1].exit_code, 3); // the raw wait status 768 is exit status 3
   EXPECT_EQ(jobs[2].restarts, 1);
@@ -83,13 +84,14 @@ TEST(SchedSlurm, squeue_json_keeps_our_jobs_with_states_nodes_and_exit_codes) {
 
 TEST(SchedSlurm, sbatch_asks_for_the_cells_nodes_gres_and_tasks) {
   SbatchRequest r;
-  r.name = "tessel.j1.3";
+  r.name = "tessel.j1";
+  r.comment = "attempt=3";
   r.partition = "main";
   r.nodes = {"a1", "a2"};
   r.gpu_type = "a100";
   r.gpus_per_node = 4;
   r.script = "exec tessel-sched-trainer";
-  r.after = 41;
+  r.singleton = true;
   r.env = {{"TESSEL_SCHED_PLAN", "/s/jobs/j1/plan.3.json"}};
   auto const argv = SlurmClient::sbatch_command(r);
   auto has = [&](std::string const &a) { return std::find(argv.begin(), argv.end(), a) != argv.end(); };
@@ -99,7 +101,8 @@ TEST(SchedSlurm, sbatch_asks_for_the_cells_nodes_gres_and_tasks) {
   EXPECT_TRUE(has("--gres=gpu:a100:4"));
   EXPECT_TRUE(has("--ntasks-per-node=4"));
   EXPECT_TRUE(has("--requeue"));
-  EXPECT_TRUE(has("--dependency=afterany:41"));
+  EXPECT_TRUE(has("--dependency=singleton"));
+  EXPECT_TRUE(has("--comment=attempt=3"));
   EXPECT_TRUE(has("--export=ALL,TESSEL_SCHED_PLAN=/s/jobs/j1/plan.3.json"));
   r.env = {{"X", "a,b"}};
   EXPECT_NE(error_of([&] { SlurmClient::sbatch_command(r); }).find("contains a comma"), std::string::npos);

@@ -117,6 +117,7 @@ std::vector<SlurmJob> parse_squeue_json(std::string const &text, std::string con
     long const raw = j.contains("exit_code") && j["exit_code"].is_number() ? j["exit_code"].get<long>() : 0;
     job.exit_code = raw > 255 ? static_cast<int>((raw >> 8) & 0xff) : static_cast<int>(raw);
     job.restarts = j.contains("restart_cnt") && j["restart_cnt"].is_number() ? j["restart_cnt"].get<int>() : 0;
+    job.comment = j.contains("comment") && j["comment"].is_string() ? j["comment"].get<std::string>() : "";
     if (j.contains("job_resources") && j["job_resources"].is_object() && j["job_resources"].contains("allocated_nodes"))
       for (auto const &n : j["job_resources"]["allocated_nodes"])
         job.nodes.push_back(n.value("nodename", std::string()));
@@ -194,8 +195,10 @@ std::vector<std::string> SlurmClient::sbatch_command(SbatchRequest const &r) {
   argv.push_back("--gres=gpu:" + r.gpu_type + ":" + std::to_string(r.gpus_per_node));
   argv.push_back("--ntasks-per-node=" + std::to_string(r.gpus_per_node));
   argv.push_back(r.requeue ? "--requeue" : "--no-requeue");
-  if (r.after > 0)
-    argv.push_back("--dependency=afterany:" + std::to_string(r.after));
+  if (r.singleton)
+    argv.push_back("--dependency=singleton");
+  if (!r.comment.empty())
+    argv.push_back("--comment=" + r.comment);
   if (!r.output.empty())
     argv.push_back("--output=" + r.output);
   if (!r.workdir.empty())

@@ -313,8 +313,17 @@ struct SlurmController::State final : SchedWorld {
 
   void log(std::string const &line) const { opt.log(tessel::Impl::concat("round ", round_, ": ", line)); }
   std::string dir_of(JobRecord const &j) const { return opt.state_dir + "/jobs/" + j.spec->id; }
-  std::string slurm_name(JobRecord const &j, int attempt) const {
-    return opt.job_prefix + j.spec->id + "." + std::to_string(attempt);
+  // Every attempt of a job has the job's name (Slurm's singleton dependency serializes them) and its number in the
+  // comment.
+  std::string slurm_name(JobRecord const &j) const { return opt.job_prefix + j.spec->id; }
+  static std::string attempt_comment(int attempt) { return "attempt=" + std::to_string(attempt); }
+  static int attempt_of(SlurmJob const &s) {
+    return s.comment.rfind("attempt=", 0) == 0 ? std::atoi(s.comment.c_str() + 8) : -1;
+  }
+  // The job a Slurm job is an attempt of, or -1.
+  int job_of(SlurmJob const &s) const {
+    auto const it = by_name.find(s.name.substr(std::min(s.name.size(), opt.job_prefix.size())));
+    return it == by_name.end() ? -1 : it->second;
   }
 
   // What progress.json of a job says: iterations done, the job's state and when it wrote that (model time).
@@ -511,9 +520,9 @@ struct SlurmController::State final : SchedWorld {
       auto &l = live[static_cast<std::size_t>(id)];
       if (j.state != JobState::pending)
         continue;
-      std::string const name = slurm_name(j, json_get<int>(rec, "attempt", journal.path()));
+      int const attempt = json_get<int>(rec, "attempt", journal.path());
       for (auto const &s : in_slurm)
-        if (s.name == name && alive_state(s.state)) {
+        if (s.name == slurm_name(j) && attempt_of(s) == attempt && alive_state(s.state)) {
           l.slurm_id = s.id;
           l.enacted = l.last = enacted_from(rec, journal.path());
         }
@@ -530,23 +539,8 @@ struct SlurmController::State final : SchedWorld {
         journal.append({{"op", "end"}, {"job", j.spec->id}, {"now", j.finish_time}});
       }
     }
-    // Attempts that are not the current one and still run were asked to stop: let them finish checkpointing.
-    for (auto const &s : in_slurm) {
-      if (!alive_state(s.state))
-        continue;
-      auto const dot = s.name.rfind('.');
-      auto const it = by_name.find(s.name.substr(opt.job_prefix.size(), dot - opt.job_prefix.size()));
-      if (it == by_name.end()) {
-        log(tessel::Impl::concat("Slurm job ", s.id, " (", s.name, ") is not in the journal: cancelling it"));
-        slurm.cancel(s.id);
-        continue;
-      }
-      auto &l = live[static_cast<std::size_t>(it->second)];
-      if (s.id != l.slurm_id) {
-        l.stopping_id = s.id;
-        l.stopping_round = round_;
-      }
-    }
+    // Other attempts still in Slurm (asked to stop before the restart, or submitted by an sbatch that outlived the
+    // controller) are dealt with by the first round's reconcile (stray attempts).
     int pending = 0, running = 0, done = 0;
     for (auto const &j : records) {
       pending += j.state == JobState::pending;
@@ -593,6 +587,31 @@ struct SlurmController::State final : SchedWorld {
     for (auto const &s : in_slurm) {
       by_id[s.id] = &s;
       slurm_states[s.id] = s.state;
+    }
+    // Stray attempts: alive in Slurm but neither a job's current attempt nor the one checkpointing (an sbatch that
+    // outlived a killed controller, a job not in the journal). A running one is asked to checkpoint, a waiting one
+    // cancelled; Slurm's singleton dependency already keeps it from running beside the current attempt.
+    for (auto const &s : in_slurm) {
+      if (!alive_state(s.state))
+        continue;
+      int const id = job_of(s);
+      if (id >= 0 && (s.id == live[static_cast<std::size_t>(id)].slurm_id ||
+                      s.id == live[static_cast<std::size_t>(id)].stopping_id))
+        continue;
+      auto &l = live[static_cast<std::size_t>(std::max(id, 0))];
+      if (id >= 0 && (s.state == "RUNNING" || s.state == "CONFIGURING") && l.stopping_id == 0) {
+        log(tessel::Impl::concat("job ", s.name, ": stray attempt ", attempt_of(s), " (Slurm job ", s.id,
+                                 ") runs: asking it to checkpoint"));
+        try {
+          slurm.signal(s.id, "USR1");
+          l.stopping_id = s.id;
+          l.stopping_round = round_;
+          continue;
+        } catch (SlurmError const &) {
+        }
+      }
+      log(tessel::Impl::concat(id >= 0 ? "job " : "Slurm job ", s.name, ": cancelling stray Slurm job ", s.id));
+      slurm.cancel(s.id);
     }
     node_state.clear();
     for (auto const &n : nodes)
@@ -712,8 +731,8 @@ struct SlurmController::State final : SchedWorld {
     return path;
   }
 
-  // Starts (or restarts elsewhere) job `id` where the policy placed it; `after`: an attempt still checkpointing.
-  void launch(int id, Enacted const &e, long after, bool moved) {
+  // Starts (or restarts elsewhere) job `id` where the policy placed it.
+  void launch(int id, Enacted const &e, bool moved) {
     auto &j = records[static_cast<std::size_t>(id)];
     auto &l = live[static_cast<std::size_t>(id)];
     std::vector<std::string> names;
@@ -732,7 +751,9 @@ struct SlurmController::State final : SchedWorld {
         make_dirs(dir_of(j));
         std::string const plan = write_plan(j, e, attempt, startup);
         SbatchRequest r;
-        r.name = slurm_name(j, attempt);
+        r.name = slurm_name(j);
+        r.comment = attempt_comment(attempt);
+        r.singleton = true;
         r.partition = opt.partition;
         r.nodes = names;
         r.gpu_type = judge->cluster.type(judge->cluster.node_type(e.nodes[0])).name;
@@ -741,7 +762,6 @@ struct SlurmController::State final : SchedWorld {
         r.output = dir_of(j) + "/slurm." + std::to_string(attempt) + ".out";
         r.workdir = dir_of(j);
         r.env = {{"TESSEL_SCHED_PLAN", plan}, {"TESSEL_SCHED_JOB_DIR", dir_of(j)}};
-        r.after = after;
         // Recorded before sbatch: a controller killed in between finds the attempt in Slurm by its name.
         journal.append({{"op", "launch"},
                         {"job", j.spec->id},
@@ -757,7 +777,8 @@ struct SlurmController::State final : SchedWorld {
         log(tessel::Impl::concat(
             moved ? "moved" : "started", " job ", j.spec->id, " on ", r.gpus_per_node * names.size(), " ", r.gpu_type,
             " GPUs (", names.size(), " nodes x ", r.gpus_per_node, ") as Slurm job ", l.slurm_id,
-            after ? tessel::Impl::concat(" (after Slurm job ", after, " checkpoints)") : std::string()));
+            l.stopping_id ? tessel::Impl::concat(" (after Slurm job ", l.stopping_id, " checkpoints)")
+                          : std::string()));
         return;
       } catch (tessel::Exception const &ex) {
         error = ex.what();
@@ -815,9 +836,8 @@ struct SlurmController::State final : SchedWorld {
                           {"gained", gained(before[i], now)},
                           {"now", now_}});
         }
-        // The next attempt waits for the one still checkpointing (this one, or an earlier one when this one had
-        // not started), so that two attempts never run at once and the next resumes from the last checkpoint.
-        launch(j.id, now, l.stopping_id, old > 0);
+        // The next attempt waits (singleton) for the one still checkpointing and resumes from its checkpoint.
+        launch(j.id, now, old > 0);
       } else if (was_running && j.state == JobState::pending) {
         long const old = l.slurm_id;
         journal.append({{"op", "stop"}, {"job", j.spec->id}, {"attempt", l.attempt}, {"now", now_}});

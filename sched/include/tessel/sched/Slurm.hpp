@@ -41,7 +41,8 @@ struct SlurmJob {
   std::string reason; ///< why it is pending (Resources, Dependency, ...)
   std::vector<std::string> nodes; ///< allocated nodes (running or ended)
   int exit_code = 0;
-  int restarts = 0; ///< times Slurm requeued it
+  int restarts = 0;    ///< times Slurm requeued it
+  std::string comment; ///< the submitter's note (the controller keeps the attempt number there)
 };
 
 /// \brief What one sbatch asks for: a job on exact nodes with `gpus_per_node` GPUs of one type on each.
@@ -55,7 +56,10 @@ struct SbatchRequest {
   std::string output; ///< stdout/stderr file
   std::string workdir;
   std::vector<std::pair<std::string, std::string>> env; ///< exported in addition to the caller's environment
-  long after = 0; ///< when > 0: start only after that job ended (a moved job waits for its checkpoint)
+  std::string comment;
+  /// Start only when no other job of this name (and user) runs: Slurm itself then keeps two attempts of a job from
+  /// running at once, whatever the controller knew when it submitted (a moved job waits for its checkpoint).
+  bool singleton = false;
   bool requeue = true;
 };
 

@@ -10,7 +10,8 @@
 /// synced by submit), `controller.journal` (launches, ends, failures), `status.json` (rewritten every round) and
 /// `jobs/<name>/` (plans, checkpoint, progress and Slurm output of each job). A controller restarted on the same
 /// folder recovers the queue from the journals and adopts the jobs still in Slurm: nothing lost, nothing started
-/// twice (every attempt is a Slurm job named `<prefix><job>.<attempt>`, recorded before it is looked for).
+/// twice (every attempt is journaled before its sbatch and is a Slurm job named `<prefix><job>` with its attempt
+/// number in the comment; Slurm's singleton dependency runs one attempt of a job at a time).
 
 #include <tessel/core/Json.hpp>
 #include <tessel/sched/Profile.hpp>
@@ -39,7 +40,7 @@ struct ControllerOptions {
   int stop_grace_rounds = 3;  ///< rounds a job asked to checkpoint may take before it is cancelled
   int max_rounds = 0;         ///< stop after this many rounds of this process (0: until stopped)
   bool until_done = false;    ///< stop once every submitted job completed or was rejected
-  std::string job_prefix = "tessel."; ///< Slurm job names: <prefix><job>.<attempt>
+  std::string job_prefix = "tessel."; ///< Slurm job names: <prefix><job> (comment: attempt=<n>)
   SlurmClientOptions slurm;
   std::function<void(std::string const &)> log; ///< one line per event (default: stdout)
 };
