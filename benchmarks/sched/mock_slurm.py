@@ -50,7 +50,7 @@ def main():
         advance(s)
         if cmd == "sinfo":
             print(json.dumps({"errors": [], "nodes": s["nodes"]}))
-        elif cmd == "squeue":
+        elif cmd == "squeue":  # --me: every job here is the caller's
             print(json.dumps({"errors": [], "jobs": [
                 {"job_id": j["job_id"], "name": j["name"], "comment": j["comment"], "job_state": j["job_state"],
                  "state_reason": "None",

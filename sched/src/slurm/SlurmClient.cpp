@@ -180,7 +180,8 @@ std::vector<SlurmNode> SlurmClient::nodes(std::string const &partition) const {
 }
 
 std::vector<SlurmJob> SlurmClient::jobs(std::string const &name_prefix) const {
-  return parse_squeue_json(run_json({"squeue", "--json"}), "squeue --json", name_prefix);
+  // --me: only this user's jobs (another user's job of the same name is none of the controller's business).
+  return parse_squeue_json(run_json({"squeue", "--json", "--me"}), "squeue --json --me", name_prefix);
 }
 
 std::vector<std::string> SlurmClient::sbatch_command(SbatchRequest const &r) {

@@ -75,7 +75,7 @@ public:
 
   /// Nodes of \p partition (all nodes when empty), in Slurm's order.
   std::vector<SlurmNode> nodes(std::string const &partition) const;
-  /// Jobs whose name starts with \p name_prefix (every state squeue still shows).
+  /// This user's jobs whose name starts with \p name_prefix (every state squeue still shows).
   std::vector<SlurmJob> jobs(std::string const &name_prefix) const;
   /// Submits; returns the job id.
   long submit(SbatchRequest const &request) const;
