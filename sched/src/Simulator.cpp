@@ -1,5 +1,7 @@
 #include <tessel/sched/Simulator.hpp>
 
+#include "impl/Statistics.hpp"
+
 #include <tessel/core/Error.hpp>
 
 #include <algorithm>
@@ -56,16 +58,6 @@ double next_uniform(std::uint64_t &state) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return double(z >> 11) * (1.0 / 9007199254740992.0);
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  double const pos = q / 100.0 * double(v.size() - 1);
-  std::size_t const lo = static_cast<std::size_t>(std::floor(pos));
-  std::size_t const hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
 double mean(std::vector<double> const &v) {
@@ -393,8 +385,8 @@ void Simulator::watch_progress(JobRecord &j, bool progressed) {
   if (j.stalled_rounds != _stall_bound + 1)
     return;
   std::string const stall =
-      Impl::concat("round ", _round, ": running job ", j.spec->id, " made no progress in ", j.stalled_rounds,
-                   " rounds (at most ", _stall_bound, " allowed): ", stall_reason(j));
+      tessel::Impl::concat("round ", _round, ": running job ", j.spec->id, " made no progress in ", j.stalled_rounds,
+                           " rounds (at most ", _stall_bound, " allowed): ", stall_reason(j));
   _result.stalls.push_back(stall);
   // Arena's own accounting starves jobs its policies move faster than they re-tune; --arena-compat reproduces
   // that and reports it. Anything else is a defect of the policy.
@@ -563,8 +555,8 @@ SimMetrics Simulator::summarize(SimResult &result) const {
     result.jobs.push_back(std::move(r));
   }
   m.avg_jct = mean(jcts);
-  m.p50_jct = percentile(jcts, 50);
-  m.p99_jct = percentile(jcts, 99);
+  m.p50_jct = Impl::percentile(jcts, 50);
+  m.p99_jct = Impl::percentile(jcts, 99);
   m.makespan = m.completed ? last_finish - first_submit : 0;
   m.avg_queue = mean(queues);
   // Arena averages the rounds whose throughput exceeds 100 samples/s; we average the rounds with a running job.

@@ -12,6 +12,8 @@
 #include <tessel/sched/SlurmController.hpp>
 
 #include <algorithm>
+#include <csignal>
+#include <sys/resource.h>
 
 namespace {
 
@@ -195,6 +197,32 @@ TEST(SchedSlurm, submit_journals_valid_specs_once_and_refuses_bad_fields) {
   // Without a controller's state there is nothing to submit to.
   EXPECT_NE(error_of([&] { submit_job(dir.path("nowhere"), job("z"), "z.json"); }).find("no controller state"),
             std::string::npos);
+}
+
+TEST(SchedSlurm, submit_that_cannot_write_fails_and_records_nothing) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path("state"));
+  std::string const state = state_folder(dir);
+  submit_job(state, job("j1"), "j1.json");
+  auto const before = std::filesystem::file_size(dir.path("state/jobs.journal"));
+  // The file-size limit stands in for a full disk: the record's write fails part-way (EFBIG instead of ENOSPC).
+  struct sigaction ignore {
+  }, old_action{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit limit = old_limit;
+  limit.rlim_cur = static_cast<rlim_t>(before + 10);
+  setrlimit(RLIMIT_FSIZE, &limit);
+  std::string const error = error_of([&] { submit_job(state, job("j2"), "j2.json"); });
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  sigaction(SIGXFSZ, &old_action, nullptr);
+  EXPECT_NE(error.find("cannot append to journal"), std::string::npos) << error;
+  EXPECT_NE(error.find("nothing was recorded"), std::string::npos) << error;
+  // No partial record is left: the journal is as it was, and j2 can be submitted once there is room.
+  EXPECT_EQ(std::filesystem::file_size(dir.path("state/jobs.journal")), before);
+  EXPECT_EQ(submit_job(state, job("j2"), "j2.json"), "j2");
 }
 
 TEST(SchedSlurm, status_lists_jobs_the_controller_has_not_seen_yet) {

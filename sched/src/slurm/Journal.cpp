@@ -70,6 +70,9 @@ std::vector<Json> Journal::read(std::uint64_t &offset) const {
     TESSEL_REQUIRE(errno == ENOENT, "cannot read journal ", _path, ": ", std::strerror(errno));
     return records;
   }
+  struct stat st {};
+  TESSEL_REQUIRE(fstat(f.fd, &st) == 0 && S_ISREG(st.st_mode), "journal ", _path,
+                 " is not a regular file (a journal is a file the controller and submit append to)");
   std::string text;
   char buffer[65536];
   if (lseek(f.fd, static_cast<off_t>(offset), SEEK_SET) < 0)

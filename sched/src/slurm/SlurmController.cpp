@@ -1,6 +1,7 @@
 #include <tessel/sched/SlurmController.hpp>
 
 #include "../impl/Journal.hpp"
+#include "../impl/Statistics.hpp"
 
 #include <tessel/core/Error.hpp>
 #include <tessel/core/OutputFile.hpp>
@@ -12,9 +13,9 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <set>
-#include <sys/stat.h>
 #include <thread>
 
 namespace tessel::sched {
@@ -25,20 +26,12 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-bool exists(std::string const &path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
+bool exists(std::string const &path) { return std::filesystem::exists(path); }
 
 void make_dirs(std::string const &path) {
-  std::string prefix;
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    prefix = path.substr(0, pos);
-    if (!prefix.empty() && !exists(prefix))
-      TESSEL_REQUIRE(mkdir(prefix.c_str(), 0755) == 0 || exists(prefix), "cannot create folder ", prefix);
-  }
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  TESSEL_REQUIRE(!ec, "cannot create folder ", path, ": ", ec.message());
 }
 
 bool alive_state(std::string const &s) {
@@ -49,13 +42,6 @@ bool alive_state(std::string const &s) {
 }
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
 
 double max_of(std::vector<double> const &v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
@@ -852,10 +838,11 @@ struct SlurmController::State final : SchedWorld {
     }
   }
 
-  void account() {
-    auto const &c = judge->cluster;
+  // Quotas and throughputs of the running jobs (the policies read them); at the end of a round also the queueing
+  // time of the waiting ones.
+  void account(bool end_of_round) {
     for (auto &j : records) {
-      if (j.state == JobState::pending)
+      if (end_of_round && j.state == JobState::pending)
         j.queue_time += interval();
       if (j.state != JobState::running)
         continue;
@@ -867,7 +854,6 @@ struct SlurmController::State final : SchedWorld {
       j.throughput = std::max(0.0, judge->oracle->adaptive(j.spec->model, j.spec->batch_size, j.quota_type,
                                                            j.quota_hosts, j.quota_per_host));
     }
-    (void)c;
   }
 
   bool step() {
@@ -925,7 +911,7 @@ struct SlurmController::State final : SchedWorld {
             arrived_.push_back(j.id);
           }
       }
-      account();
+      account(false);
       SchedContext ctx(*this);
       int seen_running = 0, seen_pending = 0;
       for (auto const &j : records) {
@@ -939,7 +925,7 @@ struct SlurmController::State final : SchedWorld {
       decide_running.push_back(seen_running);
       decide_pending.push_back(seen_pending);
       enact(before_state, before);
-      account();
+      account(true);
     } catch (SlurmError const &e) {
       if (slurm_error.empty())
         slurm_error_since = wall;
@@ -1023,9 +1009,9 @@ struct SlurmController::State final : SchedWorld {
             {"decide_ms", last_decide_ms},
             {"cost",
              {{"rounds", round_ms.size()},
-              {"round_ms_median", median(round_ms)},
+              {"round_ms_median", Impl::percentile(round_ms, 50)},
               {"round_ms_max", max_of(round_ms)},
-              {"decide_ms_median", median(decide_ms)},
+              {"decide_ms_median", Impl::percentile(decide_ms, 50)},
               {"decide_ms_max", max_of(decide_ms)},
               {"slowest_decision_saw", slowest_decision()},
               {"recent_decisions", recent_decisions()}}},
