@@ -47,6 +47,8 @@ class LocalSlurm:
         self.munged = None
         self.conf = os.path.join(self.work, "slurm.conf")
         self.env = dict(os.environ, SLURM_CONF=self.conf)
+        self.munge_dir = "/run/tessel-munge%d" % instance
+        self.munge_socket = os.path.join(self.munge_dir, "munge.socket")
 
     @staticmethod
     def unavailable():
@@ -94,7 +96,8 @@ class LocalSlurm:
         host = socket.gethostname().split(".")[0]
         conf = [
             "ClusterName=tessel%d" % self.instance, "SlurmctldHost=%s(%s.1)" % (host, self.subnet),
-            "SlurmctldPort=%d" % self.ctld_port, "SlurmdPort=%d" % self.slurmd_port, "AuthType=auth/munge", "ProctrackType=proctrack/linuxproc",
+            "SlurmctldPort=%d" % self.ctld_port, "SlurmdPort=%d" % self.slurmd_port, "AuthType=auth/munge",
+            "AuthInfo=socket=%s" % self.munge_socket, "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "GresTypes=gpu",
             "SlurmUser=root", "ReturnToService=2", "SlurmdTimeout=%d" % self.slurmd_timeout, "MessageTimeout=5",
             "KillWait=5", "MinJobAge=600", "SlurmdParameters=config_overrides",
@@ -137,35 +140,42 @@ class LocalSlurm:
         self.wait_idle()
 
     def _start_munge(self):
-        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
-            return
-        key = "/etc/munge/munge.key"
-        if not os.path.exists(key) or os.path.getsize(key) == 0:
-            os.makedirs("/etc/munge", exist_ok=True)
-            with open(key, "wb") as f:
-                f.write(os.urandom(1024))
-            shutil.chown(key, "munge", "munge")
-            os.chmod(key, 0o400)
-        os.makedirs("/run/munge", exist_ok=True)
-        shutil.chown("/run/munge", "munge", "munge")
+        # Each cluster has its own munged (own key and socket, named in AuthInfo), so that it neither depends on nor
+        # stops a system munged or another instance's, and a munged still exiting from the last test is never
+        # taken for a live one.
+        os.makedirs(self.munge_dir, mode=0o711)
+        key = os.path.join(self.munge_dir, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(key, 0o400)
         # munged -F stays in the foreground: this process owns it and stops it.
-        self.munged = subprocess.Popen(["su", "-s", "/bin/sh", "munge", "-c", "exec /usr/sbin/munged -F"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(100):
-            if _run(["munge", "-n"], check=False).returncode == 0:
+        d = self.munge_dir
+        self.munged = subprocess.Popen(
+            ["/usr/sbin/munged", "-F", "--force", "--socket=" + self.munge_socket, "--key-file=" + key,
+             "--pid-file=%s/munged.pid" % d, "--log-file=%s/munged.log" % d, "--seed-file=%s/munged.seed" % d],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if _run(["munge", "-n", "-S", self.munge_socket], check=False).returncode == 0:
                 return
+            if self.munged.poll() is not None:
+                break
             time.sleep(0.05)
-        raise RuntimeError("munged did not start")
+        log = os.path.join(d, "munged.log")
+        raise RuntimeError("munged did not start: " + (open(log).read()[-2000:] if os.path.exists(log) else ""))
 
     def start_controller(self, clean=False):
         argv = ["slurmctld", "-D", "-f", self.conf] + (["-i"] if clean else [])
         self.procs["slurmctld"] = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL)
-        for _ in range(200):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
             if _run(["sinfo", "-h"], check=False, env=self.env).returncode == 0:
                 return
+            if self.procs["slurmctld"].poll() is not None:
+                break
             time.sleep(0.05)
-        raise RuntimeError("slurmctld did not answer: " + self.log("slurmctld"))
+        raise RuntimeError("slurmctld did not answer within 20 s: " + self.log("slurmctld"))
 
     def stop_controller(self):
         self._stop("slurmctld")
@@ -232,9 +242,13 @@ class LocalSlurm:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         if self.munged is not None:
             self.munged.terminate()
-            self.munged.wait()
-            subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+            try:
+                self.munged.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.munged.kill()
+                self.munged.wait()
             self.munged = None
+        shutil.rmtree(self.munge_dir, ignore_errors=True)
 
     def _clean_leftovers(self):
         # A test killed before its tear-down leaves namespaces and a bridge named as ours: remove them.
@@ -253,13 +267,20 @@ class LocalSlurm:
             parts = line.split(": ")
             if len(parts) > 1 and parts[1].split("@")[0].startswith("ts%dv" % self.instance):
                 subprocess.run(["ip", "link", "del", parts[1].split("@")[0]], capture_output=True)
-        # Daemons of an earlier test cluster (any folder) hold our ports: they are recognised by their config.
+        # Daemons of an earlier test cluster (any folder) hold our ports and munge socket: they are recognised by
+        # their config or socket.
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
                 argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
             except OSError:
+                continue
+            if ("--socket=" + self.munge_socket).encode() in argv:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 continue
             names = [os.path.basename(a.decode(errors="replace")) for a in argv[:3]]
             if not any(n in ("slurmctld", "slurmd") for n in names) or b"-f" not in argv:
@@ -274,3 +295,4 @@ class LocalSlurm:
                     os.kill(int(pid), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        shutil.rmtree(self.munge_dir, ignore_errors=True)
