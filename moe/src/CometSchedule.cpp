@@ -31,7 +31,8 @@ public:
         merge_rows(std::max<std::int64_t>(tile_m, 512)), t0(t0),
         engine(st.comm, st.comet.comm_workers, st.comet.in_flight, this->context_text) {}
 
-  void run(HostMatrix out) {
+  // Returns where each (chunk, source, expert)'s input rows are.
+  std::vector<float const *> run(HostMatrix out) {
     // 1. Route messages first (they size the receive buffers), then every destination's tiles in ring order.
     st.post_routes(engine, chunks, routes, true);
     post_tiles();
@@ -46,6 +47,14 @@ public:
     // 3. Tiles in plan order as their data lands.
     run_tiles();
     finish(out);
+    std::vector<float const *> at(sz(chunks * w * eg));
+    for (int c = 0; c < chunks; ++c)
+      for (int s = 0; s < w; ++s)
+        for (int e = 0; e < eg; ++e)
+          at[sz((c * w + s) * eg + e)] =
+              s == me ? local_chunk[sz(c)] + (overlap->row_offset(s, c, e) - overlap->row_offset(s, c, 0)) * n
+                      : xd + x_at[block(s, c, e)] * n;
+    return at;
   }
 
 private:
@@ -341,7 +350,8 @@ void MoeLayer::State::forward_comet(ExecSpace const &space, ConstHostMatrix toke
                                     HostMatrix out) {
   int const chunks = static_cast<int>(std::min<std::int64_t>(comet.m_splits, std::max<std::int64_t>(config.tokens, 1)));
   auto const t0 = begin_overlapped(space, tokens, gate, chunks, Schedule::comet);
-  CometForward<ExecSpace>(*this, space, context(Schedule::comet), chunks, t0).run(out);
+  auto const at = CometForward<ExecSpace>(*this, space, context(Schedule::comet), chunks, t0).run(out);
+  save_for_backward(tokens, gate, [&](int c, int s, int e) { return at[sz((c * world() + s) * config.experts_per_group() + e)]; });
 }
 
 #define TESSEL_MOE_INSTANTIATE_COMET(SPACE)                                                                            \

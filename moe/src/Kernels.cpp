@@ -11,6 +11,14 @@ namespace {
 
 KOKKOS_INLINE_FUNCTION float silu(float x) { return x / (1.0f + std::exp(-x)); }
 KOKKOS_INLINE_FUNCTION float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x); d gelu / dx = Phi(x) + x phi(x).
+KOKKOS_INLINE_FUNCTION float silu_grad(float x) {
+  float const sig = 1.0f / (1.0f + std::exp(-x));
+  return sig * (1.0f + x * (1.0f - sig));
+}
+KOKKOS_INLINE_FUNCTION float gelu_grad(float x) {
+  return 0.5f * (1.0f + std::erf(x * 0.70710678118654752f)) + x * 0.39894228040143268f * std::exp(-0.5f * x * x);
+}
 
 } // namespace
 
@@ -71,6 +79,45 @@ void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights
   std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
   MatrixRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
   tessel::gemm(space, Op::none, Op::none, 1.0f, h, w1, 0.0f, y);
+}
+
+template <class ExecSpace>
+void activation_backward(ExecSpace const &space, MoeConfig const &config, MatrixRef<float const> pre,
+                         MatrixRef<float const> q, float const *weight, MatrixRef<float> aw, MatrixRef<float> dpre,
+                         float *dw) {
+  std::int64_t const rows = pre.rows, kp = config.ffn_per_rank();
+  TESSEL_REQUIRE(pre.cols == config.gemm0_cols() && q.cols == kp && aw.cols == kp && dpre.cols == pre.cols &&
+                     q.rows == rows && aw.rows == rows && dpre.rows == rows,
+                 "activation_backward: shapes do not match");
+  bool const gated = config.gated, silu_act = config.activation == Activation::silu;
+  float const *const pd = pre.data;
+  float const *const qd = q.data;
+  float *const ad = aw.data;
+  float *const dd = dpre.data;
+  std::int64_t const pld = pre.ld, qld = q.ld, ald = aw.ld, dld = dpre.ld;
+  Kokkos::parallel_for(
+      "Tessel::moe::activation_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        float const *g = pd + i * pld;
+        float const *qi = qd + i * qld;
+        float *a = ad + i * ald;
+        float *d = dd + i * dld;
+        float const w = weight[i];
+        float dot = 0.0f;
+        for (std::int64_t j = 0; j < kp; ++j) {
+          float const act = silu_act ? silu(g[j]) : gelu(g[j]);
+          float const slope = silu_act ? silu_grad(g[j]) : gelu_grad(g[j]);
+          float const up = gated ? g[kp + j] : 1.0f;
+          float const h = act * up;
+          dot += qi[j] * h;
+          float const dh = w * qi[j]; // dL/dh of the row: its combine weight times the output gradient's W1^T
+          a[j] = w * h;
+          d[j] = dh * up * slope;
+          if (gated)
+            d[kp + j] = dh * act;
+        }
+        dw[i] = dot;
+      });
 }
 
 SlotRows make_slot_rows(std::int64_t slots, std::vector<std::int32_t> const &row_slot, std::vector<float> const &weight,
@@ -152,7 +199,7 @@ void scatter_add(ExecSpace const &space, std::int64_t rows, std::int32_t const *
       "Tessel::moe::scatter_add", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t j) {
         float *o = od + (static_cast<std::int64_t>(slot[j]) - slot_base) * old;
         float const *src = yd + j * yld;
-        float const w = weight[j];
+        float const w = weight ? weight[j] : 1.0f;
         for (std::int64_t c = 0; c < cols; ++c)
           o[c] += w * src[c];
       });
@@ -222,6 +269,8 @@ void combine_sum(ExecSpace const &space, std::vector<Contribution> const &parts,
                             MatrixRef<float>, Layer0Scratch &, std::int64_t, std::function<void()> const &);           \
   template void layer1_block(SPACE const &, MoeConfig const &, ExpertWeights const &, int, MatrixRef<float const>,     \
                              std::int64_t, std::int64_t, MatrixRef<float>);                                            \
+  template void activation_backward(SPACE const &, MoeConfig const &, MatrixRef<float const>, MatrixRef<float const>,  \
+                                    float const *, MatrixRef<float>, MatrixRef<float>, float *);                       \
   template void topk_reduce(SPACE const &, SlotRows const &, std::vector<std::int64_t> const &,                        \
                             MatrixRef<float const>, MatrixRef<float>);                                                 \
   template void scatter_add(SPACE const &, std::int64_t, std::int32_t const *, std::int64_t, float const *,            \

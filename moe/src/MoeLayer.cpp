@@ -14,6 +14,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace tessel::moe {
@@ -55,11 +56,31 @@ MoeLayer &MoeLayer::operator=(MoeLayer &&) noexcept = default;
 Communicator const &MoeLayer::communicator() const { return _state->comm; }
 Routing const &MoeLayer::routing() const { return _state->routing; }
 ForwardStats const &MoeLayer::stats() const { return _state->stats; }
+ForwardStats const &MoeLayer::backward_stats() const { return _state->backward_stats; }
+ExpertWeights const &MoeLayer::weights() const { return _state->weights; }
 
 void MoeLayer::set_pipeline_comm_workers(int workers) {
   State::check_pipeline_comm_workers(workers);
   _state->options.pipeline_comm_workers = workers;
 }
+
+namespace {
+// The overlapped schedules' communication threads need MPI thread support.
+void require_thread_level(MoeLayer::State const &st, Schedule schedule, char const *what) {
+  if (schedule != Schedule::sequential && st.world() > 1) {
+#ifdef TESSEL_ENABLE_MPI
+    int const level = ScopeGuard::mpi_thread_level();
+    int const needed =
+        schedule == Schedule::comet && st.comet.comm_workers > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+    TESSEL_REQUIRE(level < 0 || level >= needed, "MoeLayer::", what, " (", name_of(schedule),
+                   "): its communication threads need MPI thread support ", "MPI_THREAD_SERIALIZED",
+                   ", MPI granted level ", level);
+#else
+    (void)what;
+#endif
+  }
+}
+} // namespace
 
 template <class ExecSpace, class Check>
 void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
@@ -67,16 +88,8 @@ void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput
   auto &st = *_state;
   ScopedRegion region(std::string("Tessel::moe::forward_") + name_of(schedule));
   st.check_inputs(tokens, gate, out);
-  if (schedule != Schedule::sequential && st.world() > 1) {
-#ifdef TESSEL_ENABLE_MPI
-    int const level = ScopeGuard::mpi_thread_level();
-    int const needed =
-        schedule == Schedule::comet && st.comet.comm_workers > 1 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
-    TESSEL_REQUIRE(level < 0 || level >= needed, "MoeLayer::forward (", name_of(schedule),
-                   "): its communication threads need MPI thread support ", "MPI_THREAD_SERIALIZED",
-                   ", MPI granted level ", level);
-#endif
-  }
+  require_thread_level(st, schedule, "forward");
+  st.saved.valid = false;
   // Once per setting: every rank must cut the work the same way (a collective, hence not on every forward).
   with_context(st.context(schedule), [&] { st.check_settings_once(st.comm, schedule); });
   switch (schedule) {
@@ -90,6 +103,23 @@ void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput
     st.forward_comet(space, tokens, gate, out);
     break;
   }
+}
+
+template <class ExecSpace, class Check>
+void MoeLayer::backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule,
+                        double aux_loss_coef) {
+  auto &st = *_state;
+  ScopedRegion region(std::string("Tessel::moe::backward_") + name_of(schedule));
+  TESSEL_REQUIRE(st.saved.valid, "MoeLayer::backward: no forward to differentiate (call forward first; a forward that "
+                                 "failed keeps nothing)");
+  auto const m = static_cast<std::size_t>(st.config.tokens), n = static_cast<std::size_t>(st.config.hidden);
+  TESSEL_REQUIRE(d_out.extent(0) == m && d_out.extent(1) == n, "MoeLayer::backward: the output gradient is ",
+                 d_out.extent(0), " x ", d_out.extent(1), ", expected M x N = ", m, " x ", n);
+  TESSEL_REQUIRE(std::isfinite(aux_loss_coef) && aux_loss_coef >= 0.0,
+                 "MoeLayer::backward: aux_loss_coef must be finite and >= 0, got ", aux_loss_coef);
+  require_thread_level(st, schedule, "backward");
+  with_context(st.backward_context(schedule), [&] { st.check_settings_once(st.comm, schedule); });
+  st.backward(space, d_out, grads, schedule, aux_loss_coef);
 }
 
 template <class ExecSpace, class Check>
@@ -135,6 +165,7 @@ AloneTimes MoeLayer::measure_alone(ExecSpace const &space, ConstHostMatrix token
 
 #define TESSEL_MOE_INSTANTIATE_LAYER(SPACE)                                                                            \
   template void MoeLayer::forward(SPACE const &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule);            \
+  template void MoeLayer::backward(SPACE const &, ConstHostMatrix, MoeGradients &, Schedule, double);                  \
   template AloneTimes MoeLayer::measure_alone(SPACE const &, ConstHostMatrix, GateInput const &, int, bool, bool);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_LAYER)
 

@@ -18,7 +18,8 @@ public:
         me(st.rank()), n(st.config.hidden), data_left(sz(chunks)),
         engine(st.comm, st.options.pipeline_comm_workers, 0, this->context_text) {}
 
-  void run(HostMatrix out, Clock::time_point t0) {
+  // Returns where each (chunk, source)'s rows start in the received rows.
+  std::vector<std::int64_t> run(HostMatrix out, Clock::time_point t0) {
     st.post_routes(engine, chunks, routes, false);
     post_dispatch();
     engine.wait([&] { return routes.done.load() == chunks * (w - 1); });
@@ -30,6 +31,7 @@ public:
     st.finish_combines(space, engine, combines_left, out, {0, n});
     st.stats.total = since(t0);
     st.stats.rows = st.total_rows();
+    return xo;
   }
 
 private:
@@ -129,7 +131,12 @@ template <class ExecSpace>
 void MoeLayer::State::forward_pipelined(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate,
                                         HostMatrix out) {
   auto const t0 = begin_overlapped(space, tokens, gate, pipeline_chunks, Schedule::pipelined);
-  PipelinedForward<ExecSpace>(*this, space, context(Schedule::pipelined)).run(out, t0);
+  auto const xo = PipelinedForward<ExecSpace>(*this, space, context(Schedule::pipelined)).run(out, t0);
+  int const w = world();
+  save_for_backward(tokens, gate, [&](int c, int s, int e) {
+    auto const first = metas[sz(c)][sz(s)].expert_offset(e) * config.hidden;
+    return (s == rank() ? local_rows(c) : x.data() + xo[sz(c * w + s)] * config.hidden) + first;
+  });
 }
 
 #define TESSEL_MOE_INSTANTIATE_PIPELINED(SPACE)                                                                        \

@@ -32,21 +32,13 @@ ExpertWeights shard_weights(MoeConfig const &config, int rank, DenseWeights cons
   return weights;
 }
 
-ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
-                                  HostIndexMatrix chosen, DenseWeights const &weights) {
-  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
-  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
-  int const e_count = config.experts, topk = config.topk;
-  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == n, "reference: tokens have ", tokens.extent(1),
-                 " columns, expected N=", n);
-  TESSEL_REQUIRE(static_cast<std::int64_t>(chosen.extent(0)) == t_count && static_cast<int>(chosen.extent(1)) == topk,
-                 "reference: expert choice is ", chosen.extent(0), " x ", chosen.extent(1), ", expected ", t_count,
-                 " x ", topk);
-  ReferenceResult result;
-  result.out =
-      HostMatrix64("Tessel::moe::reference_out", static_cast<std::size_t>(t_count), static_cast<std::size_t>(n));
+namespace {
 
-  // Logits and softmax in double.
+// Logits (from the given logits, or tokens x weight + bias) and their softmax over the experts, in double.
+std::vector<double> reference_probabilities(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden;
+  int const e_count = config.experts;
   std::vector<double> probs(static_cast<std::size_t>(t_count * e_count));
   for (std::int64_t t = 0; t < t_count; ++t) {
     double *p = probs.data() + t * e_count;
@@ -69,6 +61,37 @@ ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix token
     for (int e = 0; e < e_count; ++e)
       p[e] /= sum;
   }
+  return probs;
+}
+
+double act_of(Activation a, double g) {
+  return a == Activation::silu ? g / (1.0 + std::exp(-g)) : 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0)));
+}
+double act_grad(Activation a, double g) {
+  if (a == Activation::silu) {
+    double const s = 1.0 / (1.0 + std::exp(-g));
+    return s * (1.0 + g * (1.0 - s));
+  }
+  return 0.5 * (1.0 + std::erf(g / std::sqrt(2.0))) + g * std::exp(-0.5 * g * g) / 2.5066282746310002 /* sqrt(2 pi) */;
+}
+
+} // namespace
+
+ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                  HostIndexMatrix chosen, DenseWeights const &weights) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
+  int const e_count = config.experts, topk = config.topk;
+  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == n, "reference: tokens have ", tokens.extent(1),
+                 " columns, expected N=", n);
+  TESSEL_REQUIRE(static_cast<std::int64_t>(chosen.extent(0)) == t_count && static_cast<int>(chosen.extent(1)) == topk,
+                 "reference: expert choice is ", chosen.extent(0), " x ", chosen.extent(1), ", expected ", t_count,
+                 " x ", topk);
+  ReferenceResult result;
+  result.out =
+      HostMatrix64("Tessel::moe::reference_out", static_cast<std::size_t>(t_count), static_cast<std::size_t>(n));
+
+  std::vector<double> const probs = reference_probabilities(config, tokens, gate);
 
   // Combine weights of the chosen experts, and the check that they are a top-k.
   std::vector<double> weight(static_cast<std::size_t>(t_count * topk));
@@ -135,8 +158,7 @@ ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix token
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < k; ++j) {
         double const g = pre[static_cast<std::size_t>(i * k0 + j)];
-        double const act = config.activation == Activation::silu ? g / (1.0 + std::exp(-g))
-                                                                 : 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0)));
+        double const act = act_of(config.activation, g);
         hid[static_cast<std::size_t>(i * k + j)] =
             config.gated ? act * pre[static_cast<std::size_t>(i * k0 + k + j)] : act;
       }
@@ -148,6 +170,139 @@ ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix token
             row_weight[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(i * n + j)];
   }
   return result;
+}
+
+ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                      HostIndexMatrix chosen, DenseWeights const &weights, ConstHostMatrix d_out,
+                                      double aux_loss_coef) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
+  int const e_count = config.experts, topk = config.topk;
+  TESSEL_REQUIRE(static_cast<std::int64_t>(d_out.extent(0)) == t_count && static_cast<std::int64_t>(d_out.extent(1)) == n,
+                 "reference_backward: output gradient is ", d_out.extent(0), " x ", d_out.extent(1), ", expected ",
+                 t_count, " x ", n);
+  auto const probs = reference_probabilities(config, tokens, gate);
+  auto const z = [](std::int64_t i) { return static_cast<std::size_t>(i); };
+  ReferenceGradients g;
+  g.tokens = HostMatrix64("Tessel::moe::reference_grad_tokens", z(t_count), z(n));
+  g.logits = HostMatrix64("Tessel::moe::reference_grad_logits", z(t_count), z(e_count));
+  g.w0.assign(z(e_count * n * k0), 0.0);
+  g.w1.assign(z(e_count * k * n), 0.0);
+  // Combine weights and their gradients dL/dw = d_out . FFN_e(token).
+  std::vector<double> weight(z(t_count * topk)), dweight(z(t_count * topk), 0.0);
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    double chosen_sum = 0.0;
+    for (int j = 0; j < topk; ++j)
+      chosen_sum += probs[z(t * e_count + chosen(t, j))];
+    for (int j = 0; j < topk; ++j) {
+      double const pe = probs[z(t * e_count + chosen(t, j))];
+      weight[z(t * topk + j)] = config.normalize_topk ? pe / chosen_sum : pe;
+    }
+  }
+  std::vector<double> w0(z(n * k0)), w1(z(k * n));
+  HostExecSpace const host;
+  for (int e = 0; e < e_count; ++e) {
+    std::vector<std::int64_t> rows, slot;
+    for (std::int64_t t = 0; t < t_count; ++t)
+      for (int j = 0; j < topk; ++j)
+        if (chosen(t, j) == e) {
+          rows.push_back(t);
+          slot.push_back(t * topk + j);
+        }
+    if (rows.empty())
+      continue;
+    auto const r = static_cast<std::int64_t>(rows.size());
+    for (std::int64_t i = 0; i < n * k0; ++i)
+      w0[z(i)] = weights.w0.data()[z(e * n * k0 + i)];
+    for (std::int64_t i = 0; i < k * n; ++i)
+      w1[z(i)] = weights.w1.data()[z(e * k * n + i)];
+    std::vector<double> x(z(r * n)), pre(z(r * k0)), hid(z(r * k)), y(z(r * n)), dy(z(r * n)), dh(z(r * k)),
+        dpre(z(r * k0)), dx(z(r * n));
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        x[z(i * n + j)] = tokens(rows[z(i)], j);
+        dy[z(i * n + j)] = weight[z(slot[z(i)])] * static_cast<double>(d_out(rows[z(i)], j));
+      }
+    tessel::gemm<HostExecSpace, double>(host, Op::none, Op::none, 1.0, {x.data(), r, n, n}, {w0.data(), n, k0, k0}, 0.0,
+                                        {pre.data(), r, k0, k0});
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < k; ++j) {
+        double const a = act_of(config.activation, pre[z(i * k0 + j)]);
+        hid[z(i * k + j)] = config.gated ? a * pre[z(i * k0 + k + j)] : a;
+      }
+    tessel::gemm<HostExecSpace, double>(host, Op::none, Op::none, 1.0, {hid.data(), r, k, k}, {w1.data(), k, n, n},
+                                        0.0, {y.data(), r, n, n});
+    for (std::int64_t i = 0; i < r; ++i) {
+      double dot = 0.0;
+      for (std::int64_t j = 0; j < n; ++j)
+        dot += static_cast<double>(d_out(rows[z(i)], j)) * y[z(i * n + j)];
+      dweight[z(slot[z(i)])] = dot;
+    }
+    // dW1 = hid^T dy; dhid = dy W1^T; through the activation; dW0 = x^T dpre; dx = dpre W0^T.
+    tessel::gemm<HostExecSpace, double>(host, Op::transpose, Op::none, 1.0, {hid.data(), r, k, k}, {dy.data(), r, n, n},
+                                        0.0, {g.w1.data() + e * k * n, k, n, n});
+    tessel::gemm<HostExecSpace, double>(host, Op::none, Op::transpose, 1.0, {dy.data(), r, n, n}, {w1.data(), k, n, n},
+                                        0.0, {dh.data(), r, k, k});
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < k; ++j) {
+        double const gv = pre[z(i * k0 + j)];
+        double const up = config.gated ? pre[z(i * k0 + k + j)] : 1.0;
+        dpre[z(i * k0 + j)] = dh[z(i * k + j)] * up * act_grad(config.activation, gv);
+        if (config.gated)
+          dpre[z(i * k0 + k + j)] = dh[z(i * k + j)] * act_of(config.activation, gv);
+      }
+    tessel::gemm<HostExecSpace, double>(host, Op::transpose, Op::none, 1.0, {x.data(), r, n, n},
+                                        {dpre.data(), r, k0, k0}, 0.0, {g.w0.data() + e * n * k0, n, k0, k0});
+    tessel::gemm<HostExecSpace, double>(host, Op::none, Op::transpose, 1.0, {dpre.data(), r, k0, k0},
+                                        {w0.data(), n, k0, k0}, 0.0, {dx.data(), r, n, n});
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        g.tokens(rows[z(i)], j) += dx[z(i * n + j)];
+  }
+  // The gate: dL/dp (the combine weights', and the load-balancing loss's E f_e / T per token), then the softmax.
+  std::vector<double> count(z(e_count), 0.0);
+  for (std::int64_t t = 0; t < t_count; ++t)
+    for (int j = 0; j < topk; ++j)
+      count[z(chosen(t, j))] += 1.0;
+  std::vector<double> dp(z(e_count));
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    double const *p = probs.data() + t * e_count;
+    for (int e = 0; e < e_count; ++e)
+      dp[z(e)] = aux_loss_coef * e_count * (count[z(e)] / (static_cast<double>(t_count) * topk)) /
+                 static_cast<double>(t_count);
+    if (config.normalize_topk) {
+      // w_j = p_j / S, S = sum over the chosen: dL/dp_j = (dw_j - sum_i w_i dw_i) / S for the chosen.
+      double chosen_sum = 0.0, mean = 0.0;
+      for (int j = 0; j < topk; ++j) {
+        chosen_sum += p[chosen(t, j)];
+        mean += weight[z(t * topk + j)] * dweight[z(t * topk + j)];
+      }
+      for (int j = 0; j < topk; ++j)
+        dp[z(chosen(t, j))] += (dweight[z(t * topk + j)] - mean) / chosen_sum;
+    } else {
+      for (int j = 0; j < topk; ++j)
+        dp[z(chosen(t, j))] += dweight[z(t * topk + j)];
+    }
+    double mean = 0.0;
+    for (int e = 0; e < e_count; ++e)
+      mean += p[e] * dp[z(e)];
+    for (int e = 0; e < e_count; ++e)
+      g.logits(t, e) = p[e] * (dp[z(e)] - mean);
+  }
+  if (gate.kind == GateInput::Kind::weight) {
+    g.gate_weight.assign(z(n * e_count), 0.0);
+    g.bias.assign(z(e_count), 0.0);
+    for (std::int64_t t = 0; t < t_count; ++t)
+      for (int e = 0; e < e_count; ++e) {
+        double const d = g.logits(t, e);
+        g.bias[z(e)] += d;
+        for (std::int64_t i = 0; i < n; ++i) {
+          g.gate_weight[z(i * e_count + e)] += static_cast<double>(tokens(t, i)) * d;
+          g.tokens(t, i) += d * static_cast<double>(gate.weight(i, e));
+        }
+      }
+  }
+  return g;
 }
 
 double max_relative_error(ConstHostMatrix y, HostMatrix64 ref) {

@@ -25,6 +25,9 @@ void MoeLayer::State::forward_sequential(ExecSpace const &space, ConstHostMatrix
   with_context(context_text, [&] { combine_alltoallv(); });
   auto const t4 = Clock::now();
   final_sum(space, out, {0, config.hidden}, false);
+  save_for_backward(tokens, gate, [&](int, int s, int e) {
+    return x.data() + x_off[sz(s)] + metas[0][sz(s)].expert_offset(e) * config.hidden;
+  });
   stats = ForwardStats{};
   stats.schedule = Schedule::sequential;
   stats.route = seconds_between(t0, t1);

@@ -10,10 +10,13 @@
 #include <tessel/core/Communicator.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessel::moe::test {
 
@@ -62,6 +65,107 @@ struct Variant {
     return os.str();
   }
 };
+
+// The layer tests' cases (tstMoeLayer.cpp, tstMoeBackward.cpp): a shape, how the gate is given, and a skew of the
+// routing.
+enum class GateKind { logits, weight, weight_bias };
+
+struct Case {
+  std::string name;
+  MoeConfig config; // tokens, N, K, E, topk, activation, gated, normalize (EP/TP set per layout)
+  GateKind gate = GateKind::weight;
+  // Logit bias per expert added to random logits (skews routing); empty: none.
+  std::vector<float> skew;
+};
+
+inline MoeConfig shape(std::int64_t m, std::int64_t n, std::int64_t k, int e, int topk, bool normalize = true,
+                Activation act = Activation::silu, bool gated = true) {
+  MoeConfig c;
+  c.tokens = m;
+  c.hidden = n;
+  c.ffn = k;
+  c.experts = e;
+  c.topk = topk;
+  c.normalize_topk = normalize;
+  c.activation = act;
+  c.gated = gated;
+  return c;
+}
+
+// EP x TP layouts for a world size.
+inline std::vector<std::pair<int, int>> layouts(int w) {
+  switch (w) {
+  case 1:
+    return {{1, 1}};
+  case 2:
+    return {{2, 1}, {1, 2}};
+  case 4:
+    return {{4, 1}, {2, 2}, {1, 4}};
+  default:
+    return {{w, 1}};
+  }
+}
+
+struct Inputs {
+  HostMatrix tokens, logits, gate_weight;
+  HostVector gate_bias;
+  DenseWeights dense;
+  GateInput gate() const {
+    if (logits.data())
+      return GateInput::from_logits(logits);
+    return GateInput::from_weight(gate_weight, gate_bias);
+  }
+};
+
+inline Inputs make_inputs(Case const &c, MoeConfig const &config, int rank, std::uint64_t seed) {
+  Inputs in;
+  auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden),
+             e = static_cast<std::size_t>(config.experts);
+  in.tokens = random_matrix("tokens", m, n, seed + 1000 + static_cast<std::uint64_t>(rank));
+  in.dense = random_weights(config, seed);
+  if (c.gate == GateKind::logits) {
+    in.logits = random_matrix("logits", m, e, seed + 2000 + static_cast<std::uint64_t>(rank), 2.0f);
+    for (std::size_t t = 0; t < m; ++t)
+      for (std::size_t j = 0; j < c.skew.size(); ++j)
+        in.logits(t, j) += c.skew[j];
+  } else {
+    in.gate_weight = random_matrix("gate", n, e, seed + 3000, 1.0f / std::sqrt(static_cast<float>(n)));
+    if (c.gate == GateKind::weight_bias || !c.skew.empty()) {
+      in.gate_bias = HostVector("bias", e);
+      for (std::size_t j = 0; j < e; ++j)
+        in.gate_bias(j) = j < c.skew.size() ? c.skew[j] : 0.1f * static_cast<float>(j % 3);
+    }
+  }
+  return in;
+}
+
+inline std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  v.push_back({Schedule::sequential, {}, 3});
+  v.push_back({Schedule::pipelined, {}, 3});
+  v.push_back({Schedule::pipelined, {}, 1, 1});
+  CometParams p;
+  p.comm_workers = 0; // the compute thread progresses the messages
+  p.tile_m = 8;
+  p.n_splits = 3;
+  p.policy = PlanPolicy::critical_path;
+  v.push_back({Schedule::comet, p, 3});
+  p.policy = PlanPolicy::local_first;
+  p.comm_workers = 2;
+  p.in_flight = 1;
+  p.tile_m = 5;
+  p.n_splits = 1;
+  v.push_back({Schedule::comet, p, 3});
+  // Token chunks with their own layer1 and combine; uneven column blocks; sends limited in flight.
+  p.policy = PlanPolicy::critical_path;
+  p.comm_workers = 1;
+  p.in_flight = 2;
+  p.tile_m = 4;
+  p.n_splits = 5;
+  p.m_splits = 3;
+  v.push_back({Schedule::comet, p, 3});
+  return v;
+}
 
 } // namespace tessel::moe::test
 

@@ -34,6 +34,15 @@ template <class ExecSpace>
 void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                   MatrixRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatrixRef<float> y);
 
+/// The activation's backward on rows of one expert: from pre = x W0_e ([rows, gemm0_cols]) and q = g W1_e^T (g the
+/// rows' output gradient, unweighted), with w the rows' combine weights: aw = w act(pre) (what dW1 = aw^T g needs),
+/// dpre = dL/d pre for dL/dh = w q, and dw[i] = q_i . act(pre_i) (dL/d w_i; this rank's K-shard: a partial sum when
+/// TP > 1).
+template <class ExecSpace>
+void activation_backward(ExecSpace const &space, MoeConfig const &config, MatrixRef<float const> pre,
+                         MatrixRef<float const> q, float const *weight, MatrixRef<float> aw, MatrixRef<float> dpre,
+                         float *dw);
+
 /// Slots of one source with the rows to reduce: rows of slot u are row_index[ptr[u], ptr[u+1]) with weights.
 struct SlotRows {
   std::vector<std::int64_t> ptr;
@@ -51,7 +60,7 @@ void topk_reduce(ExecSpace const &space, SlotRows const &slots, std::vector<std:
                  MatrixRef<float const> y, MatrixRef<float> out);
 
 /// out[slot[j] - slot_base, :] += weight[j] y[j, :] for the \p rows rows of one expert (its rows name distinct
-/// slots, so rows never collide).
+/// slots, so rows never collide); \p weight null: weights of 1.
 template <class ExecSpace>
 void scatter_add(ExecSpace const &space, std::int64_t rows, std::int32_t const *slot, std::int64_t slot_base,
                  float const *weight, MatrixRef<float const> y, MatrixRef<float> out);

@@ -103,6 +103,20 @@ struct MoeLayer::State : Impl::LayerCore {
   Impl::Layer0Scratch scratch;
   std::vector<std::int64_t> x_off, send_off, recv_off; // per source / rank, in floats
 
+  // What the last forward keeps for the backward: its tokens and gate, and where each (chunk, source, local expert)'s
+  // input rows are (in x, or this rank's own rows in send_rows), at [(chunk * W + source) * E/EP + expert].
+  struct Saved {
+    bool valid = false;
+    ConstHostMatrix tokens;
+    GateInput gate;
+    std::vector<float const *> rows;
+  } saved;
+  ForwardStats backward_stats;
+  // The backward's buffers (BackwardSchedule.cpp): this rank's output gradient per group's slots, the received ones,
+  // the rows' gradients kept for the weight-gradient GEMMs, and the combine-weight gradients.
+  Kokkos::View<float *, Kokkos::HostSpace> grad_out, grad_in, grad_g, grad_aw, grad_dh, grad_pre, grad_q, grad_dx,
+      grad_w_send, grad_w_recv;
+
   State(MoeConfig const &c, Communicator const &world)
       : LayerCore(c, "tessel::moe::MoeLayer", "host", Impl::max_chunks), comm(world) {}
 
@@ -174,6 +188,25 @@ struct MoeLayer::State : Impl::LayerCore {
   // Posts the route messages of \p chunks chunks on \p engine: every receive, then the sends (control messages,
   // never queued), chunk-major or, with \p destination_major, destination-major.
   void post_routes(Impl::CommEngine &engine, int chunks, Impl::RouteMessages &routes, bool destination_major);
+
+  // Records where the forward left each (chunk, source, expert)'s input rows (\p at(c, s, e)) for the backward.
+  template <class At> void save_for_backward(ConstHostMatrix tokens, GateInput const &gate, At &&at) {
+    int const chunks = static_cast<int>(metas.size()), w = world(), eg = config.experts_per_group();
+    saved.tokens = tokens;
+    saved.gate = gate;
+    saved.rows.assign(Impl::sz(chunks * w * eg), nullptr);
+    for (int c = 0; c < chunks; ++c)
+      for (int s = 0; s < w; ++s)
+        for (int e = 0; e < eg; ++e)
+          saved.rows[Impl::sz((c * w + s) * eg + e)] = at(c, s, e);
+    saved.valid = true;
+  }
+  std::string backward_context(Schedule s) const {
+    return tessel::Impl::concat("MoE layer backward (", name_of(s), " schedule) on rank ", rank(), " of ", world());
+  }
+  template <class ExecSpace>
+  void backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule,
+                double aux_loss_coef);
 
   // The schedules, one file each.
 

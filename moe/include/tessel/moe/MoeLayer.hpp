@@ -71,6 +71,20 @@ struct AloneTimes {
   double comm_min = 0.0, comp_min = 0.0;
 };
 
+/// \brief Gradients of one backward on this rank (allocated by MoeLayer::backward on first use).
+struct MoeGradients {
+  /// [M, N] dL/d tokens of this rank: through the experts and, when the gate is a weight, through the gate.
+  HostMatrix tokens;
+  /// dL/d this rank's expert shards (the shapes of ExpertWeights: W0's gated half and up half, W1).
+  ExpertWeights experts;
+  /// [M, E] dL/d logits of this rank (the combine weights' and the load-balancing loss's share).
+  HostMatrix logits;
+  /// [N, E] and [E]: dL/d gate weight and bias, summed over all ranks (the gate is replicated); set when the forward
+  /// was given a gate weight (the bias when it had one).
+  HostMatrix gate_weight;
+  HostVector gate_bias;
+};
+
 /// \brief One MoE layer on a communicator of EP x TP ranks.
 ///
 /// Construction is collective: it validates the configuration and checks that it is the same on every rank.
@@ -92,10 +106,25 @@ public:
   void forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
                Schedule schedule = Schedule::comet);
 
+  /// \brief Gradients of the last forward's loss L = sum over ranks of <d_out, out> + aux_loss_coef x aux_loss:
+  /// \p d_out [M, N] is dL/d out of this rank's tokens. Collective; runs on \p space like forward, under \p schedule
+  /// (any: it need not be the forward's). The forward keeps what the backward needs (each expert's input rows, the
+  /// routing, the tokens and gate it was given, which must not change in between); the backward recomputes GEMM0
+  /// rather than keeping the hidden rows. \p aux_loss_coef adds Routing::aux_loss's gradient (through the softmax;
+  /// its expert fractions are counts and carry none).
+  template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+  void backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule = Schedule::comet,
+                double aux_loss_coef = 0.0);
+
+  /// This rank's expert shards (views: an optimizer updates them in place).
+  ExpertWeights const &weights() const;
+
   Communicator const &communicator() const;
   /// Routing of the last forward.
   Routing const &routing() const;
   ForwardStats const &stats() const;
+  /// Where the last backward spent its time (the fields of ForwardStats: route is the gate's backward).
+  ForwardStats const &backward_stats() const;
   /// Communication threads of the pipelined schedule (LayerOptions::pipeline_comm_workers).
   void set_pipeline_comm_workers(int workers);
 

@@ -10,6 +10,7 @@
 #include <tessel/moe/Router.hpp>
 
 #include <string>
+#include <vector>
 
 namespace tessel::moe {
 
@@ -41,6 +42,20 @@ struct ReferenceResult {
 /// double-precision probabilities; the combine weights are recomputed in double.
 ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
                                   HostIndexMatrix chosen, DenseWeights const &weights);
+
+/// \brief The reference's gradients of L = <d_out, out> + aux_loss_coef x aux_loss (double precision).
+struct ReferenceGradients {
+  HostMatrix64 tokens;                   ///< [T, N]
+  HostMatrix64 logits;                   ///< [T, E]
+  std::vector<double> w0, w1;            ///< [E, N, (gated ? 2 : 1) K] and [E, K, N], as DenseWeights
+  std::vector<double> gate_weight, bias; ///< [N, E] and [E] (gate given as a weight)
+};
+
+/// \brief Dense reference backward for \p tokens [T, N] (all ranks' tokens) and their output gradient \p d_out
+/// [T, N]: the analytic gradients, in double, with the expert choice \p chosen taken from the router under test.
+ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                      HostIndexMatrix chosen, DenseWeights const &weights, ConstHostMatrix d_out,
+                                      double aux_loss_coef = 0.0);
 
 /// \brief max |y - ref| / max |ref| (0 when both are zero).
 double max_relative_error(ConstHostMatrix y, HostMatrix64 ref);

@@ -1,0 +1,616 @@
+// The layer's backward under the three schedules, one driver: the forward's messages reversed. Each token owner
+// sends every EP group its output gradient per slot (one row per distinct token, as the forward's combine), cut
+// into slot tiles; the expert side computes, per tile and local expert, GEMM0 again (x W0: recomputed, not kept),
+// q = g W1^T, the activation's backward and dx = dpre W0^T, sums dx per slot and sends it back with the combine
+// weights' gradients; the owner adds the ranks' token gradients in rank order (as the forward's final sum) and
+// differentiates the gate. The weight gradients dW1 += (w act)^T g and dW0 += x^T dpre need nothing from another
+// rank. What differs is only the order:
+//   sequential: every tile has landed before the first is computed, and the replies leave after the last;
+//   pipelined:  chunk by chunk (the forward's chunks): a chunk is computed once its tiles landed and sent at once;
+//   comet:      tile by tile as they land (local ones first, or, with the critical_path policy, landed remote ones
+//               first), each tile's token gradients sent the moment they are done, and the weight-gradient GEMMs
+//               kept back to fill the time the compute thread would otherwise wait.
+#include "impl/LayerState.hpp"
+
+#include <tessel/core/Execution.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <mutex>
+
+namespace tessel::moe {
+
+using namespace Impl;
+
+namespace {
+
+// Tags of one backward (its messages all complete before it returns).
+constexpr int tag_grad_out = 1;      // + tile of the pair
+constexpr int tag_grad_x = 10001;    // + tile of the pair
+constexpr int tag_grad_w = 20001;    // + chunk
+constexpr std::int64_t max_tiles = 9999;
+
+struct Tile {
+  int chunk = 0;
+  std::int64_t slot_begin = 0, slot_end = 0; // slots of the source's numbering in its group
+};
+
+// The slot tiles of a source's chunks (the same list on both sides: from the plan at the owner, from the route
+// messages at the expert side).
+std::vector<Tile> slot_tiles(std::vector<std::pair<std::int64_t, std::int64_t>> const &chunk_slots, std::int64_t tile) {
+  std::int64_t total = 0;
+  for (auto const &[begin, count] : chunk_slots)
+    total += count;
+  tile = std::max({tile, std::int64_t{1}, (total + max_tiles - 1) / max_tiles});
+  std::vector<Tile> tiles;
+  for (std::size_t c = 0; c < chunk_slots.size(); ++c)
+    for (std::int64_t a = 0; a < chunk_slots[c].second; a += tile)
+      tiles.push_back({static_cast<int>(c), chunk_slots[c].first + a,
+                       chunk_slots[c].first + std::min(a + tile, chunk_slots[c].second)});
+  return tiles;
+}
+
+template <class ExecSpace> class Backward {
+public:
+  Backward(MoeLayer::State &st, ExecSpace const &space, Schedule schedule, MoeGradients &grads, double aux)
+      : st(st), space(space), schedule(schedule), grads(grads), aux(aux), context_text(st.backward_context(schedule)),
+        w(st.world()), me(st.rank()), eg(st.config.experts_per_group()), chunks(static_cast<int>(st.metas.size())),
+        n(st.config.hidden), kp(st.config.ffn_per_rank()), c0(st.config.gemm0_cols()),
+        tile_slots(schedule == Schedule::comet ? std::max<std::int64_t>(st.comet.tile_m, 1)
+                                               : std::numeric_limits<std::int64_t>::max() / 2),
+        engine(st.comm,
+               schedule == Schedule::comet       ? st.comet.comm_workers
+               : schedule == Schedule::pipelined ? st.options.pipeline_comm_workers
+                                                 : 0,
+               schedule == Schedule::comet ? st.comet.in_flight : 0, context_text) {}
+
+  void run(ConstHostMatrix d_out) {
+    t0 = Clock::now();
+    st.backward_stats = ForwardStats{};
+    st.backward_stats.schedule = schedule;
+    allocate_gradients();
+    layout();
+    pack_output_gradient(d_out);
+    post_receives();
+    post_sends();
+    compute();
+    finish();
+  }
+
+private:
+  using Meta = SourceMeta;
+  Meta const &meta(int c, int s) const { return st.metas[sz(c)][sz(s)]; }
+  std::size_t block(int c, int s, int e) const { return sz((c * w + s) * eg + e); }
+
+  void allocate_gradients() {
+    auto const m = sz(st.config.tokens), nn = sz(n), e_all = sz(st.config.experts);
+    auto const shape_is = [](auto const &v, std::size_t a, std::size_t b, std::size_t c = 0) {
+      return v.extent(0) == a && v.extent(1) == b && (c == 0 || v.extent(2) == c);
+    };
+    if (!shape_is(grads.tokens, m, nn))
+      grads.tokens = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::grad_tokens"), m, nn);
+    if (!shape_is(grads.logits, m, e_all))
+      grads.logits = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::grad_logits"), m, e_all);
+    auto const &wt = st.weights;
+    if (!shape_is(grads.experts.w0, wt.w0.extent(0), wt.w0.extent(1), wt.w0.extent(2)))
+      grads.experts.w0 = HostTensor("Tessel::moe::grad_w0", wt.w0.extent(0), wt.w0.extent(1), wt.w0.extent(2));
+    if (!shape_is(grads.experts.w1, wt.w1.extent(0), wt.w1.extent(1), wt.w1.extent(2)))
+      grads.experts.w1 = HostTensor("Tessel::moe::grad_w1", wt.w1.extent(0), wt.w1.extent(1), wt.w1.extent(2));
+    Impl::zero(space, grads.experts.w0.data(), static_cast<std::int64_t>(grads.experts.w0.size()));
+    Impl::zero(space, grads.experts.w1.data(), static_cast<std::int64_t>(grads.experts.w1.size()));
+    auto const &gate = st.saved.gate;
+    if (gate.kind == GateInput::Kind::weight) {
+      if (!shape_is(grads.gate_weight, nn, e_all))
+        grads.gate_weight = HostMatrix("Tessel::moe::grad_gate_weight", nn, e_all);
+      if (gate.bias.data() != nullptr && grads.gate_bias.extent(0) != e_all)
+        grads.gate_bias = HostVector("Tessel::moe::grad_gate_bias", e_all);
+    }
+  }
+
+  void layout() {
+    auto const &plan = st.plan;
+    int const groups = plan.groups;
+    // Owner side: this rank's output gradient per group's slots, and the tiles it sends each group.
+    out_off = exclusive_offsets(plan.group_slots);
+    owner_tiles.resize(sz(groups));
+    for (int g = 0; g < groups; ++g) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> cs;
+      for (int c = 0; c < chunks; ++c)
+        cs.emplace_back(plan.slot_begin(c, g), plan.slot_count(c, g));
+      owner_tiles[sz(g)] = slot_tiles(cs, tile_slots);
+    }
+    // Expert side: per source, its slots (all chunks), its tiles and where its rows' gradients go.
+    slots_of = st.source_slots();
+    st.layout_combine(slots_of); // token gradients per source: the forward's combine layout, one column block
+    in_off.assign(sz(w) + 1, 0);
+    source_tiles.resize(sz(w));
+    for (int s = 0; s < w; ++s) {
+      in_off[sz(s) + 1] = in_off[sz(s)] + (s == me ? 0 : slots_of[sz(s)]);
+      std::vector<std::pair<std::int64_t, std::int64_t>> cs;
+      for (int c = 0; c < chunks; ++c)
+        cs.emplace_back(meta(c, s).slot_begin, meta(c, s).slot_count);
+      source_tiles[sz(s)] = slot_tiles(cs, tile_slots);
+      TESSEL_REQUIRE(static_cast<std::int64_t>(source_tiles[sz(s)].size()) <= max_tiles, context_text, ": ",
+                     source_tiles[sz(s)].size(), " tiles from rank ", s, " exceed the tag space");
+    }
+    // Rows kept for the weight gradients: (chunk, source, expert)-major.
+    rows_at.assign(sz(chunks * w * eg) + 1, 0);
+    w_send_off.assign(sz(chunks * w) + 1, 0);
+    std::int64_t max_rows = 1;
+    for (int c = 0; c < chunks; ++c)
+      for (int s = 0; s < w; ++s) {
+        w_send_off[sz(c * w + s) + 1] = w_send_off[sz(c * w + s)] + meta(c, s).rows();
+        for (int e = 0; e < eg; ++e) {
+          auto const rows = meta(c, s).expert_rows[sz(e)];
+          rows_at[block(c, s, e) + 1] = rows_at[block(c, s, e)] + rows;
+          max_rows = std::max(max_rows, rows);
+        }
+      }
+    auto const total = rows_at.back();
+    gd = ensure(st.grad_g, "Tessel::moe::grad_rows", sz(total * n));
+    awd = ensure(st.grad_aw, "Tessel::moe::grad_weighted_hidden", sz(total * kp));
+    dhd = ensure(st.grad_dh, "Tessel::moe::grad_pre", sz(total * c0));
+    pred = ensure(st.grad_pre, "Tessel::moe::grad_recomputed_pre", sz(max_rows * c0));
+    qd = ensure(st.grad_q, "Tessel::moe::grad_q", sz(max_rows * kp));
+    dxd = ensure(st.grad_dx, "Tessel::moe::grad_x_rows", sz(max_rows * n));
+    wsd = ensure(st.grad_w_send, "Tessel::moe::grad_weight_send", sz(w_send_off.back()));
+    // Owner side: the combine weights' gradients each rank returns, its group's rows chunk by chunk.
+    w_recv_off.assign(sz(w) + 1, 0);
+    group_rows.assign(sz(groups), 0);
+    for (int g = 0; g < groups; ++g)
+      for (int c = 0; c < chunks; ++c)
+        group_rows[sz(g)] += plan.block_end(c, g) - plan.block_begin(c, g);
+    for (int r = 0; r < w; ++r)
+      w_recv_off[sz(r) + 1] = w_recv_off[sz(r)] + (r == me ? 0 : group_rows[sz(st.group_of(r))]);
+    wrd = ensure(st.grad_w_recv, "Tessel::moe::grad_weight_recv", sz(w_recv_off.back()));
+    god = ensure(st.grad_out, "Tessel::moe::grad_out", sz(out_off.back() * n));
+    gid = ensure(st.grad_in, "Tessel::moe::grad_in", sz(in_off.back() * n));
+  }
+
+  // The output gradient of this rank's tokens in each group's slot order (what the forward's combine returned).
+  void pack_output_gradient(ConstHostMatrix d_out) {
+    auto const m = st.config.tokens;
+    auto const &plan = st.plan;
+    std::vector<std::int32_t> slot_token;
+    for (int g = 0; g < plan.groups; ++g) {
+      slot_token.assign(sz(plan.group_slots[sz(g)]), 0);
+      for (std::int64_t t = 0; t < m; ++t) {
+        auto const u = plan.token_slot[sz(g * m + t)];
+        if (u >= 0)
+          slot_token[sz(u)] = static_cast<std::int32_t>(t);
+      }
+      Impl::gather_rows(space, {d_out.data(), m, n, n}, slot_token.data(), plan.group_slots[sz(g)],
+                        {god + out_off[sz(g)] * n, plan.group_slots[sz(g)], n, n});
+      compat::fence(space, "Tessel::moe::pack_output_gradient");
+    }
+  }
+
+  float const *grad_rows_of(int s) const {
+    return s == me ? god + out_off[sz(st.group_of(me))] * n : gid + in_off[sz(s)] * n;
+  }
+
+  void post_receives() {
+    auto const &plan = st.plan;
+    // Output-gradient tiles from each source (count first: a callback may fire as soon as its receive is posted).
+    landed.assign(sz(w), {});
+    for (int s = 0; s < w; ++s)
+      landed[sz(s)].assign(source_tiles[sz(s)].size(), s == me ? 1 : 0);
+    for (int k = 1; k < w; ++k) {
+      int const s = (me - k + w) % w;
+      tiles_expected += static_cast<int>(source_tiles[sz(s)].size());
+    }
+    for (int k = 1; k < w; ++k) {
+      int const s = (me - k + w) % w;
+      auto const &tiles = source_tiles[sz(s)];
+      for (std::size_t t = 0; t < tiles.size(); ++t) {
+        auto const &tile = tiles[t];
+        engine.recv(s, tag_grad_out + static_cast<int>(t), gid + (in_off[sz(s)] + tile.slot_begin) * n,
+                    sz((tile.slot_end - tile.slot_begin) * n), DataType::float32,
+                    tessel::Impl::concat("output gradient tile ", t), [this, s, t] {
+                      {
+                        std::lock_guard<std::mutex> lock(engine.notify_mutex());
+                        ready.emplace_back(s, static_cast<int>(t));
+                        landed[sz(s)][t] = 1;
+                        ++tiles_landed;
+                        if (st.options.trace)
+                          landed_at.push_back({since(t0), since(t0), tessel::Impl::concat("landed s=", s, " t=", t)});
+                      }
+                      engine.notify();
+                    });
+      }
+    }
+    // Token gradients and combine-weight gradients from every other rank.
+    for (int k = 1; k < w; ++k) {
+      int const r = (me + k) % w, g = st.group_of(r);
+      auto const &tiles = owner_tiles[sz(g)];
+      for (std::size_t t = 0; t < tiles.size(); ++t) {
+        auto const &tile = tiles[t];
+        replies_left.fetch_add(1);
+        engine.recv(r, tag_grad_x + static_cast<int>(t),
+                    st.combine_recv.data() + st.recv_off[sz(r)] + tile.slot_begin * n,
+                    sz((tile.slot_end - tile.slot_begin) * n), DataType::float32,
+                    tessel::Impl::concat("token gradient tile ", t), [this] {
+                      replies_left.fetch_sub(1);
+                      engine.notify();
+                    });
+      }
+      std::int64_t offset = 0;
+      for (int c = 0; c < chunks; ++c) {
+        auto const rows = plan.block_end(c, g) - plan.block_begin(c, g);
+        if (rows > 0) {
+          replies_left.fetch_add(1);
+          engine.recv(r, tag_grad_w + c, wrd + w_recv_off[sz(r)] + offset, sz(rows), DataType::float32,
+                      tessel::Impl::concat("combine-weight gradients of chunk ", c), [this] {
+                        replies_left.fetch_sub(1);
+                        engine.notify();
+                      });
+        }
+        offset += rows;
+      }
+    }
+  }
+
+  // Tile-major over the destinations, so that every rank can start on its first tile early.
+  void post_sends() {
+    std::size_t most = 0;
+    for (auto const &tiles : owner_tiles)
+      most = std::max(most, tiles.size());
+    for (std::size_t t = 0; t < most; ++t)
+      for (int k = 1; k < w; ++k) {
+        int const d = (me + k) % w, g = st.group_of(d);
+        auto const &tiles = owner_tiles[sz(g)];
+        if (t >= tiles.size())
+          continue;
+        auto const &tile = tiles[t];
+        engine.send(d, tag_grad_out + static_cast<int>(t), god + (out_off[sz(g)] + tile.slot_begin) * n,
+                    sz((tile.slot_end - tile.slot_begin) * n), DataType::float32,
+                    tessel::Impl::concat("output gradient tile ", t));
+      }
+  }
+
+  void compute() {
+    int const total_local = static_cast<int>(source_tiles[sz(me)].size());
+    tiles_left_of.assign(sz(chunks * w), 0);
+    for (int s = 0; s < w; ++s)
+      for (auto const &tile : source_tiles[sz(s)])
+        ++tiles_left_of[sz(tile.chunk * w + s)];
+    for (int c = 0; c < chunks; ++c)
+      for (int s = 0; s < w; ++s)
+        if (tiles_left_of[sz(c * w + s)] == 0)
+          chunk_done(c, s); // no slots: its (empty) weight gradients are still due
+    if (schedule == Schedule::sequential) {
+      wait_until([&] { return tiles_landed == tiles_expected; });
+      for (int s = 0; s < w; ++s)
+        for (std::size_t t = 0; t < source_tiles[sz(s)].size(); ++t)
+          tile(s, static_cast<int>(t), false);
+      weight_gradients_all();
+      for (auto &send : deferred_sends)
+        send();
+      deferred_sends.clear();
+      return;
+    }
+    if (schedule == Schedule::pipelined) {
+      for (int c = 0; c < chunks; ++c) {
+        wait_until([&] {
+          for (int s = 0; s < w; ++s)
+            for (std::size_t t = 0; t < source_tiles[sz(s)].size(); ++t)
+              if (source_tiles[sz(s)][t].chunk == c && !landed[sz(s)][t])
+                return false;
+          return true;
+        });
+        for (int s = 0; s < w; ++s)
+          for (std::size_t t = 0; t < source_tiles[sz(s)].size(); ++t)
+            if (source_tiles[sz(s)][t].chunk == c)
+              tile(s, static_cast<int>(t), true);
+        engine.progress();
+      }
+      weight_gradients_all();
+      return;
+    }
+    // comet: local tiles first (local_first) or as the filler after landed remote ones (critical_path); the
+    // weight-gradient GEMMs of finished tiles fill what would be waits.
+    bool const remote_first = st.comet.policy == PlanPolicy::critical_path;
+    int local_next = 0, done_remote = 0;
+    std::deque<std::pair<int, int>> queue;
+    while (local_next < total_local || done_remote < tiles_expected) {
+      engine.progress();
+      {
+        std::lock_guard<std::mutex> lock(engine.notify_mutex());
+        queue.insert(queue.end(), ready.begin(), ready.end());
+        ready.clear();
+      }
+      bool const local_ready = local_next < total_local;
+      if (local_ready && (!remote_first || queue.empty())) {
+        tile(me, local_next++, true);
+        continue;
+      }
+      if (!queue.empty()) {
+        auto const [s, t] = queue.front();
+        queue.pop_front();
+        tile(s, t, true);
+        ++done_remote;
+        continue;
+      }
+      if (!pieces.empty()) {
+        weight_gradient_piece();
+        continue;
+      }
+      auto const wait0 = Clock::now();
+      engine.wait([&] { return !ready.empty(); });
+      st.backward_stats.compute_wait += since(wait0);
+      if (st.options.trace)
+        st.backward_stats.trace.push_back({seconds_between(t0, wait0), since(t0), "wait"});
+    }
+    while (!pieces.empty())
+      weight_gradient_piece();
+  }
+
+  template <class Ready> void wait_until(Ready &&is_ready) {
+    auto const wait0 = Clock::now();
+    engine.wait(is_ready);
+    st.backward_stats.compute_wait += since(wait0);
+    if (st.options.trace)
+      st.backward_stats.trace.push_back({seconds_between(t0, wait0), since(t0), "wait"});
+  }
+
+  // Tile t of source s: for each local expert, its rows whose slots lie in the tile (contiguous: an expert's rows
+  // are in token order, and so are the slots), through the FFN's backward; their token gradients summed per slot.
+  void tile(int s, int t, bool send_now) {
+    auto const busy0 = Clock::now();
+    auto const &tl = source_tiles[sz(s)][sz(t)];
+    int const c = tl.chunk;
+    auto const &ms = meta(c, s);
+    float *const dx_slots = st.combine_send.data() + st.send_off[sz(s)];
+    Impl::zero(space, dx_slots + tl.slot_begin * n, (tl.slot_end - tl.slot_begin) * n);
+    std::int64_t tile_rows = 0;
+    for (int e = 0; e < eg; ++e) {
+      auto const first = ms.expert_offset(e), rows = ms.expert_rows[sz(e)];
+      auto const *slot = ms.slot.data();
+      auto const lo = std::lower_bound(slot + first, slot + first + rows, tl.slot_begin) - slot;
+      auto const hi = std::lower_bound(slot + first, slot + first + rows, tl.slot_end) - slot;
+      auto const r = hi - lo;
+      if (r == 0)
+        continue;
+      tile_rows += r;
+      auto const at = rows_at[block(c, s, e)] + (lo - first);
+      MatrixRef<float const> const x{st.saved.rows[block(c, s, e)] + (lo - first) * n, r, n, n};
+      MatrixRef<float> const g{gd + at * n, r, n, n}, aw{awd + at * kp, r, kp, kp}, dpre{dhd + at * c0, r, c0, c0};
+      MatrixRef<float> const pre{pred, r, c0, c0}, q{qd, r, kp, kp}, dx{dxd, r, n, n};
+      MatrixRef<float const> const w0{&st.weights.w0(e, 0, 0), n, c0, c0}, w1{&st.weights.w1(e, 0, 0), kp, n, n};
+      Impl::gather_rows(space, {grad_rows_of(s), slots_of[sz(s)], n, n}, slot + lo, r, g);
+      tessel::gemm(space, Op::none, Op::none, 1.0f, x, w0, 0.0f, pre);
+      tessel::gemm(space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>(g), w1, 0.0f, q);
+      Impl::activation_backward(space, st.config, pre, q, ms.weight.data() + lo, aw, dpre,
+                                wsd + w_send_off[sz(c * w + s)] + lo);
+      tessel::gemm(space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>(dpre), w0, 0.0f, dx);
+      Impl::scatter_add(space, r, slot + lo, 0, nullptr, dx, {dx_slots, slots_of[sz(s)], n, n});
+      compat::fence(space, "Tessel::moe::backward_tile");
+      pieces.push_back({c, s, e, lo - first, hi - first});
+      if (!engine.threaded())
+        engine.progress();
+    }
+    st.backward_stats.rows += tile_rows;
+    if (s != me && tl.slot_end > tl.slot_begin) {
+      auto send = [this, s, t, dx_slots, &tl] {
+        engine.send(s, tag_grad_x + t, dx_slots + tl.slot_begin * n, sz((tl.slot_end - tl.slot_begin) * n),
+                    DataType::float32, tessel::Impl::concat("token gradient tile ", t), {},
+                    CommEngine::SendClass::urgent);
+      };
+      if (send_now)
+        send();
+      else
+        deferred_sends.push_back(send);
+    }
+    if (--tiles_left_of[sz(c * w + s)] == 0)
+      chunk_done(c, s, send_now);
+    st.backward_stats.compute_busy += since(busy0);
+    if (st.options.trace)
+      st.backward_stats.trace.push_back({seconds_between(t0, busy0), since(t0),
+                                         tessel::Impl::concat("grad tile s=", s, " c=", c, " slots ", tl.slot_begin,
+                                                              "-", tl.slot_end)});
+  }
+
+  // All tiles of (chunk c, source s) are done: its combine-weight gradients go back.
+  void chunk_done(int c, int s, bool send_now = true) {
+    auto const rows = meta(c, s).rows();
+    if (s == me || rows == 0)
+      return;
+    auto send = [this, c, s, rows] {
+      engine.send(s, tag_grad_w + c, wsd + w_send_off[sz(c * w + s)], sz(rows), DataType::float32,
+                  tessel::Impl::concat("combine-weight gradients of chunk ", c), {}, CommEngine::SendClass::urgent);
+    };
+    if (send_now)
+      send();
+    else
+      deferred_sends.push_back(send);
+  }
+
+  struct Piece {
+    int c, s, e;
+    std::int64_t begin, end; // rows of the (chunk, source, expert)
+  };
+
+  // dW1_e += (w act)^T g and dW0_e += x^T dpre over one finished piece of rows.
+  void weight_gradient_piece() {
+    auto const busy0 = Clock::now();
+    auto const p = pieces.front();
+    pieces.pop_front();
+    auto const r = p.end - p.begin, at = rows_at[block(p.c, p.s, p.e)] + p.begin;
+    MatrixRef<float const> const x{st.saved.rows[block(p.c, p.s, p.e)] + p.begin * n, r, n, n};
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, MatrixRef<float const>{awd + at * kp, r, kp, kp},
+                 MatrixRef<float const>{gd + at * n, r, n, n}, 1.0f,
+                 MatrixRef<float>{&grads.experts.w1(p.e, 0, 0), kp, n, n});
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, x, MatrixRef<float const>{dhd + at * c0, r, c0, c0}, 1.0f,
+                 MatrixRef<float>{&grads.experts.w0(p.e, 0, 0), n, c0, c0});
+    compat::fence(space, "Tessel::moe::weight_gradients");
+    st.backward_stats.compute_busy += since(busy0);
+    if (st.options.trace)
+      st.backward_stats.trace.push_back(
+          {seconds_between(t0, busy0), since(t0),
+           tessel::Impl::concat("weight grads s=", p.s, " c=", p.c, " e=", p.e, " rows ", p.begin, "-", p.end)});
+  }
+
+  void weight_gradients_all() {
+    while (!pieces.empty()) {
+      weight_gradient_piece();
+      engine.progress();
+    }
+  }
+
+  void finish() {
+    auto const wait0 = Clock::now();
+    engine.wait([&] { return replies_left.load() == 0; });
+    engine.join();
+    st.backward_stats.compute_wait += since(wait0);
+    st.backward_stats.comm_cpu = engine.cpu_seconds();
+    if (st.options.trace)
+      st.backward_stats.trace.push_back({seconds_between(t0, wait0), since(t0), "wait token gradients"});
+    auto const busy0 = Clock::now();
+    st.final_sum(space, grads.tokens, {0, n}, true);
+    gate_backward();
+    st.backward_stats.route = since(busy0);
+    st.backward_stats.compute_busy += since(busy0);
+    st.backward_stats.total = since(t0);
+    if (st.options.trace) {
+      st.backward_stats.trace.push_back({seconds_between(t0, busy0), st.backward_stats.total, "token sum + gate"});
+      st.backward_stats.trace.insert(st.backward_stats.trace.end(), landed_at.begin(), landed_at.end());
+    }
+  }
+
+  // dL/d combine weight per (token, k), summed over the group's ranks in rank order; then the top-k softmax's
+  // backward (with its renormalization), the load-balancing loss's, and the gate's.
+  void gate_backward() {
+    auto const &plan = st.plan;
+    auto const &routing = st.routing;
+    auto const m = st.config.tokens;
+    int const topk = st.config.topk, e_all = st.config.experts, groups = plan.groups;
+    std::vector<float> dw(sz(m * topk), 0.0f);
+    for (int g = 0; g < groups; ++g) {
+      std::int64_t in_group = 0;
+      for (int c = 0; c < chunks; ++c) {
+        for (int e = 0; e < eg; ++e) {
+          auto const b = plan.block_offsets[sz((c * groups + g) * eg + e)],
+                     end = plan.block_offsets[sz((c * groups + g) * eg + e + 1)];
+          int const expert = g * eg + e;
+          for (auto i = b; i < end; ++i) {
+            auto const within = i - plan.block_begin(c, g);
+            float sum = 0.0f;
+            for (int r = g * st.config.tp; r < (g + 1) * st.config.tp; ++r)
+              sum += r == me ? wsd[w_send_off[sz(c * w + me)] + within] : wrd[w_recv_off[sz(r)] + in_group + within];
+            auto const t = plan.row_token[sz(i)];
+            for (int k = 0; k < topk; ++k)
+              if (routing.experts(t, k) == expert)
+                dw[sz(t * topk + k)] = sum;
+          }
+        }
+        in_group += plan.block_end(c, g) - plan.block_begin(c, g);
+      }
+    }
+    // The load-balancing loss E sum_e f_e P_e: dL/dp_te = coef E f_e / T over all ranks' T tokens.
+    std::vector<double> aux_grad(sz(e_all), 0.0);
+    if (aux > 0.0) {
+      std::vector<double> local(sz(e_all) + 1), global(local.size());
+      for (int e = 0; e < e_all; ++e)
+        local[sz(e)] = static_cast<double>(routing.tokens_per_expert[sz(e)]);
+      local[sz(e_all)] = static_cast<double>(m);
+      st.comm.allreduce(local.data(), global.data(), local.size(), ReduceOp::sum);
+      double const tokens = global[sz(e_all)];
+      if (tokens > 0)
+        for (int e = 0; e < e_all; ++e)
+          aux_grad[sz(e)] = aux * e_all * (global[sz(e)] / (tokens * topk)) / tokens;
+    }
+    auto const logits = grads.logits;
+    auto const probs = routing.probabilities;
+    auto const weights = routing.weights;
+    auto const experts = routing.experts;
+    bool const normalize = st.config.normalize_topk;
+    std::vector<double> dp(sz(e_all));
+    for (std::int64_t t = 0; t < m; ++t) {
+      // dL/dp_e, with p the softmax over all experts.
+      for (int e = 0; e < e_all; ++e)
+        dp[sz(e)] = aux_grad[sz(e)];
+      if (normalize) {
+        // w_k = p_k / sum_j p_j over the top-k: the softmax of the chosen logits, whose logit gradient is
+        // w_k (dw_k - sum_j w_j dw_j), added below to the full softmax's.
+        double mean = 0.0;
+        for (int k = 0; k < topk; ++k)
+          mean += static_cast<double>(weights(t, k)) * dw[sz(t * topk + k)];
+        for (int e = 0; e < e_all; ++e)
+          logits(t, e) = 0.0f;
+        for (int k = 0; k < topk; ++k)
+          logits(t, experts(t, k)) =
+              static_cast<float>(static_cast<double>(weights(t, k)) * (dw[sz(t * topk + k)] - mean));
+      } else {
+        for (int k = 0; k < topk; ++k)
+          dp[sz(experts(t, k))] += dw[sz(t * topk + k)];
+        for (int e = 0; e < e_all; ++e)
+          logits(t, e) = 0.0f;
+      }
+      double mean = 0.0;
+      for (int e = 0; e < e_all; ++e)
+        mean += static_cast<double>(probs(t, e)) * dp[sz(e)];
+      for (int e = 0; e < e_all; ++e)
+        logits(t, e) += static_cast<float>(static_cast<double>(probs(t, e)) * (dp[sz(e)] - mean));
+    }
+    auto const &gate = st.saved.gate;
+    if (gate.kind != GateInput::Kind::weight)
+      return;
+    // dX += dlogits Wg^T; dWg = X^T dlogits and dbias = column sums, summed over all ranks.
+    MatrixRef<float const> const dl{logits.data(), m, e_all, e_all};
+    tessel::gemm(space, Op::none, Op::transpose, 1.0f, dl, MatrixRef<float const>{gate.weight.data(), n, e_all, e_all},
+                 1.0f, MatrixRef<float>{grads.tokens.data(), m, n, n});
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, MatrixRef<float const>{st.saved.tokens.data(), m, n, n}, dl,
+                 0.0f, MatrixRef<float>{grads.gate_weight.data(), n, e_all, e_all});
+    compat::fence(space, "Tessel::moe::gate_backward");
+    std::vector<float> reduced(sz(n * e_all + e_all), 0.0f);
+    std::copy(grads.gate_weight.data(), grads.gate_weight.data() + n * e_all, reduced.begin());
+    for (std::int64_t t = 0; t < m; ++t)
+      for (int e = 0; e < e_all; ++e)
+        reduced[sz(n * e_all + e)] += logits(t, e);
+    st.comm.allreduce(reduced.data(), reduced.data(), reduced.size(), ReduceOp::sum);
+    std::copy(reduced.begin(), reduced.begin() + n * e_all, grads.gate_weight.data());
+    if (gate.bias.data() != nullptr)
+      for (int e = 0; e < e_all; ++e)
+        grads.gate_bias(e) = reduced[sz(n * e_all + e)];
+  }
+
+  MoeLayer::State &st;
+  ExecSpace const &space;
+  Schedule const schedule;
+  MoeGradients &grads;
+  double const aux;
+  std::string const context_text;
+  int const w, me, eg, chunks;
+  std::int64_t const n, kp, c0, tile_slots;
+  Clock::time_point t0;
+  std::vector<std::int64_t> out_off, in_off, slots_of, rows_at, w_send_off, w_recv_off, group_rows;
+  std::vector<std::vector<Tile>> owner_tiles, source_tiles;
+  float *gd = nullptr, *awd = nullptr, *dhd = nullptr, *pred = nullptr, *qd = nullptr, *dxd = nullptr,
+        *wsd = nullptr, *wrd = nullptr, *god = nullptr, *gid = nullptr;
+  std::vector<int> tiles_left_of;
+  std::deque<Piece> pieces;
+  std::vector<std::function<void()>> deferred_sends;
+  // What the communication threads use is declared before the engine, so it outlives it.
+  std::vector<std::vector<char>> landed;
+  std::vector<std::pair<int, int>> ready;
+  int tiles_expected = 0, tiles_landed = 0;
+  std::atomic<int> replies_left{0};
+  std::vector<TraceEvent> landed_at;
+  CommEngine engine;
+};
+
+} // namespace
+
+template <class ExecSpace>
+void MoeLayer::State::backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule,
+                               double aux_loss_coef) {
+  with_context(backward_context(schedule),
+               [&] { Backward<ExecSpace>(*this, space, schedule, grads, aux_loss_coef).run(d_out); });
+}
+
+#define TESSEL_MOE_INSTANTIATE_BACKWARD(SPACE)                                                                         \
+  template void MoeLayer::State::backward(SPACE const &, ConstHostMatrix, MoeGradients &, Schedule, double);
+TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_BACKWARD)
+
+} // namespace tessel::moe
