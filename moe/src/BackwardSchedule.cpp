@@ -26,9 +26,9 @@ using namespace Impl;
 namespace {
 
 // Tags of one backward (its messages all complete before it returns).
-constexpr int tag_grad_out = 1;      // + tile of the pair
-constexpr int tag_grad_x = 10001;    // + tile of the pair
-constexpr int tag_grad_w = 20001;    // + chunk
+constexpr int tag_grad_out = 1;   // + tile of the pair
+constexpr int tag_grad_x = 10001; // + tile of the pair
+constexpr int tag_grad_w = 20001; // + chunk
 constexpr std::int64_t max_tiles = 9999;
 
 struct Tile {
@@ -406,9 +406,9 @@ private:
       chunk_done(c, s, send_now);
     st.backward_stats.compute_busy += since(busy0);
     if (st.options.trace)
-      st.backward_stats.trace.push_back({seconds_between(t0, busy0), since(t0),
-                                         tessel::Impl::concat("grad tile s=", s, " c=", c, " slots ", tl.slot_begin,
-                                                              "-", tl.slot_end)});
+      st.backward_stats.trace.push_back(
+          {seconds_between(t0, busy0), since(t0),
+           tessel::Impl::concat("grad tile s=", s, " c=", c, " slots ", tl.slot_begin, "-", tl.slot_end)});
   }
 
   // All tiles of (chunk c, source s) are done: its combine-weight gradients go back.
@@ -586,8 +586,8 @@ private:
   Clock::time_point t0;
   std::vector<std::int64_t> out_off, in_off, slots_of, rows_at, w_send_off, w_recv_off, group_rows;
   std::vector<std::vector<Tile>> owner_tiles, source_tiles;
-  float *gd = nullptr, *awd = nullptr, *dhd = nullptr, *pred = nullptr, *qd = nullptr, *dxd = nullptr,
-        *wsd = nullptr, *wrd = nullptr, *god = nullptr, *gid = nullptr;
+  float *gd = nullptr, *awd = nullptr, *dhd = nullptr, *pred = nullptr, *qd = nullptr, *dxd = nullptr, *wsd = nullptr,
+        *wrd = nullptr, *god = nullptr, *gid = nullptr;
   std::vector<int> tiles_left_of;
   std::deque<Piece> pieces;
   std::vector<std::function<void()>> deferred_sends;

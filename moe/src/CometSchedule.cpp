@@ -351,7 +351,8 @@ void MoeLayer::State::forward_comet(ExecSpace const &space, ConstHostMatrix toke
   int const chunks = static_cast<int>(std::min<std::int64_t>(comet.m_splits, std::max<std::int64_t>(config.tokens, 1)));
   auto const t0 = begin_overlapped(space, tokens, gate, chunks, Schedule::comet);
   auto const at = CometForward<ExecSpace>(*this, space, context(Schedule::comet), chunks, t0).run(out);
-  save_for_backward(tokens, gate, [&](int c, int s, int e) { return at[sz((c * world() + s) * config.experts_per_group() + e)]; });
+  save_for_backward(tokens, gate,
+                    [&](int c, int s, int e) { return at[sz((c * world() + s) * config.experts_per_group() + e)]; });
 }
 
 #define TESSEL_MOE_INSTANTIATE_COMET(SPACE)                                                                            \

@@ -178,7 +178,8 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
   auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
   std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
   int const e_count = config.experts, topk = config.topk;
-  TESSEL_REQUIRE(static_cast<std::int64_t>(d_out.extent(0)) == t_count && static_cast<std::int64_t>(d_out.extent(1)) == n,
+  TESSEL_REQUIRE(static_cast<std::int64_t>(d_out.extent(0)) == t_count &&
+                     static_cast<std::int64_t>(d_out.extent(1)) == n,
                  "reference_backward: output gradient is ", d_out.extent(0), " x ", d_out.extent(1), ", expected ",
                  t_count, " x ", n);
   auto const probs = reference_probabilities(config, tokens, gate);
@@ -230,8 +231,8 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
         double const a = act_of(config.activation, pre[z(i * k0 + j)]);
         hid[z(i * k + j)] = config.gated ? a * pre[z(i * k0 + k + j)] : a;
       }
-    tessel::gemm<HostExecSpace, double>(host, Op::none, Op::none, 1.0, {hid.data(), r, k, k}, {w1.data(), k, n, n},
-                                        0.0, {y.data(), r, n, n});
+    tessel::gemm<HostExecSpace, double>(host, Op::none, Op::none, 1.0, {hid.data(), r, k, k}, {w1.data(), k, n, n}, 0.0,
+                                        {y.data(), r, n, n});
     for (std::int64_t i = 0; i < r; ++i) {
       double dot = 0.0;
       for (std::int64_t j = 0; j < n; ++j)

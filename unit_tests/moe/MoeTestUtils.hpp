@@ -79,7 +79,7 @@ struct Case {
 };
 
 inline MoeConfig shape(std::int64_t m, std::int64_t n, std::int64_t k, int e, int topk, bool normalize = true,
-                Activation act = Activation::silu, bool gated = true) {
+                       Activation act = Activation::silu, bool gated = true) {
   MoeConfig c;
   c.tokens = m;
   c.hidden = n;

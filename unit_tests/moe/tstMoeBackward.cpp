@@ -165,8 +165,7 @@ TEST(MoeBackward, phi35_shape_with_logits) {
 TEST(MoeBackward, gelu_and_ungated_experts) {
   auto const comm = fresh_comm();
   check_backward({"gelu gated", shape(21, 48, 40, 8, 2, true, Activation::gelu, true), GateKind::weight, {}}, comm);
-  check_backward({"silu ungated", shape(21, 48, 40, 8, 2, false, Activation::silu, false), GateKind::weight, {}},
-                 comm);
+  check_backward({"silu ungated", shape(21, 48, 40, 8, 2, false, Activation::silu, false), GateKind::weight, {}}, comm);
 }
 
 TEST(MoeBackward, expert_with_no_tokens_and_all_tokens_on_one) {

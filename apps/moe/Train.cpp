@@ -1,0 +1,155 @@
+#include "Train.hpp"
+
+#include <tessel/moe/Reference.hpp>
+
+#include <tessel/core/Error.hpp>
+#include <tessel/core/Gemm.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace tessel::moe::app {
+
+namespace {
+
+std::size_t sz(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+HostMatrix normal_matrix(char const *label, std::int64_t rows, std::int64_t cols, std::uint64_t seed, double stddev) {
+  HostMatrix m(std::string(label), sz(rows), sz(cols));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
+  for (std::size_t i = 0; i < m.size(); ++i)
+    m.data()[i] = dist(rng);
+  return m;
+}
+
+DenseWeights dense_experts(MoeConfig const &config, std::uint64_t seed) {
+  auto w = allocate_dense_weights(config);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d0(0.0f, 1.0f / std::sqrt(static_cast<float>(config.hidden)));
+  std::normal_distribution<float> d1(0.0f, 1.0f / std::sqrt(static_cast<float>(config.ffn)));
+  for (std::size_t i = 0; i < w.w0.size(); ++i)
+    w.w0.data()[i] = d0(rng);
+  for (std::size_t i = 0; i < w.w1.size(); ++i)
+    w.w1.data()[i] = d1(rng);
+  return w;
+}
+
+// Token id of the global token g of step s.
+int token_id(std::uint64_t seed, int step, std::int64_t g, int vocab) {
+  return static_cast<int>(splitmix(seed ^ (static_cast<std::uint64_t>(step) << 40) ^ static_cast<std::uint64_t>(g)) %
+                          static_cast<std::uint64_t>(vocab));
+}
+
+// The teacher's output for every token id: its embedding through its MoE (the dense reference, in double) and its
+// head. A one-token model depends on the id alone, so a table holds the whole data set.
+HostMatrix teacher_targets(HostExecSpace const &space, TrainSettings const &s) {
+  auto config = s.layer;
+  config.tokens = s.vocab;
+  config.ep = config.tp = 1;
+  std::int64_t const n = config.hidden, v = s.vocab, c = s.outputs, e = config.experts;
+  auto const emb = normal_matrix("Tessel::moe::teacher_embedding", v, n, s.seed * 7 + 1, 1.0);
+  auto const experts = dense_experts(config, s.seed * 7 + 2);
+  auto const gate = normal_matrix("Tessel::moe::teacher_gate", n, e, s.seed * 7 + 3, 2.0 / std::sqrt(double(n)));
+  auto const head = normal_matrix("Tessel::moe::teacher_head", n, c, s.seed * 7 + 4, 1.0 / std::sqrt(double(n)));
+  Routing routing;
+  route(space, config, emb, GateInput::from_weight(gate), routing);
+  auto const ref = reference_forward(config, emb, GateInput::from_weight(gate), routing.experts, experts);
+  HostMatrix targets("Tessel::moe::teacher_targets", sz(v), sz(c));
+  for (std::int64_t t = 0; t < v; ++t)
+    for (std::int64_t j = 0; j < c; ++j) {
+      double acc = 0.0;
+      for (std::int64_t i = 0; i < n; ++i)
+        acc += ref.out(t, i) * static_cast<double>(head(i, j));
+      targets(t, j) = static_cast<float>(acc);
+    }
+  return targets;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+} // namespace
+
+TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSettings const &s) {
+  int const w = comm.size();
+  auto const batch = s.layer.tokens;
+  TESSEL_REQUIRE(batch % w == 0, "train: the batch of ", batch, " tokens does not split evenly over ", w, " ranks");
+  TESSEL_REQUIRE(s.vocab >= 1 && s.outputs >= 1 && s.steps >= 0, "train: vocab, outputs must be >= 1, steps >= 0");
+  auto config = s.layer;
+  config.tokens = batch / w;
+  std::int64_t const m = config.tokens, n = config.hidden, c = s.outputs, v = s.vocab;
+  auto const targets = teacher_targets(space, s);
+  // The student: the same initial values at every rank count (dense experts sharded to this rank).
+  auto embedding = normal_matrix("Tessel::moe::embedding", v, n, s.seed * 7 + 11, 1.0);
+  auto const experts = dense_experts(config, s.seed * 7 + 12);
+  GateParams gate;
+  gate.weight =
+      normal_matrix("Tessel::moe::gate_weight", n, config.experts, s.seed * 7 + 13, 1.0 / std::sqrt(double(n)));
+  gate.bias = HostVector("Tessel::moe::gate_bias", sz(config.experts));
+  auto head = normal_matrix("Tessel::moe::head", n, c, s.seed * 7 + 14, 1.0 / std::sqrt(double(n)));
+  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), experts), s.layer_options);
+  Optimizer optimizer(s.optimizer);
+  MoeGradients grads;
+  HostMatrix x("Tessel::moe::train_tokens", sz(m), sz(n)), out("Tessel::moe::train_out", sz(m), sz(n)),
+      y("Tessel::moe::train_head_out", sz(m), sz(c)), dy("Tessel::moe::train_head_grad", sz(m), sz(c));
+  // Gradients of the replicated parameters, reduced together: [head | embedding].
+  std::vector<float> replicated(sz(n * c + v * n));
+  std::vector<int> ids(sz(m));
+  TrainResult result;
+  for (int step = 0; step < s.steps; ++step) {
+    comm.barrier();
+    auto const t0 = std::chrono::steady_clock::now();
+    for (std::int64_t t = 0; t < m; ++t) {
+      ids[sz(t)] = token_id(s.seed, step, comm.rank() * m + t, s.vocab);
+      for (std::int64_t i = 0; i < n; ++i)
+        x(sz(t), sz(i)) = embedding(sz(ids[sz(t)]), sz(i));
+    }
+    // Mean squared error over the global batch: d loss / d y = 2 (y - target) / (batch C).
+    auto const loss = [&](ConstHostMatrix o, HostMatrix d_out) {
+      tessel::gemm(space, Op::none, Op::none, 1.0f, MatrixRef<float const>{o.data(), m, n, n},
+                   MatrixRef<float const>{head.data(), n, c, c}, 0.0f, MatrixRef<float>{y.data(), m, c, c});
+      double share = 0.0;
+      double const scale = 1.0 / static_cast<double>(batch * c);
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t j = 0; j < c; ++j) {
+          double const diff = static_cast<double>(y(sz(t), sz(j))) - targets(sz(ids[sz(t)]), sz(j));
+          share += diff * diff * scale;
+          dy(sz(t), sz(j)) = static_cast<float>(2.0 * diff * scale);
+        }
+      tessel::gemm(space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>{dy.data(), m, c, c},
+                   MatrixRef<float const>{head.data(), n, c, c}, 0.0f, MatrixRef<float>{d_out.data(), m, n, n});
+      // The head's gradient while its input is at hand: out^T dy.
+      tessel::gemm(space, Op::transpose, Op::none, 1.0f, MatrixRef<float const>{o.data(), m, n, n},
+                   MatrixRef<float const>{dy.data(), m, c, c}, 0.0f, MatrixRef<float>{replicated.data(), n, c, c});
+      return share;
+    };
+    double const value = train_step(space, layer, x, gate, out, loss, optimizer, grads, s.schedule, s.aux_loss_coef);
+    result.forward_seconds.push_back(layer.stats().total);
+    result.backward_seconds.push_back(layer.backward_stats().total);
+    // The embedding's gradient: each token's gradient added to its id's row; then both reduced over the ranks.
+    std::fill(replicated.begin() + n * c, replicated.end(), 0.0f);
+    float *const demb = replicated.data() + n * c;
+    for (std::int64_t t = 0; t < m; ++t)
+      for (std::int64_t i = 0; i < n; ++i)
+        demb[sz(ids[sz(t)] * n + i)] += grads.tokens(sz(t), sz(i));
+    comm.allreduce(replicated.data(), replicated.data(), replicated.size(), ReduceOp::sum);
+    optimizer.update(space, "head", head.data(), replicated.data(), n * c);
+    optimizer.update(space, "embedding", embedding.data(), demb, v * n);
+    result.loss.push_back(value);
+    result.step_seconds.push_back(comm.allreduce_value(seconds_since(t0), ReduceOp::max));
+  }
+  return result;
+}
+
+} // namespace tessel::moe::app
