@@ -5,7 +5,11 @@
 // dense single-process reference.
 //
 //   mpiexec -n 2 tessel-moe layer.h5 --verify --json moe.json
+//
+// tessel-moe train: trains a small model (embedding -> MoE layer -> linear head) on a teacher's data under each
+// schedule and reports the loss curve, which is the same at every rank count and schedule.
 #include "Harness.hpp"
+#include "Train.hpp"
 
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/MoeLayer.hpp>
@@ -59,6 +63,7 @@ struct Options {
 void usage() {
   std::printf(
       "usage: mpiexec -n W tessel-moe FILE [options]\n"
+      "       mpiexec -n W tessel-moe train [options]   (trains a small model: tessel-moe train --help)\n"
       "Runs the MoE layer in FILE (an HDF5 file of schema tessel.moe.layer, see datasets/moe/README.md; written by\n"
       "tessel-moe-gen) on W ranks: each rank takes T / W of the file's T tokens.\n"
       "  --schedule S      all (default), sequential, pipelined or comet (comma-separated list allowed)\n"
@@ -399,9 +404,136 @@ int run(Options const &o) {
   return failed ? 1 : 0;
 }
 
+// --- tessel-moe train ------------------------------------------------------------------------------------------
+
+void train_usage() {
+  std::printf(
+      "usage: mpiexec -n W tessel-moe train [options]\n"
+      "Trains a small model (token embedding -> MoE layer -> linear head) on data from a teacher model of the same\n"
+      "form, on W ranks (each takes batch / W tokens of every step), under each schedule in turn; the loss curve\n"
+      "is the same at every rank count and schedule.\n"
+      "  --schedule S      all (default), sequential, pipelined or comet (comma-separated list allowed)\n"
+      "  --ep E --tp T     expert- and tensor-parallel sizes, E x T = W (default: EP = W, TP = 1)\n"
+      "  --steps N         optimizer steps (default 50)\n"
+      "  --batch B         tokens per step over all ranks (default 256; a multiple of W)\n"
+      "  --hidden N --ffn K --experts E --topk k   the layer (default 64, 128, 8, 2)\n"
+      "  --vocab V         token ids (default 256); --outputs C: the head's outputs (default 16)\n"
+      "  --optimizer O     adam (default) or sgd; --lr R (default 1e-2); --momentum M (sgd, default 0)\n"
+      "  --aux-loss A      load-balancing loss coefficient (default 0.01)\n"
+      "  --seed S          data and initial weights (default 1)\n"
+      "  --json FILE       write the loss curves and step times as JSON\n"
+      "exit status: 0 success (the loss fell and all schedules agree within 1e-5), 1 otherwise, 2 invalid option\n");
+}
+
+int run_train(tessel::CommandLine &cl) {
+  auto const world = Communicator::world();
+  app::TrainSettings s;
+  std::vector<Schedule> schedules{Schedule::sequential, Schedule::pipelined, Schedule::comet};
+  auto const names = cl.get_list("schedule", {"all"});
+  if (names != std::vector<std::string>{"all"}) {
+    schedules.clear();
+    for (auto const &item : names)
+      schedules.push_back(tessel::CommandLine::parse_value("--schedule", item, parse_schedule));
+  }
+  s.layer.ep = cl.get_int("ep", 1, 1, 1 << 16);
+  s.layer.tp = cl.get_int("tp", 1, 1, 1 << 16);
+  if (!cl.has("ep"))
+    s.layer.ep = std::max(1, world.size() / s.layer.tp);
+  s.steps = cl.get_int("steps", 50, 0, 1000000);
+  s.layer.tokens = cl.get_int<std::int64_t>("batch", 256, 1, std::int64_t{1} << 30);
+  s.layer.hidden = cl.get_int<std::int64_t>("hidden", 64, 1, 1 << 16);
+  s.layer.ffn = cl.get_int<std::int64_t>("ffn", 128, 1, 1 << 20);
+  s.layer.experts = cl.get_int("experts", 8, 1, 4096);
+  s.layer.topk = cl.get_int("topk", 2, 1, 4096);
+  s.vocab = cl.get_int("vocab", 256, 1, 1 << 24);
+  s.outputs = cl.get_int("outputs", 16, 1, 1 << 16);
+  s.optimizer.kind = cl.get_parsed("optimizer", "adam", parse_optimizer);
+  s.optimizer.learning_rate = cl.get_double("lr", 1e-2, tessel::Range::positive(1e6));
+  s.optimizer.momentum = cl.get_double("momentum", 0.0, tessel::Range{0, 1, true, false});
+  s.aux_loss_coef = cl.get_double("aux-loss", 0.01, tessel::Range::closed(0, 1e6));
+  s.seed = cl.get_int<std::uint64_t>("seed", 1, 0, ~std::uint64_t{0} >> 1);
+  auto const json = cl.get("json", "");
+  TESSEL_REQUIRE_USAGE(cl.positionals().empty(), "tessel-moe train takes no file (see --help)");
+  TESSEL_REQUIRE_USAGE(s.layer.ep * s.layer.tp == world.size(), "--ep x --tp must be the rank count ", world.size(),
+                       ", got ", s.layer.ep, " x ", s.layer.tp);
+  TESSEL_REQUIRE_USAGE(s.layer.tokens % world.size() == 0, "--batch ", s.layer.tokens,
+                       " must be a multiple of the rank count ", world.size());
+  tessel::require_writable(json);
+  auto checked = s.layer;
+  checked.tokens /= world.size();
+  checked.validate(world.size());
+  s.optimizer.validate();
+  auto const say = [me = world.rank()](std::string const &line) {
+    if (me == 0) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  say("tessel-moe train " + tessel::build_summary());
+  say("model: embedding " + std::to_string(s.vocab) + " x " + std::to_string(s.layer.hidden) + " -> MoE (" +
+      checked.describe() + ") -> head " + std::to_string(s.layer.hidden) + " x " + std::to_string(s.outputs) + "; " +
+      name_of(s.optimizer.kind) + ", " + std::to_string(s.steps) + " steps of " + std::to_string(s.layer.tokens) +
+      " tokens on " + std::to_string(world.size()) + " ranks");
+  HostExecSpace space;
+  auto const comm = world.split(0, world.rank());
+  tessel::Json doc{{"app", "tessel-moe train"},
+                   {"build", tessel::build_summary()},
+                   {"ranks", world.size()},
+                   {"config", checked.describe()},
+                   {"steps", s.steps},
+                   {"batch", s.layer.tokens},
+                   {"optimizer", name_of(s.optimizer.kind)},
+                   {"learning_rate", s.optimizer.learning_rate}};
+  std::vector<std::vector<double>> curves;
+  bool ok = true;
+  for (auto schedule : schedules) {
+    s.schedule = schedule;
+    auto const r = app::train(space, comm, s);
+    std::vector<double> steps = r.step_seconds;
+    std::sort(steps.begin(), steps.end());
+    double const median = steps.empty() ? 0.0 : steps[steps.size() / 2];
+    char line[256];
+    std::snprintf(line, sizeof(line), "%-10s loss %.6f -> %.6f; median step %.2f ms", name_of(schedule),
+                  r.loss.empty() ? 0.0 : r.loss.front(), r.loss.empty() ? 0.0 : r.loss.back(), 1e3 * median);
+    say(line);
+    if (!r.loss.empty() && !(r.loss.back() < r.loss.front())) {
+      say(std::string("the loss did not fall under ") + name_of(schedule));
+      ok = false;
+    }
+    doc["schedules"][name_of(schedule)] = {
+        {"loss", r.loss}, {"step_seconds", r.step_seconds}, {"median_step_s", median}};
+    curves.push_back(r.loss);
+  }
+  double worst = 0.0;
+  for (auto const &c : curves)
+    for (std::size_t i = 0; i < c.size(); ++i)
+      worst = std::max(worst, std::abs(c[i] - curves.front()[i]) / std::max(std::abs(curves.front()[i]), 1e-30));
+  char line[160];
+  std::snprintf(line, sizeof(line), "largest relative difference between the schedules' loss curves: %.2e", worst);
+  say(line);
+  if (worst > 1e-5) {
+    say("the schedules' loss curves differ by more than 1e-5");
+    ok = false;
+  }
+  doc["max_relative_difference"] = worst;
+  if (world.rank() == 0 && !json.empty()) {
+    tessel::write_json(json, doc);
+    std::printf("results written to %s\n", json.c_str());
+  }
+  return ok ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 1 && std::string(argv[1]) == "train")
+    return tessel::run_tool("tessel-moe train", argc - 1, argv + 1, [](tessel::CommandLine &cl) {
+      if (cl.flag({"help", 'h'})) {
+        train_usage();
+        return 0;
+      }
+      return run_train(cl);
+    });
   return tessel::run_tool("tessel-moe", argc, argv, [](tessel::CommandLine &cl) {
     if (cl.flag({"help", 'h'})) {
       usage();

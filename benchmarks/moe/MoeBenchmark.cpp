@@ -54,7 +54,8 @@ struct Options : tessel::moe::bench::SweepOptions {
   double latency_us = 10.0;
   bool tune = false;
   std::string registry = "moe/tuning/host.registry";
-  std::string trace; ///< write each rank's comet timeline of the last run per point to TRACE.<model>.<M>.rank<r>
+  std::string trace;  ///< write each rank's timelines of one more run per point to TRACE.<model>.<M>.rank<r>.json
+  bool train = false; ///< also time the training step (forward + backward)
 };
 
 void usage() {
@@ -75,7 +76,11 @@ void usage() {
       "  --tune            tune the comet parameters per point (--iters runs per candidate) and merge them into\n"
       "                    --registry FILE\n"
       "  --registry FILE   registry written by --tune (default moe/tuning/host.registry)\n"
-      "  --trace PREFIX    write each rank's comet timeline (tiles, landings, waits) to PREFIX.<model>.<M>.rank<r>\n"
+      "  --train           also time the training step (forward + backward) of every schedule, with the\n"
+      "                    backward's communication and computation alone\n"
+      "  --trace PREFIX    write each rank's timelines (tiles, landings, waits) of one more forward (and, with\n"
+      "                    --train, backward) per schedule to PREFIX.<model>.<M>.rank<r>.json\n"
+      "                    (benchmarks/moe/plot_timeline.py draws them)\n"
       "  --smoke           tiny sizes, one iteration (for CI)\n");
 }
 
@@ -88,6 +93,7 @@ Options parse(tessel::CommandLine &cl) {
   TESSEL_REQUIRE_USAGE(!cl.has("registry") || o.tune, "--registry is where --tune writes; give --tune too");
   o.registry = cl.get("registry", o.registry);
   o.trace = cl.get("trace", o.trace);
+  o.train = cl.flag("train");
   cl.finish();
   tessel::require_writable(o.json);
   return o;
@@ -109,6 +115,10 @@ struct Point {
   double cpu[3] = {0, 0, 0};     ///< CPU seconds (all threads) per forward, summed over ranks: seq, best pipe, comet
   long wrong = 0;
   double max_diff = 0;
+  // --train: medians of the training step (forward + backward) and of its backward part, per schedule (seq,
+  // pipelined at best_chunks, comet), and the backward's communication and computation alone.
+  double step[3] = {0, 0, 0}, bwd[3] = {0, 0, 0};
+  double bwd_comm = 0, bwd_comp = 0;
 };
 
 // Elements of \p a that differ from \p b by more than 1e-5 of max |b| (summed over ranks).
@@ -277,17 +287,106 @@ bool refit_link(Bench const &b, Point &p) {
   return true;
 }
 
-// --trace: each rank's comet timeline of one more run.
-void write_trace(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out,
-                 std::string const &path) {
-  layer.forward(b.space, tokens, gate, out, Schedule::comet);
-  tessel::OutputFile trace(path);
-  auto &tf = trace.stream();
-  auto const &st = layer.stats();
-  tf << "# total " << st.total << " busy " << st.compute_busy << " wait " << st.compute_wait << "\n";
+constexpr Schedule all_schedules[3] = {Schedule::sequential, Schedule::pipelined, Schedule::comet};
+
+// --train: the training step of each schedule and the backward's communication and computation alone, interleaved
+// in a rotated order like run_loop; medians into \p p.
+void run_training_loop(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                       Outputs const &out, HostMatrix d_out, Point &p) {
+  auto const &o = b.o;
+  layer.set_pipeline_chunks(p.best_chunks);
+  MoeGradients grads;
+  for (int i = 0; i < o.warmup; ++i)
+    for (auto s : all_schedules) {
+      layer.forward(b.space, tokens, gate, out.of(s), s);
+      layer.backward(b.space, d_out, grads, s);
+    }
+  std::vector<std::vector<double>> step(3), bwd(3), comm, comp;
+  for (int i = 0; i < o.iters; ++i)
+    for (int j = 0; j < 4; ++j) {
+      int const what = (i + j) % 4;
+      if (what == 3) {
+        layer.forward(b.space, tokens, gate, out.seq, Schedule::sequential);
+        auto const alone = layer.measure_backward_alone(b.space, d_out, 1);
+        comm.push_back({alone.comm});
+        comp.push_back({alone.comp});
+        continue;
+      }
+      auto const s = all_schedules[what];
+      b.paced.barrier();
+      auto const t0 = std::chrono::steady_clock::now();
+      layer.forward(b.space, tokens, gate, out.of(s), s);
+      auto const t1 = std::chrono::steady_clock::now();
+      layer.backward(b.space, d_out, grads, s);
+      auto const t2 = std::chrono::steady_clock::now();
+      step[static_cast<std::size_t>(what)].push_back(
+          b.world.allreduce_value(std::chrono::duration<double>(t2 - t0).count(), tessel::ReduceOp::max));
+      bwd[static_cast<std::size_t>(what)].push_back(
+          b.world.allreduce_value(std::chrono::duration<double>(t2 - t1).count(), tessel::ReduceOp::max));
+    }
+  for (std::size_t k = 0; k < 3; ++k) {
+    p.step[k] = median(step[k]);
+    p.bwd[k] = median(bwd[k]);
+  }
+  std::vector<double> c, d;
+  for (auto const &v : comm)
+    c.push_back(v[0]);
+  for (auto const &v : comp)
+    d.push_back(v[0]);
+  p.bwd_comm = median(c);
+  p.bwd_comp = median(d);
+  std::ostringstream os;
+  os << "   training step: seq " << 1e3 * p.step[0] << " ms, pipelined " << 1e3 * p.step[1] << " ms, comet "
+     << 1e3 * p.step[2] << " ms; comet/seq " << p.step[0] / p.step[2] << "x, comet/pipelined " << p.step[1] / p.step[2]
+     << "x; backward T_comm " << 1e3 * p.bwd_comm << " ms, T_comp " << 1e3 * p.bwd_comp << " ms, hidden pipelined "
+     << 100 * (p.bwd[0] - p.bwd[1]) / p.bwd_comm << "%, comet " << 100 * (p.bwd[0] - p.bwd[2]) / p.bwd_comm << "%";
+  b.say(os.str());
+}
+
+// The events of one forward or backward: the overlapped schedules' own timelines; the sequential forward's phases.
+tessel::Json trace_events(ForwardStats const &st, double offset) {
+  auto events = tessel::Json::array();
+  auto const add = [&](double begin, double end, std::string const &what) {
+    events.push_back({{"begin", offset + begin}, {"end", offset + end}, {"what", what}});
+  };
+  if (st.trace.empty() && st.dispatch + st.experts + st.combine > 0) {
+    double t = 0;
+    for (auto const &[length, what] :
+         std::vector<std::pair<double, std::string>>{{st.route, "route"},
+                                                     {st.dispatch, "dispatch (all-to-all)"},
+                                                     {st.experts, "experts"},
+                                                     {st.combine, "combine (all-to-all)"},
+                                                     {st.reduce, "final sum"}}) {
+      add(t, t + length, what);
+      t += length;
+    }
+  }
   for (auto const &e : st.trace)
-    tf << e.begin << " " << e.end << " " << e.what << "\n";
-  trace.commit();
+    add(e.begin, e.end, e.what);
+  return events;
+}
+
+// --trace: each rank's timelines of one more forward (and with --train, backward) per schedule, on one time axis
+// per schedule (the backward starts where the forward ended).
+void write_trace(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate, Outputs const &out,
+                 HostMatrix d_out, std::string const &path) {
+  tessel::Json doc{{"rank", b.world.rank()}, {"ranks", b.world.size()}};
+  MoeGradients grads;
+  for (auto s : all_schedules) {
+    b.paced.barrier();
+    layer.forward(b.space, tokens, gate, out.of(s), s);
+    auto const &fwd = layer.stats();
+    auto &entry = doc["schedules"][name_of(s)];
+    entry["forward_total"] = fwd.total;
+    entry["forward"] = trace_events(fwd, 0.0);
+    if (b.o.train) {
+      layer.backward(b.space, d_out, grads, s);
+      auto const &bw = layer.backward_stats();
+      entry["backward_total"] = bw.total;
+      entry["backward"] = trace_events(bw, fwd.total);
+    }
+  }
+  tessel::write_json(path, doc);
 }
 
 std::string describe(Point const &p) {
@@ -349,10 +448,13 @@ Point measure_point(Bench const &b, Model const &model, std::int64_t m, TuningRe
       break;
   }
   p.wrong = count_wrong(b.world, out.pipe, out.seq, p.max_diff) + count_wrong(b.world, out.comet, out.seq, p.max_diff);
-  if (!o.trace.empty())
-    write_trace(b, layer, tokens, gate, out.comet,
-                o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me));
   b.say(describe(p));
+  HostMatrix d_out = make_tokens(p.config, m, o.seed + 300 + static_cast<std::uint64_t>(me));
+  if (o.train)
+    run_training_loop(b, layer, tokens, gate, out, d_out, p);
+  if (!o.trace.empty())
+    write_trace(b, layer, tokens, gate, out, d_out,
+                o.trace + "." + model.name + "." + std::to_string(m) + ".rank" + std::to_string(me) + ".json");
   return p;
 }
 
@@ -371,6 +473,20 @@ void print_table(Options const &o, int w, std::vector<Point> const &points) {
                 1e3 * p.t_comm, p.t_comm / (p.t_comm + p.t_comp), 1e3 * p.t_seq, 1e3 * p.t_pipe, p.best_chunks,
                 1e3 * p.t_comet, p.t_seq / p.t_comet, p.t_pipe / p.t_comet, 100 * hidden(p, p.t_pipe),
                 100 * hidden(p, p.t_comet), p.wrong);
+}
+
+void print_training_table(Options const &o, int w, std::vector<Point> const &points) {
+  std::printf("\n# training step (forward + backward), %d ranks (EP %d x TP %d), same link; times in ms (median of "
+              "%d); hidden = (T_seq - T) / T_comm alone, forward and backward apart\n",
+              w, w / o.tp, o.tp, o.iters);
+  std::printf("%-13s %6s %9s %9s %9s %9s %9s %8s %8s %9s %9s %9s %9s\n", "model", "M", "bT_comp", "bT_comm", "seq",
+              "pipelined", "comet", "c/seq", "c/pipe", "fhid_pipe", "fhid_com", "bhid_pipe", "bhid_com");
+  for (auto const &p : points)
+    std::printf("%-13s %6lld %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
+                p.model.c_str(), static_cast<long long>(p.config.tokens), 1e3 * p.bwd_comp, 1e3 * p.bwd_comm,
+                1e3 * p.step[0], 1e3 * p.step[1], 1e3 * p.step[2], p.step[0] / p.step[2], p.step[1] / p.step[2],
+                100 * hidden(p, p.t_pipe), 100 * hidden(p, p.t_comet), 100 * (p.bwd[0] - p.bwd[1]) / p.bwd_comm,
+                100 * (p.bwd[0] - p.bwd[2]) / p.bwd_comm);
 }
 
 tessel::Json point_json(Point const &p) {
@@ -404,7 +520,11 @@ tessel::Json point_json(Point const &p) {
           {"comet_params_source", p.comet_source},
           {"cpu_s_per_forward", {{"sequential", p.cpu[0]}, {"pipelined", p.cpu[1]}, {"comet", p.cpu[2]}}},
           {"wrong", p.wrong},
-          {"max_rel_diff", p.max_diff}};
+          {"max_rel_diff", p.max_diff},
+          {"training_step_s", {{"sequential", p.step[0]}, {"pipelined", p.step[1]}, {"comet", p.step[2]}}},
+          {"backward_s", {{"sequential", p.bwd[0]}, {"pipelined", p.bwd[1]}, {"comet", p.bwd[2]}}},
+          {"backward_t_comm_s", p.bwd_comm},
+          {"backward_t_comp_s", p.bwd_comp}};
 }
 
 tessel::Json results_json(Options const &o, int w, std::vector<Point> const &points) {
@@ -466,6 +586,8 @@ int run_host_bench(Options const &o) {
   }
   if (me == 0) {
     print_table(o, w, points);
+    if (o.train)
+      print_training_table(o, w, points);
     if (!o.json.empty()) {
       tessel::write_json(o.json, results_json(o, w, points));
       std::printf("# results written to %s\n", o.json.c_str());

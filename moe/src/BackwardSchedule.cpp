@@ -51,12 +51,18 @@ std::vector<Tile> slot_tiles(std::vector<std::pair<std::int64_t, std::int64_t>> 
   return tiles;
 }
 
+// What a backward runs: everything, or (for AloneTimes) its messages without the computation, or its computation
+// without messages (every tile taken as landed, on whatever the receive buffers hold).
+enum class Mode { full, comm_only, compute_only };
+
 template <class ExecSpace> class Backward {
 public:
-  Backward(MoeLayer::State &st, ExecSpace const &space, Schedule schedule, MoeGradients &grads, double aux)
-      : st(st), space(space), schedule(schedule), grads(grads), aux(aux), context_text(st.backward_context(schedule)),
-        w(st.world()), me(st.rank()), eg(st.config.experts_per_group()), chunks(static_cast<int>(st.metas.size())),
-        n(st.config.hidden), kp(st.config.ffn_per_rank()), c0(st.config.gemm0_cols()),
+  Backward(MoeLayer::State &st, ExecSpace const &space, Schedule schedule, MoeGradients &grads, double aux,
+           Mode mode = Mode::full)
+      : st(st), space(space), schedule(schedule), grads(grads), aux(aux), mode(mode),
+        context_text(st.backward_context(schedule)), w(st.world()), me(st.rank()), eg(st.config.experts_per_group()),
+        chunks(static_cast<int>(st.metas.size())), n(st.config.hidden), kp(st.config.ffn_per_rank()),
+        c0(st.config.gemm0_cols()),
         tile_slots(schedule == Schedule::comet ? std::max<std::int64_t>(st.comet.tile_m, 1)
                                                : std::numeric_limits<std::int64_t>::max() / 2),
         engine(st.comm,
@@ -193,12 +199,21 @@ private:
   void post_receives() {
     auto const &plan = st.plan;
     // Output-gradient tiles from each source (count first: a callback may fire as soon as its receive is posted).
+    bool const no_messages = mode == Mode::compute_only;
     landed.assign(sz(w), {});
     for (int s = 0; s < w; ++s)
-      landed[sz(s)].assign(source_tiles[sz(s)].size(), s == me ? 1 : 0);
+      landed[sz(s)].assign(source_tiles[sz(s)].size(), s == me || no_messages ? 1 : 0);
     for (int k = 1; k < w; ++k) {
       int const s = (me - k + w) % w;
       tiles_expected += static_cast<int>(source_tiles[sz(s)].size());
+      if (no_messages)
+        for (std::size_t t = 0; t < source_tiles[sz(s)].size(); ++t)
+          ready.emplace_back(s, static_cast<int>(t));
+    }
+    if (no_messages) {
+      tiles_landed = tiles_expected;
+      Impl::zero(space, gid, in_off.back() * n); // defined values: NaN or denormal garbage would change the timing
+      return;
     }
     for (int k = 1; k < w; ++k) {
       int const s = (me - k + w) % w;
@@ -253,6 +268,8 @@ private:
 
   // Tile-major over the destinations, so that every rank can start on its first tile early.
   void post_sends() {
+    if (mode == Mode::compute_only)
+      return;
     std::size_t most = 0;
     for (auto const &tiles : owner_tiles)
       most = std::max(most, tiles.size());
@@ -362,9 +379,10 @@ private:
     int const c = tl.chunk;
     auto const &ms = meta(c, s);
     float *const dx_slots = st.combine_send.data() + st.send_off[sz(s)];
-    Impl::zero(space, dx_slots + tl.slot_begin * n, (tl.slot_end - tl.slot_begin) * n);
     std::int64_t tile_rows = 0;
-    for (int e = 0; e < eg; ++e) {
+    if (mode != Mode::comm_only)
+      Impl::zero(space, dx_slots + tl.slot_begin * n, (tl.slot_end - tl.slot_begin) * n);
+    for (int e = 0; e < eg && mode != Mode::comm_only; ++e) {
       auto const first = ms.expert_offset(e), rows = ms.expert_rows[sz(e)];
       auto const *slot = ms.slot.data();
       auto const lo = std::lower_bound(slot + first, slot + first + rows, tl.slot_begin) - slot;
@@ -391,7 +409,7 @@ private:
         engine.progress();
     }
     st.backward_stats.rows += tile_rows;
-    if (s != me && tl.slot_end > tl.slot_begin) {
+    if (s != me && tl.slot_end > tl.slot_begin && mode != Mode::compute_only) {
       auto send = [this, s, t, dx_slots, &tl] {
         engine.send(s, tag_grad_x + t, dx_slots + tl.slot_begin * n, sz((tl.slot_end - tl.slot_begin) * n),
                     DataType::float32, tessel::Impl::concat("token gradient tile ", t), {},
@@ -414,7 +432,7 @@ private:
   // All tiles of (chunk c, source s) are done: its combine-weight gradients go back.
   void chunk_done(int c, int s, bool send_now = true) {
     auto const rows = meta(c, s).rows();
-    if (s == me || rows == 0)
+    if (s == me || rows == 0 || mode == Mode::compute_only)
       return;
     auto send = [this, c, s, rows] {
       engine.send(s, tag_grad_w + c, wsd + w_send_off[sz(c * w + s)], sz(rows), DataType::float32,
@@ -467,8 +485,10 @@ private:
     if (st.options.trace)
       st.backward_stats.trace.push_back({seconds_between(t0, wait0), since(t0), "wait token gradients"});
     auto const busy0 = Clock::now();
-    st.final_sum(space, grads.tokens, {0, n}, true);
-    gate_backward();
+    if (mode != Mode::comm_only) {
+      st.final_sum(space, grads.tokens, {0, n}, true);
+      gate_backward();
+    }
     st.backward_stats.route = since(busy0);
     st.backward_stats.compute_busy += since(busy0);
     st.backward_stats.total = since(t0);
@@ -509,7 +529,7 @@ private:
     }
     // The load-balancing loss E sum_e f_e P_e: dL/dp_te = coef E f_e / T over all ranks' T tokens.
     std::vector<double> aux_grad(sz(e_all), 0.0);
-    if (aux > 0.0) {
+    if (aux > 0.0 && mode == Mode::full) {
       std::vector<double> local(sz(e_all) + 1), global(local.size());
       for (int e = 0; e < e_all; ++e)
         local[sz(e)] = static_cast<double>(routing.tokens_per_expert[sz(e)]);
@@ -568,7 +588,8 @@ private:
     for (std::int64_t t = 0; t < m; ++t)
       for (int e = 0; e < e_all; ++e)
         reduced[sz(n * e_all + e)] += logits(t, e);
-    st.comm.allreduce(reduced.data(), reduced.data(), reduced.size(), ReduceOp::sum);
+    if (mode == Mode::full)
+      st.comm.allreduce(reduced.data(), reduced.data(), reduced.size(), ReduceOp::sum);
     std::copy(reduced.begin(), reduced.begin() + n * e_all, grads.gate_weight.data());
     if (gate.bias.data() != nullptr)
       for (int e = 0; e < e_all; ++e)
@@ -580,6 +601,7 @@ private:
   Schedule const schedule;
   MoeGradients &grads;
   double const aux;
+  Mode const mode;
   std::string const context_text;
   int const w, me, eg, chunks;
   std::int64_t const n, kp, c0, tile_slots;
@@ -609,8 +631,36 @@ void MoeLayer::State::backward(ExecSpace const &space, ConstHostMatrix d_out, Mo
                [&] { Backward<ExecSpace>(*this, space, schedule, grads, aux_loss_coef).run(d_out); });
 }
 
+template <class ExecSpace>
+AloneTimes MoeLayer::State::measure_backward_alone(ExecSpace const &space, ConstHostMatrix d_out, int repeats,
+                                                   bool comm_part, bool comp_part) {
+  MoeGradients scratch;
+  auto const saved_stats = backward_stats;
+  auto const median_of_max = [&](double &minimum, Mode mode) {
+    std::vector<double> times;
+    for (int r = 0; r < repeats; ++r) {
+      comm.barrier();
+      auto const t0 = Clock::now();
+      with_context(backward_context(Schedule::sequential),
+                   [&] { Backward<ExecSpace>(*this, space, Schedule::sequential, scratch, 0.0, mode).run(d_out); });
+      times.push_back(comm.allreduce_value(since(t0), ReduceOp::max));
+    }
+    std::sort(times.begin(), times.end());
+    minimum = times.front();
+    return times[times.size() / 2];
+  };
+  AloneTimes result;
+  if (comp_part)
+    result.comp = median_of_max(result.comp_min, Mode::compute_only);
+  if (comm_part)
+    result.comm = median_of_max(result.comm_min, Mode::comm_only);
+  backward_stats = saved_stats;
+  return result;
+}
+
 #define TESSEL_MOE_INSTANTIATE_BACKWARD(SPACE)                                                                         \
-  template void MoeLayer::State::backward(SPACE const &, ConstHostMatrix, MoeGradients &, Schedule, double);
+  template void MoeLayer::State::backward(SPACE const &, ConstHostMatrix, MoeGradients &, Schedule, double);           \
+  template AloneTimes MoeLayer::State::measure_backward_alone(SPACE const &, ConstHostMatrix, int, bool, bool);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_BACKWARD)
 
 } // namespace tessel::moe

@@ -123,6 +123,19 @@ void MoeLayer::backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradie
 }
 
 template <class ExecSpace, class Check>
+AloneTimes MoeLayer::measure_backward_alone(ExecSpace const &space, ConstHostMatrix d_out, int repeats, bool comm,
+                                            bool comp) {
+  auto &st = *_state;
+  TESSEL_REQUIRE(repeats >= 1, "measure_backward_alone: repeats must be >= 1, got ", repeats);
+  TESSEL_REQUIRE(st.saved.valid, "measure_backward_alone: no forward to differentiate (call forward first)");
+  TESSEL_REQUIRE(d_out.extent(0) == static_cast<std::size_t>(st.config.tokens) &&
+                     d_out.extent(1) == static_cast<std::size_t>(st.config.hidden),
+                 "measure_backward_alone: the output gradient is ", d_out.extent(0), " x ", d_out.extent(1),
+                 ", expected M x N");
+  return st.measure_backward_alone(space, d_out, repeats, comm, comp);
+}
+
+template <class ExecSpace, class Check>
 AloneTimes MoeLayer::measure_alone(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int repeats,
                                    bool comm, bool comp) {
   auto &st = *_state;
@@ -166,6 +179,7 @@ AloneTimes MoeLayer::measure_alone(ExecSpace const &space, ConstHostMatrix token
 #define TESSEL_MOE_INSTANTIATE_LAYER(SPACE)                                                                            \
   template void MoeLayer::forward(SPACE const &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule);            \
   template void MoeLayer::backward(SPACE const &, ConstHostMatrix, MoeGradients &, Schedule, double);                  \
+  template AloneTimes MoeLayer::measure_backward_alone(SPACE const &, ConstHostMatrix, int, bool, bool);               \
   template AloneTimes MoeLayer::measure_alone(SPACE const &, ConstHostMatrix, GateInput const &, int, bool, bool);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_LAYER)
 

@@ -19,7 +19,8 @@ public:
         engine(st.comm, st.options.pipeline_comm_workers, 0, this->context_text) {}
 
   // Returns where each (chunk, source)'s rows start in the received rows.
-  std::vector<std::int64_t> run(HostMatrix out, Clock::time_point t0) {
+  std::vector<std::int64_t> run(HostMatrix out, Clock::time_point start) {
+    t0 = start;
     st.post_routes(engine, chunks, routes, false);
     post_dispatch();
     engine.wait([&] { return routes.done.load() == chunks * (w - 1); });
@@ -97,6 +98,8 @@ private:
     engine.wait([&] { return data_left[sz(c)].load() == 0; });
     st.stats.compute_wait += since(wait0);
     auto const busy0 = Clock::now();
+    if (st.options.trace)
+      st.stats.trace.push_back({seconds_between(t0, wait0), seconds_between(t0, busy0), "wait"});
     std::vector<float const *> src(sz(w));
     for (int s = 0; s < w; ++s)
       src[sz(s)] = s == me ? st.local_rows(c) : xd + xo[sz(c * w + s)] * n;
@@ -109,6 +112,8 @@ private:
                     sz(ms.slot_count * n), DataType::float32, tessel::Impl::concat("combine rows of chunk ", c));
     }
     st.stats.compute_busy += since(busy0);
+    if (st.options.trace)
+      st.stats.trace.push_back({seconds_between(t0, busy0), since(t0), tessel::Impl::concat("experts chunk ", c)});
   }
 
   MoeLayer::State &st;
@@ -116,6 +121,7 @@ private:
   std::string const context_text;
   int const chunks, w, me;
   std::int64_t const n;
+  Clock::time_point t0;
   std::vector<std::int64_t> x_rows, xo;
   float *xd = nullptr;
   // What the communication threads use is declared before the engine, so it outlives it.

@@ -74,6 +74,7 @@ CSV = ["tessel-gnn-data", "csv", "--out", "/nonexistent/x.h5", "--edges", MISSIN
 MOE = ["tessel-moe", MISSING]
 MOE_GEN = ["tessel-moe-gen", "--out", "/nonexistent/x.h5", "--scale", "256", "--tokens", "8"]
 MOE_BENCH = ["tessel-moe-bench", "--models", "nosuch"]
+MOE_TRAIN = ["tessel-moe", "train", "--json", "/nonexistent/dir/train.json"]
 COMM = ["tessel-comm-bench", "-o", "nosuch"]
 SIM = ["tessel-sched", "simulate", "--trace", MISSING, "--policy", "crius"]
 CELLS = ["tessel-sched", "cells", "--model", "nosuch", "--gpu", "A100", "--cluster", MISSING, "--batch", "8", "--gpus",
@@ -100,6 +101,10 @@ OPTIONS = [
     (CSV, "--split", []), (CSV, "--seed", ["0", "4294967299"]),
     (MOE, "--ep", ["0"]), (MOE, "--tp", []), (MOE, "--iters", []), (MOE, "--warmup", ["0"]), (MOE, "--chunks", []),
     (MOE, "--comm-share", []), (MOE, "--bandwidth", []), (MOE, "--latency", ["0"]), (MOE, "--timeout", []),
+    (MOE_TRAIN, "--ep", []), (MOE_TRAIN, "--tp", []), (MOE_TRAIN, "--steps", ["0"]), (MOE_TRAIN, "--batch", []),
+    (MOE_TRAIN, "--hidden", []), (MOE_TRAIN, "--ffn", []), (MOE_TRAIN, "--experts", []), (MOE_TRAIN, "--topk", []),
+    (MOE_TRAIN, "--vocab", []), (MOE_TRAIN, "--outputs", []), (MOE_TRAIN, "--lr", []),
+    (MOE_TRAIN, "--momentum", ["0"]), (MOE_TRAIN, "--aux-loss", ["0"]), (MOE_TRAIN, "--seed", ["0", "4294967299"]),
     (MOE_GEN, "--scale", []), (MOE_GEN, "--tokens", []), (MOE_GEN, "--imbalance", ["0"]),
     (MOE_GEN, "--zipf-alpha", ["0"]), (MOE_GEN, "--seed", ["0", "4294967299"]), (MOE_GEN, "--nan-token", []),
     (MOE_BENCH, "--share", []), (MOE_BENCH, "--latency", ["0"]), (MOE_BENCH, "--tokens", []),
@@ -127,7 +132,7 @@ def case_options():
     # Every numeric option in every tool's --help is covered by the table above.
     helps = {
         "tessel-gnn": [["--help"]], "tessel-gnn-bench": [["--help"]], "tessel-gnn-data": [["--help"]],
-        "tessel-moe": [["--help"]],
+        "tessel-moe": [["--help"], ["train", "--help"]],
         "tessel-moe-gen": [["--help"]], "tessel-moe-bench": [["--help"]], "tessel-comm-bench": [["--help"]],
         "tessel-sched": [["simulate", "--help"], ["cells", "--help"], ["serve", "--help"], ["submit", "--help"],
                          ["status", "--help"]], "tessel-sched-bench": [["--help"]],

@@ -207,6 +207,9 @@ struct MoeLayer::State : Impl::LayerCore {
   template <class ExecSpace>
   void backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule,
                 double aux_loss_coef);
+  template <class ExecSpace>
+  AloneTimes measure_backward_alone(ExecSpace const &space, ConstHostMatrix d_out, int repeats, bool comm_part,
+                                    bool comp_part);
 
   // The schedules, one file each.
 

@@ -135,6 +135,13 @@ public:
   AloneTimes measure_alone(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int repeats = 3,
                            bool comm = true, bool comp = true);
 
+  /// \brief measure_alone() for the backward of the last forward: its messages with no computation, and its
+  /// computation (token and weight gradients, gate) with no messages. Collective; the last forward stays
+  /// differentiable.
+  template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
+  AloneTimes measure_backward_alone(ExecSpace const &space, ConstHostMatrix d_out, int repeats = 3, bool comm = true,
+                                    bool comp = true);
+
   struct State;
 
 private:
