@@ -105,6 +105,20 @@ void MoeLayer::State::check_finite(ConstHostMatrix tokens, GateInput const &gate
   }
 }
 
+void MoeLayer::State::check_finite_gradient(ConstHostMatrix d_out) const {
+  auto const count = d_out.extent(0) * d_out.extent(1), n = d_out.extent(1);
+  auto const bad = first_non_finite(d_out.data(), count);
+  std::int64_t const mine = bad < count ? static_cast<std::int64_t>(bad) : -1;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(world()));
+  comm.host_allgather(&mine, all.data(), sizeof(mine));
+  for (int r = 0; r < world(); ++r) {
+    auto const at = all[static_cast<std::size_t>(r)];
+    TESSEL_REQUIRE(at < 0, "MoeLayer::backward: the output gradient of rank ", r, " contains NaN or infinity at row ",
+                   at / static_cast<std::int64_t>(n), ", column ", at % static_cast<std::int64_t>(n),
+                   r == rank() ? tessel::Impl::concat(" (value ", d_out.data()[at < 0 ? 0 : at], ")") : std::string());
+  }
+}
+
 template <class ExecSpace>
 void MoeLayer::State::prelude(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int chunks,
                               bool finite, std::string const &context_text) {

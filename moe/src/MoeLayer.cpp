@@ -118,7 +118,11 @@ void MoeLayer::backward(ExecSpace const &space, ConstHostMatrix d_out, MoeGradie
   TESSEL_REQUIRE(std::isfinite(aux_loss_coef) && aux_loss_coef >= 0.0,
                  "MoeLayer::backward: aux_loss_coef must be finite and >= 0, got ", aux_loss_coef);
   require_thread_level(st, schedule, "backward");
-  with_context(st.backward_context(schedule), [&] { st.check_settings_once(st.comm, schedule); });
+  with_context(st.backward_context(schedule), [&] {
+    if (st.options.check_finite)
+      st.check_finite_gradient(d_out);
+    st.check_settings_once(st.comm, schedule);
+  });
   st.backward(space, d_out, grads, schedule, aux_loss_coef);
 }
 

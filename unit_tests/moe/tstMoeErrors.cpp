@@ -87,6 +87,32 @@ TEST(MoeErrors, nan_tokens_are_reported_on_every_rank) {
   EXPECT_NO_THROW(layer.forward(space, tokens, GateInput::from_weight(gate), out, Schedule::comet));
 }
 
+TEST(MoeErrors, nan_output_gradients_are_reported_on_every_rank) {
+  auto const comm = fresh_comm();
+  auto const config = small_config(comm.size());
+  auto const dense = tessel::moe::test::random_weights(config, 11);
+  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), dense));
+  auto const tokens = tessel::moe::test::random_matrix("tokens", 16, 16, 5 + static_cast<std::uint64_t>(comm.rank()));
+  auto const gate = tessel::moe::test::random_matrix("gate", 16, 8, 6);
+  auto d_out = tessel::moe::test::random_matrix("d_out", 16, 16, 7 + static_cast<std::uint64_t>(comm.rank()));
+  int const bad = comm.size() - 1;
+  if (comm.rank() == bad)
+    d_out(2, 7) = INFINITY;
+  HostMatrix out("out", 16, 16);
+  HostExecSpace space;
+  MoeGradients grads;
+  for (auto s : {Schedule::sequential, Schedule::pipelined, Schedule::comet}) {
+    layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
+    auto const what = error_of([&] { layer.backward(space, d_out, grads, s); });
+    EXPECT_NE(what.find("the output gradient of rank " + std::to_string(bad) +
+                        " contains NaN or infinity at row 2, column 7"),
+              std::string::npos)
+        << name_of(s) << ": " << what;
+  }
+  d_out(2, 7) = 0.5f;
+  EXPECT_NO_THROW(layer.backward(space, d_out, grads, Schedule::comet));
+}
+
 TEST(MoeErrors, wrong_shapes_are_rejected) {
   auto const comm = fresh_comm();
   auto const config = small_config(comm.size());
@@ -156,6 +182,37 @@ TEST(MoeErrors, silent_peer_times_out_on_every_waiting_rank) {
       EXPECT_LT(seconds_since(t0), 20.0);
     }
     // Everyone meets again on a fresh communicator (the old one may hold unmatched messages).
+    comm = fresh_comm();
+  }
+  // The same in the backward: rank 0 takes part in the forward, then never calls backward.
+  for (auto [s, workers] :
+       {std::pair{Schedule::sequential, 0}, {Schedule::pipelined, 1}, {Schedule::comet, 0}, {Schedule::comet, 1}}) {
+    SCOPED_TRACE(tessel::Impl::concat("backward ", name_of(s), ", ", workers, " communication threads"));
+    auto short_comm = comm;
+    short_comm.set_timeout(std::chrono::milliseconds(1000));
+    options.pipeline_comm_workers = workers;
+    MoeLayer layer(config, short_comm, shard_weights(config, comm.rank(), dense), options);
+    auto params = layer.comet_params();
+    params.comm_workers = workers;
+    layer.set_comet_params(params);
+    auto const d_out = tessel::moe::test::random_matrix("d_out", 16, 16, 12);
+    MoeGradients grads;
+    layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
+    layer.backward(space, d_out, grads, s); // complete once (and the one-time parameter check)
+    layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
+    if (comm.rank() != 0) {
+      auto const t0 = std::chrono::steady_clock::now();
+      try {
+        layer.backward(space, d_out, grads, s);
+        ADD_FAILURE() << name_of(s) << ": expected a timeout";
+      } catch (tessel::TimeoutError const &e) {
+        std::string const what = e.what();
+        EXPECT_EQ(e.peer(), 0) << what;
+        EXPECT_NE(what.find(std::string("MoE layer backward (") + name_of(s) + " schedule)"), std::string::npos)
+            << what;
+      }
+      EXPECT_LT(seconds_since(t0), 20.0);
+    }
     comm = fresh_comm();
   }
   // With the finite check, the first step is a collective that rank 0 never joins: it times out too.

@@ -135,6 +135,8 @@ struct MoeLayer::State : Impl::LayerCore {
   void check_inputs(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out) const;
   // Collective: every rank learns the first non-finite token (and logit) of every rank.
   void check_finite(ConstHostMatrix tokens, GateInput const &gate) const;
+  // Collective: every rank learns the first non-finite value of every rank's output gradient.
+  void check_finite_gradient(ConstHostMatrix d_out) const;
   // Routing, dispatch plan and packing of the rows to send: everything before the first message.
   template <class ExecSpace>
   void prelude(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, int chunks, bool finite,
