@@ -14,8 +14,24 @@ namespace tessel::moe::bench {
 template <class ExecSpace, class Check>
 Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedBackend &link, ConstHostMatrix tokens,
                                  GateInput const &gate, double share, double latency, int repeats,
-                                 std::function<void(std::string const &)> const &progress) {
+                                 std::function<void(std::string const &)> const &progress, ConstHostMatrix d_out) {
   TESSEL_REQUIRE(share > 0.0 && share < 1.0, "calibrate_comm_share: share must be in (0, 1), got ", share);
+  // The layer's communication and computation alone; with an output gradient, of its training step (forward and
+  // backward).
+  auto const measure_alone = [&](int reps, bool comm, bool comp) {
+    auto alone = layer.measure_alone(space, tokens, gate, reps, comm, comp);
+    if (d_out.data() != nullptr) {
+      HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::calibration_out"), tokens.extent(0),
+                     tokens.extent(1));
+      layer.forward(space, tokens, gate, out, Schedule::sequential);
+      auto const backward = layer.measure_backward_alone(space, d_out, reps, comm, comp);
+      alone.comm += backward.comm;
+      alone.comp += backward.comp;
+      alone.comm_min += backward.comm_min;
+      alone.comp_min += backward.comp_min;
+    }
+    return alone;
+  };
   auto const say = [&](std::string const &what) {
     if (progress)
       progress(what);
@@ -25,7 +41,7 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedB
   link.set_link(LinkModel{0.0, latency});
   // Computation alone: the fastest repetition, the one least disturbed by other processes on a shared machine
   // (communication on the emulated link is paced by sleeps and barely varies).
-  auto const base = layer.measure_alone(space, tokens, gate, repeats, true, true);
+  auto const base = measure_alone(repeats, true, true);
   cal.t_comp = base.comp_min;
   double const intercept = base.comm_min;
   cal.t_comm_unlimited = intercept;
@@ -59,7 +75,7 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedB
   for (int round = 0; round < rounds; ++round) {
     slowest = std::min(slowest, bandwidth);
     link.set_link(LinkModel{bandwidth, latency});
-    double const t = layer.measure_alone(space, tokens, gate, repeats, true, false).comm_min;
+    double const t = measure_alone(repeats, true, false).comm_min;
     ++cal.measurements;
     {
       std::ostringstream os;
@@ -195,7 +211,7 @@ TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix t
 #define TESSEL_MOE_INSTANTIATE_CALIBRATION(SPACE)                                                                      \
   template Calibration calibrate_comm_share(SPACE const &, MoeLayer &, PacedBackend &, ConstHostMatrix,                \
                                             GateInput const &, double, double, int,                                    \
-                                            std::function<void(std::string const &)> const &);                         \
+                                            std::function<void(std::string const &)> const &, ConstHostMatrix);        \
   template double time_schedule(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule,   \
                                 int, int);                                                                             \
   template TuneResult tune_comet(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, int,                   \

@@ -33,11 +33,14 @@ struct Calibration {
 /// bracketed in 1/bandwidth and narrowed until within 5% (at most 10 rounds; otherwise the closest point measured).
 /// Times are the fastest repetitions, so a loaded machine still calibrates. When latency alone already
 /// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
+/// With an output gradient \p d_out, the share is that of the training step: communication and computation alone
+/// are the forward's plus the backward's (MoeLayer::measure_backward_alone).
 /// \pre \p link paces layer.communicator() (make_paced_communicator, paced_backend_of)
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedBackend &link, ConstHostMatrix tokens,
                                  GateInput const &gate, double share, double latency, int repeats = 3,
-                                 std::function<void(std::string const &)> const &progress = {});
+                                 std::function<void(std::string const &)> const &progress = {},
+                                 ConstHostMatrix d_out = {});
 
 /// \brief Median over \p iters runs of the layer time of \p schedule: each run starts after a barrier and lasts
 /// until the slowest rank returns (maximum over ranks). \p warmup runs are not timed. Collective.

@@ -269,8 +269,8 @@ bool refit_link(Bench const &b, Point &p) {
   // The link is judged against the fastest computation-alone run (the least disturbed by other processes); the
   // table reports medians.
   double const share = p.t_comm / (p.t_comm + p.t_comp_min);
-  if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0)
-    return false;
+  if (std::abs(share - o.share) <= 0.05 || p.attempts == 3 || p.cal.link.bandwidth <= 0.0 || o.train)
+    return false; // with --train the link is the training step's (its share is not the forward's)
   // T_comm is affine in 1/bandwidth, with the latency-only intercept found by the calibration.
   double const intercept = std::min(p.cal.t_comm_unlimited, 0.5 * p.t_comm);
   double const target = std::max(o.share / (1.0 - o.share) * p.t_comp_min, 1.5 * intercept);
@@ -422,8 +422,10 @@ Point measure_point(Bench const &b, Model const &model, std::int64_t m, TuningRe
   Outputs const out(m, model.base.hidden);
   layer.forward(b.space, tokens, gate, out.seq, Schedule::sequential);
   p.imbalance = layer.routing().imbalance_std(b.world);
+  // With --train the link is calibrated to the share of the training step (forward and backward).
+  HostMatrix d_out = make_tokens(p.config, m, o.seed + 300 + static_cast<std::uint64_t>(me));
   p.cal = bench::calibrate_comm_share(b.space, layer, *tessel::paced_backend_of(b.paced), tokens, gate, o.share,
-                                      o.latency_us * 1e-6, 5, b.say);
+                                      o.latency_us * 1e-6, 5, b.say, o.train ? d_out : HostMatrix());
   if (o.tune) {
     auto const result = bench::tune_comet(b.space, layer, tokens, gate, o.iters, b.say);
     p.comet = result.best;
@@ -449,7 +451,6 @@ Point measure_point(Bench const &b, Model const &model, std::int64_t m, TuningRe
   }
   p.wrong = count_wrong(b.world, out.pipe, out.seq, p.max_diff) + count_wrong(b.world, out.comet, out.seq, p.max_diff);
   b.say(describe(p));
-  HostMatrix d_out = make_tokens(p.config, m, o.seed + 300 + static_cast<std::uint64_t>(me));
   if (o.train)
     run_training_loop(b, layer, tokens, gate, out, d_out, p);
   if (!o.trace.empty())
@@ -477,16 +478,21 @@ void print_table(Options const &o, int w, std::vector<Point> const &points) {
 
 void print_training_table(Options const &o, int w, std::vector<Point> const &points) {
   std::printf("\n# training step (forward + backward), %d ranks (EP %d x TP %d), same link; times in ms (median of "
-              "%d); hidden = (T_seq - T) / T_comm alone, forward and backward apart\n",
+              "%d); share: communication alone of the step; hidden = (T_seq - T) / T_comm alone, of the forward, the "
+              "backward and the step\n",
               w, w / o.tp, o.tp, o.iters);
-  std::printf("%-13s %6s %9s %9s %9s %9s %9s %8s %8s %9s %9s %9s %9s\n", "model", "M", "bT_comp", "bT_comm", "seq",
-              "pipelined", "comet", "c/seq", "c/pipe", "fhid_pipe", "fhid_com", "bhid_pipe", "bhid_com");
-  for (auto const &p : points)
-    std::printf("%-13s %6lld %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n",
-                p.model.c_str(), static_cast<long long>(p.config.tokens), 1e3 * p.bwd_comp, 1e3 * p.bwd_comm,
+  std::printf("%-13s %6s %9s %9s %6s %9s %9s %9s %8s %8s %9s %9s %9s %9s %9s\n", "model", "M", "bT_comp", "bT_comm",
+              "share", "seq", "pipelined", "comet", "c/seq", "c/pipe", "fhid_pipe", "fhid_com", "bhid_pipe", "bhid_com",
+              "hid_com");
+  for (auto const &p : points) {
+    double const comm = p.t_comm + p.bwd_comm, share = comm / (comm + p.t_comp + p.bwd_comp);
+    std::printf("%-13s %6lld %9.2f %9.2f %6.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %8.1f%% %8.1f%% %8.1f%% %8.1f%% "
+                "%8.1f%%\n",
+                p.model.c_str(), static_cast<long long>(p.config.tokens), 1e3 * p.bwd_comp, 1e3 * p.bwd_comm, share,
                 1e3 * p.step[0], 1e3 * p.step[1], 1e3 * p.step[2], p.step[0] / p.step[2], p.step[1] / p.step[2],
                 100 * hidden(p, p.t_pipe), 100 * hidden(p, p.t_comet), 100 * (p.bwd[0] - p.bwd[1]) / p.bwd_comm,
-                100 * (p.bwd[0] - p.bwd[2]) / p.bwd_comm);
+                100 * (p.bwd[0] - p.bwd[2]) / p.bwd_comm, 100 * (p.step[0] - p.step[2]) / comm);
+  }
 }
 
 tessel::Json point_json(Point const &p) {

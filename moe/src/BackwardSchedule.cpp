@@ -55,6 +55,15 @@ std::vector<Tile> slot_tiles(std::vector<std::pair<std::int64_t, std::int64_t>> 
 // without messages (every tile taken as landed, on whatever the receive buffers hold).
 enum class Mode { full, comm_only, compute_only };
 
+// Slots per tile of the comet backward: at least the forward's M tile, and enough that each local expert gets about
+// 256 rows of it (topk / (E/EP) rows per slot on average). Every (tile, expert) is a GEMM that packs the expert's
+// whole weight, so smaller tiles spend their time packing; the tiles of a source still pipeline (M = 4096 at E/EP = 4,
+// topk = 2 cuts a source's slots into about six).
+std::int64_t comet_tile_slots(MoeConfig const &config, CometParams const &comet) {
+  std::int64_t const rows_per_gemm = 256;
+  return std::max<std::int64_t>({comet.tile_m, 1, rows_per_gemm * config.experts_per_group() / config.topk});
+}
+
 template <class ExecSpace> class Backward {
 public:
   Backward(MoeLayer::State &st, ExecSpace const &space, Schedule schedule, MoeGradients &grads, double aux,
@@ -63,7 +72,7 @@ public:
         context_text(st.backward_context(schedule)), w(st.world()), me(st.rank()), eg(st.config.experts_per_group()),
         chunks(static_cast<int>(st.metas.size())), n(st.config.hidden), kp(st.config.ffn_per_rank()),
         c0(st.config.gemm0_cols()),
-        tile_slots(schedule == Schedule::comet ? std::max<std::int64_t>(st.comet.tile_m, 1)
+        tile_slots(schedule == Schedule::comet ? comet_tile_slots(st.config, st.comet)
                                                : std::numeric_limits<std::int64_t>::max() / 2),
         engine(st.comm,
                schedule == Schedule::comet       ? st.comet.comm_workers

@@ -203,6 +203,35 @@ TEST(MoeBackward, needs_a_forward_and_a_matching_gradient) {
   EXPECT_THROW(layer.backward(space, d_out, grads, Schedule::comet, -1.0), tessel::Exception);
 }
 
+TEST(MoeBackward, alone_times_leave_the_forward_differentiable) {
+  auto const comm = fresh_comm();
+  auto config = shape(40, 32, 32, 8, 2);
+  config.ep = 8 % comm.size() == 0 ? comm.size() : 1;
+  config.tp = comm.size() / config.ep;
+  Case c{"alone", config, GateKind::weight, {}};
+  auto const seed = fresh_seed(comm);
+  auto const in = make_inputs(c, config, comm.rank(), seed);
+  auto const d_out = random_matrix("d_out", 40, 32, seed + 4000 + static_cast<std::uint64_t>(comm.rank()));
+  HostExecSpace space;
+  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), in.dense));
+  HostMatrix out("out", 40, 32);
+  EXPECT_THROW(layer.measure_backward_alone(space, d_out), tessel::Exception); // no forward yet
+  layer.forward(space, in.tokens, in.gate(), out, Schedule::comet);
+  auto const alone = layer.measure_backward_alone(space, d_out, 2);
+  EXPECT_GT(alone.comp, 0.0);
+  if (comm.size() > 1) {
+    EXPECT_GT(alone.comm, 0.0);
+  }
+  EXPECT_LE(alone.comp_min, alone.comp);
+  MoeGradients grads;
+  layer.backward(space, d_out, grads, Schedule::comet, aux_coef);
+  auto const expected = reference_for(c, config, comm, seed, in.dense);
+  EXPECT_LT(
+      relative_error(grads.tokens.data(), &expected.ref.tokens(static_cast<std::size_t>(comm.rank()) * 40, 0), 40 * 32),
+      tolerance);
+  check_shard("W0 gradient", grads.experts.w0, expected.shard.w0);
+}
+
 // The reference's analytic gradients against central differences of the reference forward (double), on a small
 // shape, with the expert choice held fixed (it is piecewise constant).
 TEST(MoeBackward, reference_matches_finite_differences) {
