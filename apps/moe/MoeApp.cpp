@@ -55,6 +55,7 @@ struct Options {
   std::string registry = "moe/tuning/host.registry";
   std::string tuning;
   std::string json;
+  std::string trace;
   double timeout_s = 0.0;
   bool stats = false;
   bool verbose = false;
@@ -82,6 +83,8 @@ void usage() {
       "  --tuning FILE     use this registry's entries (over the built-in one) for the comet parameters\n"
       "  --timeout SEC     communication timeout (default: TESSEL_COMM_TIMEOUT or 120 s)\n"
       "  --json FILE       write the results as JSON\n"
+      "  --trace PREFIX    write each rank's timeline of the last run of every schedule (tiles, messages landed,\n"
+      "                    waits) to PREFIX.rank<r>.json (benchmarks/moe/plot_timeline.py PREFIX draws them)\n"
       "  --stats           print each rank's phase times of the last run of every schedule\n"
       "  --verbose         also print Kokkos' configuration\n"
       "  --version         print the version and exit; --help this text\n"
@@ -117,6 +120,7 @@ Options parse(tessel::CommandLine &cl) {
   o.registry = cl.get("registry", o.registry);
   o.tuning = cl.get("tuning", o.tuning);
   o.json = cl.get("json", o.json);
+  o.trace = cl.get("trace", o.trace);
   o.verbose = cl.flag("verbose");
   o.stats = cl.flag("stats");
   o.timeout_s = cl.get_double("timeout", o.timeout_s, tessel::Range::closed(0.001, 1e6));
@@ -272,6 +276,7 @@ std::vector<Row> time_schedules(Options const &o, Communicator const &world, Hos
   if (o.verify)
     dense = in.file->dense_weights();
   std::vector<Row> rows;
+  tessel::Json trace{{"rank", world.rank()}, {"ranks", world.size()}};
   for (auto s : o.schedules) {
     say(std::string("timing ") + name_of(s) + " (" + std::to_string(o.warmup) + " warm-up + " +
         std::to_string(o.iters) + " runs) ...");
@@ -280,10 +285,15 @@ std::vector<Row> time_schedules(Options const &o, Communicator const &world, Hos
     row.median = bench::time_schedule(space, layer, in.tokens, in.gate.input(), out, s, o.iters, o.warmup);
     if (o.stats)
       print_stats(world, layer, s, say);
+    if (!o.trace.empty())
+      trace["schedules"][name_of(s)] = {{"forward_total", layer.stats().total},
+                                        {"forward", bench::trace_events(layer.stats(), 0.0)}};
     if (o.verify)
       verify(world, space, layer, in, dense, out, row);
     rows.push_back(row);
   }
+  if (!o.trace.empty())
+    tessel::write_json(o.trace + ".rank" + std::to_string(world.rank()) + ".json", trace);
   return rows;
 }
 
@@ -378,6 +388,7 @@ int run(Options const &o) {
   LayerOptions options;
   options.pipeline_chunks = o.chunks;
   options.registry = &registry;
+  options.trace = !o.trace.empty();
   MoeLayer layer(in.config, make_communicator(o, world), std::move(in.weights), options);
   say("comet parameters: " + layer.comet_params().describe() + " (" + layer.comet_params_source() + ")");
   HostExecSpace space;

@@ -11,6 +11,28 @@
 
 namespace tessel::moe::bench {
 
+tessel::Json trace_events(ForwardStats const &st, double offset) {
+  auto events = tessel::Json::array();
+  auto const add = [&](double begin, double end, std::string const &what) {
+    events.push_back({{"begin", offset + begin}, {"end", offset + end}, {"what", what}});
+  };
+  if (st.trace.empty() && st.dispatch + st.experts + st.combine > 0) {
+    double t = 0;
+    for (auto const &[length, what] :
+         std::vector<std::pair<double, std::string>>{{st.route, "route"},
+                                                     {st.dispatch, "dispatch (all-to-all)"},
+                                                     {st.experts, "experts"},
+                                                     {st.combine, "combine (all-to-all)"},
+                                                     {st.reduce, "final sum"}}) {
+      add(t, t + length, what);
+      t += length;
+    }
+  }
+  for (auto const &e : st.trace)
+    add(e.begin, e.end, e.what);
+  return events;
+}
+
 template <class ExecSpace, class Check>
 Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedBackend &link, ConstHostMatrix tokens,
                                  GateInput const &gate, double share, double latency, int repeats,

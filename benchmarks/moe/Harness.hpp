@@ -7,6 +7,7 @@
 
 #include <tessel/moe/MoeLayer.hpp>
 
+#include <tessel/core/Json.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 
 #include <functional>
@@ -63,6 +64,11 @@ struct TuneResult {
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                       int iters = 3, std::function<void(std::string const &)> const &progress = {});
+
+/// \brief The timeline of one forward or backward as JSON events {begin, end, what} (seconds, plus \p offset): the
+/// overlapped schedules' own timelines (LayerOptions::trace), the sequential forward's phases. The tools' --trace
+/// files hold them; benchmarks/moe/plot_timeline.py draws them.
+tessel::Json trace_events(ForwardStats const &stats, double offset);
 
 } // namespace tessel::moe::bench
 

@@ -343,29 +343,6 @@ void run_training_loop(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, 
   b.say(os.str());
 }
 
-// The events of one forward or backward: the overlapped schedules' own timelines; the sequential forward's phases.
-tessel::Json trace_events(ForwardStats const &st, double offset) {
-  auto events = tessel::Json::array();
-  auto const add = [&](double begin, double end, std::string const &what) {
-    events.push_back({{"begin", offset + begin}, {"end", offset + end}, {"what", what}});
-  };
-  if (st.trace.empty() && st.dispatch + st.experts + st.combine > 0) {
-    double t = 0;
-    for (auto const &[length, what] :
-         std::vector<std::pair<double, std::string>>{{st.route, "route"},
-                                                     {st.dispatch, "dispatch (all-to-all)"},
-                                                     {st.experts, "experts"},
-                                                     {st.combine, "combine (all-to-all)"},
-                                                     {st.reduce, "final sum"}}) {
-      add(t, t + length, what);
-      t += length;
-    }
-  }
-  for (auto const &e : st.trace)
-    add(e.begin, e.end, e.what);
-  return events;
-}
-
 // --trace: each rank's timelines of one more forward (and with --train, backward) per schedule, on one time axis
 // per schedule (the backward starts where the forward ended).
 void write_trace(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate, Outputs const &out,
@@ -378,12 +355,12 @@ void write_trace(Bench const &b, MoeLayer &layer, ConstHostMatrix tokens, GateIn
     auto const &fwd = layer.stats();
     auto &entry = doc["schedules"][name_of(s)];
     entry["forward_total"] = fwd.total;
-    entry["forward"] = trace_events(fwd, 0.0);
+    entry["forward"] = bench::trace_events(fwd, 0.0);
     if (b.o.train) {
       layer.backward(b.space, d_out, grads, s);
       auto const &bw = layer.backward_stats();
       entry["backward_total"] = bw.total;
-      entry["backward"] = trace_events(bw, fwd.total);
+      entry["backward"] = bench::trace_events(bw, fwd.total);
     }
   }
   tessel::write_json(path, doc);

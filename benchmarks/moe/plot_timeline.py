@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Draws the timelines tessel-moe-bench --trace PREFIX wrote (PREFIX.<model>.<M>.rank<r>.json) as one PNG per point:
+"""Draws the timelines tessel-moe-bench --trace PREFIX wrote (PREFIX.<model>.<M>.rank<r>.json), or tessel-moe --trace
+PREFIX (PREFIX.rank<r>.json), as one PNG per point:
 for each schedule (sequential, pipelined, comet) one row per rank on a shared time axis, with the forward's and the
 backward's compute (tiles, expert GEMMs, weight-gradient GEMMs), the compute thread's waits for data, and the moments
 messages landed.
@@ -82,15 +83,17 @@ def main():
     prefix = sys.argv[1]
     out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.dirname(prefix) or "."
     points = {}
-    for f in glob.glob(glob.escape(prefix) + ".*.rank*.json"):
+    for f in glob.glob(glob.escape(prefix) + "*.rank*.json"):
         point = re.sub(r"\.rank\d+\.json$", "", f)
         points.setdefault(point, []).append(f)
     if not points:
-        sys.exit("no traces %s.<model>.<M>.rank<r>.json (run tessel-moe-bench --trace %s)" % (prefix, prefix))
+        sys.exit("no traces %s[.<model>.<M>].rank<r>.json (run tessel-moe-bench or tessel-moe with --trace %s)"
+                 % (prefix, prefix))
     for point, files in sorted(points.items()):
         name = os.path.basename(point)
         out = os.path.join(out_dir, name + ".png")
-        plot_point(files, out, name[len(os.path.basename(prefix)) + 1:] + " (%d ranks)" % len(files))
+        label = name[len(os.path.basename(prefix)):].lstrip(".") or name
+        plot_point(files, out, label + " (%d ranks)" % len(files))
         print(out)
 
 

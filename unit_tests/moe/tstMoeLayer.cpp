@@ -1,5 +1,5 @@
 // Every schedule of MoeLayer against the dense single-process reference, under mpiexec at 1, 2 and 4 ranks:
-// the three model shapes (scaled down), topk 1/2/4, an expert that receives no token, all tokens on one
+// the three model shapes (scaled down), topk 1/2/4/8, an expert that receives no token, all tokens on one
 // expert, M not divisible by the tile size, every EP x TP layout the rank count allows, gate weight (+ bias)
 // and gate logits, both comet plan policies, several communication workers, and a paced communicator.
 #include "MoeTestUtils.hpp"
@@ -75,9 +75,9 @@ Communicator fresh_comm() {
   return world.split(0, world.rank());
 }
 
-TEST(MoeLayer, mixtral_shape_topk_1_2_4) {
+TEST(MoeLayer, mixtral_shape_topk_1_2_4_8) {
   auto const comm = fresh_comm();
-  for (int topk : {1, 2, 4}) {
+  for (int topk : {1, 2, 4, 8}) {
     Case c{"mixtral topk " + std::to_string(topk), shape(37, 64, 96, 8, topk), GateKind::weight, {}};
     check_case(c, comm);
   }
@@ -99,6 +99,7 @@ TEST(MoeLayer, every_enabled_host_backend) {
 TEST(MoeLayer, qwen2_shape) {
   auto const comm = fresh_comm();
   check_case({"qwen2", shape(29, 32, 24, 64, 4, false), GateKind::weight_bias, {}}, comm);
+  check_case({"qwen3-like topk 8", shape(23, 32, 16, 32, 8, true), GateKind::weight_bias, {}}, comm);
 }
 
 TEST(MoeLayer, phi35_shape) {
