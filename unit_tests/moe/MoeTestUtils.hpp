@@ -55,6 +55,12 @@ struct Variant {
   CometParams comet;
   int chunks = 3;
   int pipeline_workers = 0; ///< communication threads of the pipelined schedule
+  /// Sets its parameters on \p layer (any MoE layer).
+  template <class Layer> void apply(Layer &layer) const {
+    layer.set_comet_params(comet);
+    layer.set_pipeline_chunks(chunks);
+    layer.set_pipeline_comm_workers(pipeline_workers);
+  }
   std::string describe() const {
     std::ostringstream os;
     os << name_of(schedule);
@@ -104,6 +110,19 @@ inline std::vector<std::pair<int, int>> layouts(int w) {
   default:
     return {{w, 1}};
   }
+}
+
+// \p base at every EP x TP layout of \p w ranks that its experts and K allow.
+inline std::vector<MoeConfig> layouts_of(MoeConfig const &base, int w) {
+  std::vector<MoeConfig> out;
+  for (auto [ep, tp] : layouts(w)) {
+    auto config = base;
+    config.ep = ep;
+    config.tp = tp;
+    if (config.experts % ep == 0 && config.ffn % tp == 0)
+      out.push_back(config);
+  }
+  return out;
 }
 
 struct Inputs {

@@ -99,13 +99,8 @@ void check_backward(Case const &c, Communicator const &comm, bool all_variants =
   auto const seed = fresh_seed(comm);
   SCOPED_TRACE("case " + c.name + ", seed " + std::to_string(seed) + ", rank " + std::to_string(comm.rank()));
   HostExecSpace space;
-  for (auto [ep, tp] : layouts(comm.size())) {
-    auto config = c.config;
-    config.ep = ep;
-    config.tp = tp;
-    if (config.experts % ep != 0 || config.ffn % tp != 0)
-      continue;
-    SCOPED_TRACE("EP=" + std::to_string(ep) + " TP=" + std::to_string(tp));
+  for (auto const &config : layouts_of(c.config, comm.size())) {
+    SCOPED_TRACE("EP=" + std::to_string(config.ep) + " TP=" + std::to_string(config.tp));
     auto const in = make_inputs(c, config, comm.rank(), seed);
     auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden),
                e = static_cast<std::size_t>(config.experts);
@@ -119,9 +114,7 @@ void check_backward(Case const &c, Communicator const &comm, bool all_variants =
     for (std::size_t v = 0; v < (all_variants ? all.size() : 1); ++v) {
       auto const &variant = all[v];
       SCOPED_TRACE(variant.describe());
-      layer.set_comet_params(variant.comet);
-      layer.set_pipeline_chunks(variant.chunks);
-      layer.set_pipeline_comm_workers(variant.pipeline_workers);
+      variant.apply(layer);
       layer.forward(space, in.tokens, in.gate(), out, variant.schedule);
       MoeGradients grads;
       // Filled with NaN: every gradient must be written, not left from an earlier run.

@@ -152,69 +152,49 @@ TEST(MoeErrors, silent_peer_times_out_on_every_waiting_rank) {
   // error names the silent rank.
   LayerOptions options;
   options.check_finite = false;
-  // Pipelined and comet twice: messages progressed by the compute thread, and by a communication thread.
-  for (auto [s, workers] : {std::pair{Schedule::sequential, 0},
-                            {Schedule::pipelined, 0},
-                            {Schedule::pipelined, 1},
-                            {Schedule::comet, 0},
-                            {Schedule::comet, 1}}) {
-    SCOPED_TRACE(tessel::Impl::concat(name_of(s), ", ", workers, " communication threads"));
-    auto short_comm = comm;
-    short_comm.set_timeout(std::chrono::milliseconds(1000));
-    options.pipeline_comm_workers = workers;
-    MoeLayer layer(config, short_comm, shard_weights(config, comm.rank(), dense), options);
-    auto params = layer.comet_params();
-    params.comm_workers = workers;
-    layer.set_comet_params(params);
-    // One complete forward first (it also runs the one-time parameter check), then rank 0 falls silent.
-    layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
-    if (comm.rank() != 0) {
-      auto const t0 = std::chrono::steady_clock::now();
-      try {
+  // Pipelined and comet twice: messages progressed by the compute thread, and by a communication thread. Rank 0
+  // falls silent in a forward, or after a forward in its backward.
+  for (bool in_backward : {false, true})
+    for (auto [s, workers] : {std::pair{Schedule::sequential, 0},
+                              {Schedule::pipelined, 0},
+                              {Schedule::pipelined, 1},
+                              {Schedule::comet, 0},
+                              {Schedule::comet, 1}}) {
+      std::string const phase = in_backward ? "backward" : "forward";
+      SCOPED_TRACE(tessel::Impl::concat(phase, " ", name_of(s), ", ", workers, " communication threads"));
+      auto short_comm = comm;
+      short_comm.set_timeout(std::chrono::milliseconds(1000));
+      options.pipeline_comm_workers = workers;
+      MoeLayer layer(config, short_comm, shard_weights(config, comm.rank(), dense), options);
+      auto params = layer.comet_params();
+      params.comm_workers = workers;
+      layer.set_comet_params(params);
+      auto const d_out = tessel::moe::test::random_matrix("d_out", 16, 16, 12);
+      MoeGradients grads;
+      // One complete step first (it also runs the one-time parameter check).
+      layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
+      layer.backward(space, d_out, grads, s);
+      if (in_backward)
         layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
-        ADD_FAILURE() << name_of(s) << ": expected a timeout";
-      } catch (tessel::TimeoutError const &e) {
-        std::string const what = e.what();
-        EXPECT_EQ(e.peer(), 0) << what;
-        EXPECT_NE(what.find("rank 0"), std::string::npos) << name_of(s) << ": " << what;
-        EXPECT_NE(what.find(std::string("MoE layer forward (") + name_of(s) + " schedule)"), std::string::npos) << what;
+      if (comm.rank() != 0) {
+        auto const t0 = std::chrono::steady_clock::now();
+        try {
+          if (in_backward)
+            layer.backward(space, d_out, grads, s);
+          else
+            layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
+          ADD_FAILURE() << name_of(s) << ": expected a timeout";
+        } catch (tessel::TimeoutError const &e) {
+          std::string const what = e.what();
+          EXPECT_EQ(e.peer(), 0) << what;
+          EXPECT_NE(what.find("rank 0"), std::string::npos) << name_of(s) << ": " << what;
+          EXPECT_NE(what.find("MoE layer " + phase + " (" + name_of(s) + " schedule)"), std::string::npos) << what;
+        }
+        EXPECT_LT(seconds_since(t0), 20.0);
       }
-      EXPECT_LT(seconds_since(t0), 20.0);
+      // Everyone meets again on a fresh communicator (the old one may hold unmatched messages).
+      comm = fresh_comm();
     }
-    // Everyone meets again on a fresh communicator (the old one may hold unmatched messages).
-    comm = fresh_comm();
-  }
-  // The same in the backward: rank 0 takes part in the forward, then never calls backward.
-  for (auto [s, workers] :
-       {std::pair{Schedule::sequential, 0}, {Schedule::pipelined, 1}, {Schedule::comet, 0}, {Schedule::comet, 1}}) {
-    SCOPED_TRACE(tessel::Impl::concat("backward ", name_of(s), ", ", workers, " communication threads"));
-    auto short_comm = comm;
-    short_comm.set_timeout(std::chrono::milliseconds(1000));
-    options.pipeline_comm_workers = workers;
-    MoeLayer layer(config, short_comm, shard_weights(config, comm.rank(), dense), options);
-    auto params = layer.comet_params();
-    params.comm_workers = workers;
-    layer.set_comet_params(params);
-    auto const d_out = tessel::moe::test::random_matrix("d_out", 16, 16, 12);
-    MoeGradients grads;
-    layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
-    layer.backward(space, d_out, grads, s); // complete once (and the one-time parameter check)
-    layer.forward(space, tokens, GateInput::from_weight(gate), out, s);
-    if (comm.rank() != 0) {
-      auto const t0 = std::chrono::steady_clock::now();
-      try {
-        layer.backward(space, d_out, grads, s);
-        ADD_FAILURE() << name_of(s) << ": expected a timeout";
-      } catch (tessel::TimeoutError const &e) {
-        std::string const what = e.what();
-        EXPECT_EQ(e.peer(), 0) << what;
-        EXPECT_NE(what.find(std::string("MoE layer backward (") + name_of(s) + " schedule)"), std::string::npos)
-            << what;
-      }
-      EXPECT_LT(seconds_since(t0), 20.0);
-    }
-    comm = fresh_comm();
-  }
   // With the finite check, the first step is a collective that rank 0 never joins: it times out too.
   {
     auto short_comm = comm;

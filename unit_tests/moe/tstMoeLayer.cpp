@@ -36,13 +36,8 @@ void check_case(Case const &c, Communicator const &comm, bool all_variants = tru
   auto const seed = fresh_seed(comm);
   SCOPED_TRACE("case " + c.name + ", seed " + std::to_string(seed) + ", on " + Space::name());
   Space space;
-  for (auto [ep, tp] : layouts(comm.size())) {
-    auto config = c.config;
-    config.ep = ep;
-    config.tp = tp;
-    if (config.experts % ep != 0 || config.ffn % tp != 0)
-      continue;
-    SCOPED_TRACE("EP=" + std::to_string(ep) + " TP=" + std::to_string(tp));
+  for (auto const &config : layouts_of(c.config, comm.size())) {
+    SCOPED_TRACE("EP=" + std::to_string(config.ep) + " TP=" + std::to_string(config.tp));
     auto const in = make_inputs(c, config, comm.rank(), seed);
     MoeLayer layer(config, comm, shard_weights(config, comm.rank(), in.dense));
     HostMatrix out("out", static_cast<std::size_t>(config.tokens), static_cast<std::size_t>(config.hidden));
@@ -52,9 +47,7 @@ void check_case(Case const &c, Communicator const &comm, bool all_variants = tru
     for (std::size_t v = 0; v < (all_variants ? all.size() : 1); ++v) {
       auto const &variant = all[v];
       SCOPED_TRACE(variant.describe());
-      layer.set_comet_params(variant.comet);
-      layer.set_pipeline_chunks(variant.chunks);
-      layer.set_pipeline_comm_workers(variant.pipeline_workers);
+      variant.apply(layer);
       Kokkos::deep_copy(out, std::nanf(""));
       layer.forward(space, in.tokens, in.gate(), out, variant.schedule);
       if (!have_ref) {
