@@ -45,6 +45,11 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
   st.check_pipeline_comm_workers(st.options.pipeline_comm_workers);
   st.set_pipeline_chunks(st.options.pipeline_chunks);
   st.resolve_comet(config, st.options.comet, st.options.registry, st.options.backend);
+  TESSEL_REQUIRE(std::isfinite(st.options.tune_budget) && st.options.tune_budget > 0.0,
+                 "MoeLayer: tune_budget must be a positive number of seconds, got ", st.options.tune_budget);
+  // The cache and the search wait for the first comet forward: the link the tuning must see (an emulated one is
+  // calibrated on the constructed layer) is not known yet.
+  st.tune_pending = st.comet_source == "fallback rule" && State::first_use_enabled(st.options);
   tessel::limit_blas_threads();
   attach(st);
 }
@@ -57,6 +62,7 @@ Communicator const &MoeLayer::communicator() const { return _state->comm; }
 Routing const &MoeLayer::routing() const { return _state->routing; }
 ForwardStats const &MoeLayer::stats() const { return _state->stats; }
 ForwardStats const &MoeLayer::backward_stats() const { return _state->backward_stats; }
+FirstUseTuning const &MoeLayer::first_use_tuning() const { return _state->first_use; }
 ExpertWeights const &MoeLayer::weights() const { return _state->weights; }
 
 void MoeLayer::set_pipeline_comm_workers(int workers) {
@@ -90,8 +96,13 @@ void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput
   st.check_inputs(tokens, gate, out);
   require_thread_level(st, schedule, "forward");
   st.saved.valid = false;
+  bool done = false;
+  if (schedule == Schedule::comet && st.tune_pending)
+    with_context(st.context(schedule), [&] { done = st.comet_first_use(space, tokens, gate, out); });
   // Once per setting: every rank must cut the work the same way (a collective, hence not on every forward).
   with_context(st.context(schedule), [&] { st.check_settings_once(st.comm, schedule); });
+  if (done)
+    return;
   switch (schedule) {
   case Schedule::sequential:
     st.forward_sequential(space, tokens, gate, out);
