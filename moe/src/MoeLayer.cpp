@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace tessel::moe {
@@ -50,6 +52,12 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
   // The cache and the search wait for the first comet forward: the link the tuning must see (an emulated one is
   // calibrated on the constructed layer) is not known yet.
   st.tune_pending = st.comet_source == "fallback rule" && State::first_use_enabled(st.options);
+  // The search is collective and its decisions compare times with the budget: a rank that disagrees would wait in
+  // it for the others until the timeout.
+  std::uint64_t budget_bits = 0;
+  std::memcpy(&budget_bits, &st.options.tune_budget, sizeof(budget_bits));
+  st.comm.require_same("first-use tuning (LayerOptions::tune_on_first_use, tune_budget, TESSEL_MOE_TUNE)",
+                       st.tune_pending ? budget_bits : 0);
   tessel::limit_blas_threads();
   attach(st);
 }

@@ -207,6 +207,13 @@ TEST(FirstUseTuning, off_by_option_or_environment_and_never_over_given_parameter
   EXPECT_FALSE(explicit_params.first_use_tuning().ran);
   EXPECT_FALSE(exists_on_rank0(f.comm, dir.file()));
 
+  // Ranks that disagree fail at construction, every one of them, instead of waiting in the search for each other.
+  if (f.comm.size() > 1) {
+    auto mixed = f.options(dir.file());
+    mixed.tune_on_first_use = f.comm.rank() != 1;
+    EXPECT_NE(tessel::test::error_of([&] { f.layer(mixed); }).find("first-use tuning"), std::string::npos);
+  }
+
   auto bad_budget = f.options(dir.file(), 0.0);
   EXPECT_NE(tessel::test::error_of([&] { f.layer(bad_budget); }).find("tune_budget"), std::string::npos);
 }
