@@ -31,9 +31,11 @@ set(Tessel_TEST_SPACE_CUDA Kokkos::Cuda)
 # MPI tests place up to 4 ranks on the machine's cores; with an OpenMP Kokkos each rank also has OMP_NUM_THREADS
 # threads, and OpenMP threads that spin between kernels take the cores from the other ranks (moe.MoeLayer.mpi_4 at
 # 2 threads on 2 cores: 175 s spinning, 43 s with passive waits), so they wait passively.
+# Layers that tune on first use keep the result in a per-user cache: tests keep theirs in the build tree, never in
+# the home directory of whoever runs them (the test main sets the same default for tests run without ctest).
 set(Tessel_MPI_TEST_ENVIRONMENT OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
                                 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-                                OMP_WAIT_POLICY=passive)
+                                OMP_WAIT_POLICY=passive TESSEL_CACHE_DIR=${PROJECT_BINARY_DIR}/test-cache)
 
 # core -> Core, for target names.
 function(_tessel_title_case name out)

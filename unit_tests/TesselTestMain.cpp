@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 namespace {
 
@@ -26,6 +28,9 @@ private:
 } // namespace
 
 int main(int argc, char **argv) {
+  // Layers that tune on first use write a per-user cache: a test run never writes the user's own.
+  if (std::getenv("TESSEL_CACHE_DIR") == nullptr)
+    setenv("TESSEL_CACHE_DIR", (std::filesystem::temp_directory_path() / "tessel-test-cache").c_str(), 1);
   tessel::ScopeGuard guard(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   int const rank = tessel::Communicator::world().rank();

@@ -57,6 +57,7 @@ struct Options {
   std::string json;
   std::string trace;
   double timeout_s = 0.0;
+  double tune_budget_s = 3.0;
   bool stats = false;
   bool verbose = false;
 };
@@ -81,6 +82,8 @@ void usage() {
       "                    --registry FILE\n"
       "  --registry FILE   registry written by --tune (default moe/tuning/host.registry)\n"
       "  --tuning FILE     use this registry's entries (over the built-in one) for the comet parameters\n"
+      "  --tune-budget SEC time the first comet forward may spend tuning a shape no registry knows (default 3);\n"
+      "                    the result is cached per user and machine (TESSEL_MOE_TUNE=off: no tuning, no cache)\n"
       "  --timeout SEC     communication timeout (default: TESSEL_COMM_TIMEOUT or 120 s)\n"
       "  --json FILE       write the results as JSON\n"
       "  --trace PREFIX    write each rank's timeline of the last run of every schedule (tiles, messages landed,\n"
@@ -124,6 +127,7 @@ Options parse(tessel::CommandLine &cl) {
   o.verbose = cl.flag("verbose");
   o.stats = cl.flag("stats");
   o.timeout_s = cl.get_double("timeout", o.timeout_s, tessel::Range::closed(0.001, 1e6));
+  o.tune_budget_s = cl.get_double("tune-budget", o.tune_budget_s, tessel::Range::closed(0.001, 1e6));
   TESSEL_REQUIRE_USAGE(!cl.has("registry") || o.tune, "--registry is where --tune writes; give --tune too");
   auto const files = cl.positionals();
   TESSEL_REQUIRE_USAGE(files.size() <= 1, "more than one input file given ('", files.size() > 1 ? files[0] : "",
@@ -232,6 +236,29 @@ void tune(Options const &o, HostExecSpace const &space, MoeLayer &layer, Input c
     reg.save(o.registry);
   }
   say("tuned: " + result.best.describe() + " -> " + o.registry);
+}
+
+// Where the first comet forward took the parameters from, when that was not known at construction.
+void say_first_use(Options const &o, MoeLayer const &layer, Say const &say) {
+  auto const &t = layer.first_use_tuning();
+  if (layer.comet_params_source() != "cache" && !t.ran)
+    return;
+  std::ostringstream os;
+  os << "comet parameters: " << layer.comet_params().describe() << " (" << layer.comet_params_source();
+  if (layer.comet_params_source() == "cache") {
+    os << " " << t.cache;
+  } else {
+    std::vector<CometParams> distinct;
+    for (auto const &m : t.measured)
+      if (std::find(distinct.begin(), distinct.end(), m.first) == distinct.end())
+        distinct.push_back(m.first);
+    os << ": " << distinct.size() << " candidates, " << t.forwards << " layer executions, tuning time " << t.seconds
+       << " s; " << (t.stored ? "cached in " + t.cache : std::string("not cached"));
+  }
+  say(os.str() + ")");
+  if (o.stats)
+    for (auto const &[params, seconds] : t.measured)
+      say("  first-use candidate " + params.describe() + ": " + std::to_string(1e3 * seconds) + " ms");
 }
 
 struct Row {
@@ -356,7 +383,10 @@ tessel::Json results_json(Options const &o, Input const &in, MoeLayer const &lay
                    {"link_latency_s", o.latency_us * 1e-6},
                    {"t_comm_alone_s", alone.comm},
                    {"t_comp_alone_s", alone.comp},
-                   {"comet_params", layer.comet_params().describe()}};
+                   {"comet_params", layer.comet_params().describe()},
+                   {"comet_params_source", layer.comet_params_source()},
+                   {"first_use_tuning_s",
+                    layer.first_use_tuning().ran ? tessel::Json(layer.first_use_tuning().seconds) : tessel::Json()}};
   auto &schedules = doc["schedules"] = tessel::Json::object();
   for (auto const &r : rows)
     schedules[name_of(r.schedule)] = {
@@ -389,6 +419,7 @@ int run(Options const &o) {
   options.pipeline_chunks = o.chunks;
   options.registry = &registry;
   options.trace = !o.trace.empty();
+  options.tune_budget = o.tune_budget_s;
   MoeLayer layer(in.config, make_communicator(o, world), std::move(in.weights), options);
   say("comet parameters: " + layer.comet_params().describe() + " (" + layer.comet_params_source() + ")");
   HostExecSpace space;
@@ -399,6 +430,7 @@ int run(Options const &o) {
   say("measuring communication alone and computation alone (" + std::to_string(o.iters) + " runs) ...");
   auto const alone = layer.measure_alone(space, in.tokens, in.gate.input(), o.iters);
   auto const rows = time_schedules(o, world, space, layer, in, say);
+  say_first_use(o, layer, say);
   Hidden const hidden(rows, alone.comm);
   if (world.rank() == 0) {
     print_table(o, rows, alone, hidden);

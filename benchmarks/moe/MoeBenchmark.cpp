@@ -426,6 +426,11 @@ Point measure_point(Bench const &b, Model const &model, std::int64_t m, TuningRe
     if (!refit_link(b, p))
       break;
   }
+  // A shape no registry knows was decided on the first comet forward (the cache, or tuning on first use).
+  if (!o.tune) {
+    p.comet = layer.comet_params();
+    p.comet_source = layer.comet_params_source();
+  }
   p.wrong = count_wrong(b.world, out.pipe, out.seq, p.max_diff) + count_wrong(b.world, out.comet, out.seq, p.max_diff);
   b.say(describe(p));
   if (o.train)

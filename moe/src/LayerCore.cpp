@@ -14,6 +14,7 @@ void LayerCore::resolve_comet(MoeConfig const &key, std::optional<CometParams> c
                               TuningRegistry const *registry, std::string const &lookup_backend) {
   comet = resolve_comet_params(key, given, registry, lookup_backend, &comet_source);
   comet_checked = false;
+  tune_pending = false;
 }
 
 void LayerCore::set_comet_params(CometParams const &params) {
@@ -22,6 +23,7 @@ void LayerCore::set_comet_params(CometParams const &params) {
     collective->require_same("CometParams", params.hash());
   comet = params;
   comet_source = "given";
+  tune_pending = false; // parameters set by hand are never replaced
   comet_checked = collective != nullptr;
 }
 

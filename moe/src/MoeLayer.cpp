@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace tessel::moe {
@@ -45,6 +47,17 @@ MoeLayer::MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeig
   st.check_pipeline_comm_workers(st.options.pipeline_comm_workers);
   st.set_pipeline_chunks(st.options.pipeline_chunks);
   st.resolve_comet(config, st.options.comet, st.options.registry, st.options.backend);
+  TESSEL_REQUIRE(std::isfinite(st.options.tune_budget) && st.options.tune_budget > 0.0,
+                 "MoeLayer: tune_budget must be a positive number of seconds, got ", st.options.tune_budget);
+  // The cache and the search wait for the first comet forward: the link the tuning must see (an emulated one is
+  // calibrated on the constructed layer) is not known yet.
+  st.tune_pending = st.comet_source == "fallback rule" && State::first_use_enabled(st.options);
+  // The search is collective and its decisions compare times with the budget: a rank that disagrees would wait in
+  // it for the others until the timeout.
+  std::uint64_t budget_bits = 0;
+  std::memcpy(&budget_bits, &st.options.tune_budget, sizeof(budget_bits));
+  st.comm.require_same("first-use tuning (LayerOptions::tune_on_first_use, tune_budget, TESSEL_MOE_TUNE)",
+                       st.tune_pending ? budget_bits : 0);
   tessel::limit_blas_threads();
   attach(st);
 }
@@ -57,6 +70,7 @@ Communicator const &MoeLayer::communicator() const { return _state->comm; }
 Routing const &MoeLayer::routing() const { return _state->routing; }
 ForwardStats const &MoeLayer::stats() const { return _state->stats; }
 ForwardStats const &MoeLayer::backward_stats() const { return _state->backward_stats; }
+FirstUseTuning const &MoeLayer::first_use_tuning() const { return _state->first_use; }
 ExpertWeights const &MoeLayer::weights() const { return _state->weights; }
 
 void MoeLayer::set_pipeline_comm_workers(int workers) {
@@ -90,8 +104,13 @@ void MoeLayer::forward(ExecSpace const &space, ConstHostMatrix tokens, GateInput
   st.check_inputs(tokens, gate, out);
   require_thread_level(st, schedule, "forward");
   st.saved.valid = false;
+  bool done = false;
+  if (schedule == Schedule::comet && st.tune_pending)
+    with_context(st.context(schedule), [&] { done = st.comet_first_use(space, tokens, gate, out); });
   // Once per setting: every rank must cut the work the same way (a collective, hence not on every forward).
   with_context(st.context(schedule), [&] { st.check_settings_once(st.comm, schedule); });
+  if (done)
+    return;
   switch (schedule) {
   case Schedule::sequential:
     st.forward_sequential(space, tokens, gate, out);

@@ -2,13 +2,17 @@
 #include <tessel/moe/Tuning.hpp>
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/PacedCommunicator.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 namespace tessel::moe {
 
@@ -77,7 +81,117 @@ TuningKey TuningKey::of(MoeConfig const &config, std::string backend) {
 std::string TuningKey::describe() const {
   std::ostringstream os;
   os << backend << " " << m_bucket << " " << n << " " << k << " " << e << " " << topk << " " << ep << " " << tp;
+  if (!machine.empty())
+    os << " " << machine;
   return os.str();
+}
+
+namespace {
+
+// One registry field: blanks and the format's separators become '_'.
+std::string field_safe(std::string const &text) {
+  std::string out;
+  for (char c : text) {
+    bool const separator = c == ' ' || c == '\t' || c == '|' || c == '#' || c == ';' || c == '=';
+    if (separator && (out.empty() || out.back() == '_'))
+      continue;
+    out += separator ? '_' : c;
+  }
+  while (!out.empty() && out.back() == '_')
+    out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto const colon = line.find(':');
+      if (colon != std::string::npos)
+        return field_safe(line.substr(colon + 1));
+    }
+  return "unknown";
+}
+
+std::string format_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", v);
+  return text;
+}
+
+} // namespace
+
+MachineKey MachineKey::of(Communicator const &comm) {
+  MachineKey key;
+  static std::string const cpu = cpu_model();
+  key.cpu = cpu;
+  // The machine's threads, not this process's affinity: a launcher that binds each rank to one core would
+  // otherwise give ranks of the same job different keys.
+  key.cores = static_cast<int>(std::thread::hardware_concurrency());
+  key.ranks = comm.size();
+  key.transport = name_of(comm.kind());
+  if (auto const *paced = paced_backend_of(comm)) {
+    key.transport += "+paced";
+    key.link_bandwidth = paced->link().bandwidth;
+    key.link_latency = paced->link().latency;
+  }
+  return key;
+}
+
+std::string MachineKey::token() const {
+  std::ostringstream os;
+  os << "cpu=" << field_safe(cpu) << ";cores=" << cores << ";ranks=" << ranks << ";transport=" << field_safe(transport)
+     << ";link=" << format_number(link_bandwidth / 1e6) << "MB/s;latency=" << format_number(link_latency * 1e6) << "us";
+  return os.str();
+}
+
+MachineKey MachineKey::parse(std::string const &token) {
+  MachineKey key;
+  auto const number = [&](std::string const &value, char const *field, char const *unit) {
+    char *end = nullptr;
+    double const v = std::strtod(value.c_str(), &end);
+    TESSEL_REQUIRE(end != value.c_str() && std::string(end) == unit && std::isfinite(v) && v >= 0,
+                   "machine key field '", field, "' is not a number of ", *unit ? unit : "units", ": '", value, "'");
+    return v;
+  };
+  int seen = 0;
+  std::istringstream is(token);
+  std::string item;
+  while (std::getline(is, item, ';')) {
+    auto const eq = item.find('=');
+    TESSEL_REQUIRE(eq != std::string::npos, "machine key item '", item, "' is not name=value");
+    auto const name = item.substr(0, eq), value = item.substr(eq + 1);
+    if (name == "cpu")
+      key.cpu = value;
+    else if (name == "cores")
+      key.cores = static_cast<int>(number(value, "cores", ""));
+    else if (name == "ranks")
+      key.ranks = static_cast<int>(number(value, "ranks", ""));
+    else if (name == "transport")
+      key.transport = value;
+    else if (name == "link")
+      key.link_bandwidth = number(value, "link", "MB/s") * 1e6;
+    else if (name == "latency")
+      key.link_latency = number(value, "latency", "us") * 1e-6;
+    else
+      TESSEL_THROW("machine key has an unknown field '", name, "'");
+    ++seen;
+  }
+  TESSEL_REQUIRE(seen == 6, "machine key needs cpu, cores, ranks, transport, link and latency, got '", token, "'");
+  return key;
+}
+
+bool MachineKey::matches(MachineKey const &o, double tolerance) const {
+  if (cpu != o.cpu || cores != o.cores || ranks != o.ranks || transport != o.transport)
+    return false;
+  // The token keeps 4 significant digits: compare what survives it.
+  auto const close = [](double a, double b, double factor) {
+    if (a <= 0.0 || b <= 0.0)
+      return a <= 0.0 && b <= 0.0;
+    return std::max(a, b) <= std::min(a, b) * factor;
+  };
+  return close(link_latency, o.link_latency, 1.001) && close(link_bandwidth, o.link_bandwidth, 1.0 + tolerance);
 }
 
 CometParams fallback_params(MoeConfig const &config, std::string const &backend) {
@@ -135,8 +249,8 @@ std::int64_t parse_int(std::string const &text, std::string const &where, char c
 }
 
 bool key_less(TuningKey const &a, TuningKey const &b) {
-  return std::tie(a.backend, a.n, a.k, a.e, a.topk, a.ep, a.tp, a.m_bucket) <
-         std::tie(b.backend, b.n, b.k, b.e, b.topk, b.ep, b.tp, b.m_bucket);
+  return std::tie(a.backend, a.machine, a.n, a.k, a.e, a.topk, a.ep, a.tp, a.m_bucket) <
+         std::tie(b.backend, b.machine, b.n, b.k, b.e, b.topk, b.ep, b.tp, b.m_bucket);
 }
 
 } // namespace
@@ -169,7 +283,8 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
         ": expected 'backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note'");
     auto const k = words(parts[0]);
     auto const p = words(parts[1]);
-    TESSEL_REQUIRE(k.size() == 8, where, ": the key needs 8 fields (backend m_bucket N K E topk EP TP), got ",
+    TESSEL_REQUIRE(k.size() == 8 || k.size() == 9, where,
+                   ": the key needs 8 fields (backend m_bucket N K E topk EP TP) and may have a machine, got ",
                    k.size());
     TESSEL_REQUIRE(p.size() == 6, where,
                    ": the parameters need 6 fields (workers in_flight n_splits m_splits tile_m policy), got ",
@@ -185,6 +300,13 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
     entry.key.tp = static_cast<int>(parse_int(k[7], where, "TP"));
     TESSEL_REQUIRE(entry.key.m_bucket >= 1 && moe::m_bucket(entry.key.m_bucket) == entry.key.m_bucket, where,
                    ": m_bucket must be a power of two, got ", entry.key.m_bucket);
+    if (k.size() == 9) {
+      try {
+        entry.key.machine = MachineKey::parse(k[8]).token();
+      } catch (Exception const &e) {
+        TESSEL_THROW(where, ": ", e.what());
+      }
+    }
     entry.params.comm_workers = static_cast<int>(parse_int(p[0], where, "workers"));
     entry.params.in_flight = static_cast<int>(parse_int(p[1], where, "in_flight"));
     entry.params.n_splits = static_cast<int>(parse_int(p[2], where, "n_splits"));
@@ -215,8 +337,8 @@ TuningRegistry TuningRegistry::load(std::string const &path) {
 
 std::string TuningRegistry::to_string() const {
   std::ostringstream os;
-  os << "# Tessel moe tuning registry (written by --tune; see moe/README.md)\n"
-     << "# backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note\n";
+  os << "# Tessel moe tuning registry (written by --tune or by first-use tuning; see moe/README.md)\n"
+     << "# backend m_bucket N K E topk EP TP [machine] | workers in_flight n_splits m_splits tile_m policy | note\n";
   for (auto const &e : _entries)
     os << e.key.describe() << " | " << e.params.comm_workers << " " << e.params.in_flight << " " << e.params.n_splits
        << " " << e.params.m_splits << " " << e.params.tile_m << " " << name_of(e.params.policy) << " | " << e.note
@@ -273,6 +395,32 @@ CometParams TuningRegistry::lookup(MoeConfig const &config, std::string const &b
   return fallback_params(config, backend);
 }
 
+TuningEntry const *TuningRegistry::find(TuningKey const &key, MachineKey const &machine) const {
+  TuningEntry const *best = nullptr;
+  double best_distance = 0.0;
+  for (auto const &e : _entries) {
+    if (e.key.machine.empty() || e.key.backend != key.backend || e.key.m_bucket != key.m_bucket || e.key.n != key.n ||
+        e.key.k != key.k || e.key.e != key.e || e.key.topk != key.topk || e.key.ep != key.ep || e.key.tp != key.tp)
+      continue;
+    MachineKey theirs;
+    try {
+      theirs = MachineKey::parse(e.key.machine);
+    } catch (Exception const &) {
+      continue; // set() takes any text; parse() only checked tokens
+    }
+    if (!theirs.matches(machine))
+      continue;
+    double const distance = theirs.link_bandwidth > 0 && machine.link_bandwidth > 0
+                                ? std::abs(std::log(theirs.link_bandwidth / machine.link_bandwidth))
+                                : 0.0;
+    if (!best || distance < best_distance) {
+      best = &e;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 TuningRegistry const &TuningRegistry::builtin() {
   static TuningRegistry const registry = [] {
     auto reg = parse(Impl::builtin_registry_text, "moe/tuning/host.registry (built in)");
@@ -296,6 +444,57 @@ CometParams resolve_comet_params(MoeConfig const &config, std::optional<CometPar
   }
   params.validate(config, backend);
   return params;
+}
+
+std::string default_tuning_cache_path() {
+  auto const set = [](char const *name) -> std::string {
+    char const *value = std::getenv(name);
+    return value && *value ? value : "";
+  };
+  std::string dir = set("TESSEL_CACHE_DIR");
+  if (dir.empty() && !set("XDG_CACHE_HOME").empty())
+    dir = set("XDG_CACHE_HOME") + "/tessel";
+  if (dir.empty() && !set("HOME").empty())
+    dir = set("HOME") + "/.cache/tessel";
+  return dir.empty() ? std::string() : dir + "/moe-tuning.registry";
+}
+
+TuningRegistry load_tuning_cache(std::string const &path, std::string *warning) {
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::exists(path, ec))
+    return {};
+  try {
+    return TuningRegistry::load(path);
+  } catch (Exception const &e) {
+    if (warning)
+      *warning = "ignoring the tuning cache (it will be rewritten): " + std::string(e.what());
+  }
+  return {};
+}
+
+bool store_tuning_cache(std::string const &path, TuningEntry const &entry, std::string *warning) {
+  auto const fail = [&](std::string const &why) {
+    if (warning)
+      *warning = "could not write the tuning cache '" + path + "' (the tuned parameters are still used): " + why;
+    return false;
+  };
+  if (path.empty())
+    return fail("no cache directory (set TESSEL_CACHE_DIR, XDG_CACHE_HOME or HOME)");
+  // A corrupt cache was already reported when it was read: it is replaced, not kept.
+  auto cache = load_tuning_cache(path);
+  cache.set(entry.key, entry.params, entry.note);
+  try {
+    auto const dir = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!dir.empty())
+      std::filesystem::create_directories(dir, ec);
+    if (ec)
+      return fail("cannot create '" + dir.string() + "': " + ec.message());
+    cache.save(path);
+  } catch (Exception const &e) {
+    return fail(e.what());
+  }
+  return true;
 }
 
 } // namespace tessel::moe

@@ -1,13 +1,23 @@
 // Tuning registry: key and bucket, lookup order (exact, nearest M bucket, fallback rule), file round trip,
-// errors that name the file, line and field, and the committed registry.
+// errors that name the file, line and field, and the committed registry; the per-user cache of first-use tuning.
 #include <tessel/moe/Tuning.hpp>
+
+#include <tessel/core/PacedCommunicator.hpp>
 
 #include <gtest/gtest.h>
 
 #include <TesselTestError.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -165,6 +175,232 @@ TEST(Tuning, params_validation) {
   auto q = p;
   q.n_splits += 1;
   EXPECT_NE(p.hash(), q.hash());
+}
+
+} // namespace
+
+// The per-user cache of first-use tuning: machine keys, machine-keyed entries, the file's path, reading a missing
+// or corrupt file, and atomic writes. Every test works in its own temporary directory, never in the user's home.
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory, removed with its contents at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    auto const *info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path =
+        fs::temp_directory_path() / ("tessel-tuning-" + std::string(info->name()) + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(std::string const &name) const { return (path / name).string(); }
+};
+
+// Sets an environment variable for the scope of a test, then restores it.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, char const *value) : name(std::move(n)) {
+    if (char const *v = std::getenv(name.c_str()))
+      old = v;
+    if (value)
+      ::setenv(name.c_str(), value, 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+  ~ScopedEnv() {
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+std::string read_text(std::string const &path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+MachineKey machine(double bandwidth) {
+  MachineKey m;
+  m.cpu = "Test_CPU_@_2.0GHz";
+  m.cores = 2;
+  m.ranks = 2;
+  m.transport = "mpi+paced";
+  m.link_bandwidth = bandwidth;
+  m.link_latency = 10e-6;
+  return m;
+}
+
+TEST(TuningCache, machine_key_names_the_cpu_cores_ranks_and_transport) {
+  auto const self = tessel::Communicator::self();
+  auto const key = MachineKey::of(self);
+  EXPECT_FALSE(key.cpu.empty());
+  EXPECT_EQ(key.cpu.find(' '), std::string::npos) << key.cpu;
+  EXPECT_EQ(key.cores, static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_EQ(key.ranks, 1);
+  EXPECT_EQ(key.transport, "self");
+  EXPECT_EQ(key.link_bandwidth, 0.0);
+  // /proc/cpuinfo's model name, blanks made '_' so that the key stays one registry field.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto const name = line.substr(line.find(':') + 2);
+      EXPECT_EQ(key.cpu.substr(0, 3), name.substr(0, 3)) << key.cpu << " vs " << name;
+      break;
+    }
+  auto const token = key.token();
+  for (char const *field : {"cpu=", ";cores=", ";ranks=1;", ";transport=self;", ";link=0MB/s;", ";latency=0us"})
+    EXPECT_NE(token.find(field), std::string::npos) << token << " lacks " << field;
+  EXPECT_EQ(token.find(' '), std::string::npos);
+  EXPECT_TRUE(MachineKey::parse(token).matches(key));
+
+  // An emulated link is part of the transport: its bandwidth and latency.
+  auto const paced = tessel::make_paced_communicator(self, tessel::LinkModel{61.6e6, 10e-6});
+  auto const link = MachineKey::of(paced);
+  EXPECT_EQ(link.transport, "self+paced");
+  EXPECT_NE(link.token().find(";link=61.6MB/s;latency=10us"), std::string::npos) << link.token();
+  EXPECT_FALSE(link.matches(key));
+
+  EXPECT_NE(error_of([] {
+              MachineKey::parse("cpu=x;cores=2;ranks=two;transport=mpi;link=0MB/s;latency=0us");
+            }).find("'ranks'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { MachineKey::parse("cpu=x;cores=2"); }).find("needs cpu, cores"), std::string::npos);
+}
+
+TEST(TuningCache, machine_keys_match_on_the_same_machine_and_a_close_link) {
+  EXPECT_TRUE(machine(40e6).matches(machine(40e6)));
+  EXPECT_TRUE(machine(40e6).matches(machine(55e6))); // a link recalibrated on a busier machine
+  EXPECT_FALSE(machine(40e6).matches(machine(80e6)));
+  auto other = machine(40e6);
+  other.ranks = 4;
+  EXPECT_FALSE(other.matches(machine(40e6)));
+  other = machine(40e6);
+  other.cpu = "Other_CPU";
+  EXPECT_FALSE(other.matches(machine(40e6)));
+  other = machine(40e6);
+  other.transport = "mpi";
+  EXPECT_FALSE(other.matches(machine(40e6)));
+  other = machine(40e6);
+  other.link_latency = 20e-6;
+  EXPECT_FALSE(other.matches(machine(40e6)));
+}
+
+TEST(TuningCache, machine_entries_round_trip_and_match_only_their_machine) {
+  TuningRegistry reg;
+  auto key = TuningKey::of(mixtral(1024));
+  key.machine = machine(40e6).token();
+  CometParams p;
+  p.m_splits = 2;
+  p.tile_m = 64;
+  reg.set(key, p, "first-use tuning");
+  key.machine = machine(100e6).token();
+  CometParams q;
+  q.n_splits = 4;
+  reg.set(key, q);
+  auto const back = TuningRegistry::parse(reg.to_string(), "cache");
+  ASSERT_EQ(back.entries().size(), 2u);
+  auto const *found = back.find(TuningKey::of(mixtral(1000)), machine(48e6));
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->params, p);
+  EXPECT_EQ(found->note, "first-use tuning");
+  ASSERT_NE(back.find(TuningKey::of(mixtral(1024)), machine(90e6)), nullptr);
+  EXPECT_EQ(back.find(TuningKey::of(mixtral(1024)), machine(90e6))->params, q);
+  EXPECT_EQ(back.find(TuningKey::of(mixtral(1024)), machine(10e6)), nullptr);
+  EXPECT_EQ(back.find(TuningKey::of(mixtral(4096)), machine(40e6)), nullptr); // no nearest bucket in the cache
+  // A registry lookup (no machine) never takes a machine's entry.
+  std::string how;
+  EXPECT_EQ(back.lookup(mixtral(1024), "host", &how), fallback_params(mixtral(1024)));
+  EXPECT_EQ(how, "fallback rule");
+  EXPECT_NE(error_of([] {
+              TuningRegistry::parse("host 1024 512 1792 8 2 2 1 cpu=x;cores=z | 0 0 1 1 128 critical_path\n", "c");
+            }).find("c:1: machine key"),
+            std::string::npos);
+}
+
+TEST(TuningCache, path_from_the_environment) {
+  ScopedEnv cache("TESSEL_CACHE_DIR", "/tmp/tc"), xdg("XDG_CACHE_HOME", "/tmp/xdg"), home("HOME", "/tmp/home");
+  EXPECT_EQ(default_tuning_cache_path(), "/tmp/tc/moe-tuning.registry");
+  ::unsetenv("TESSEL_CACHE_DIR");
+  EXPECT_EQ(default_tuning_cache_path(), "/tmp/xdg/tessel/moe-tuning.registry");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(default_tuning_cache_path(), "/tmp/home/.cache/tessel/moe-tuning.registry");
+  ::unsetenv("HOME");
+  EXPECT_EQ(default_tuning_cache_path(), "");
+}
+
+TEST(TuningCache, store_creates_merges_and_writes_atomically) {
+  TempDir dir;
+  auto const path = dir.file("sub/dir/moe-tuning.registry");
+  std::string warning;
+  EXPECT_TRUE(load_tuning_cache(path, &warning).entries().empty()); // no file yet: an empty cache
+  EXPECT_EQ(warning, "");
+  auto key = TuningKey::of(mixtral(1024));
+  key.machine = machine(40e6).token();
+  CometParams p;
+  p.tile_m = 256;
+  ASSERT_TRUE(store_tuning_cache(path, {key, p, "a"}, &warning)) << warning;
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  auto key2 = key;
+  key2.m_bucket = 4096;
+  CometParams q;
+  q.n_splits = 1;
+  ASSERT_TRUE(store_tuning_cache(path, {key2, q, "b"}, &warning)) << warning;
+  // Replaced by a rename (a new file), not rewritten in place, and no temporary left beside it.
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_NE(before.st_ino, after.st_ino);
+  int files = 0;
+  for (auto const &e : fs::directory_iterator(fs::path(path).parent_path()))
+    files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+  auto const back = load_tuning_cache(path, &warning);
+  EXPECT_EQ(warning, "");
+  ASSERT_EQ(back.entries().size(), 2u);
+  EXPECT_EQ(back.find(TuningKey::of(mixtral(1024)), machine(40e6))->params, p);
+  EXPECT_EQ(back.find(TuningKey::of(mixtral(4096)), machine(40e6))->params, q);
+}
+
+TEST(TuningCache, corrupt_cache_is_reported_ignored_and_rewritten) {
+  TempDir dir;
+  auto const path = dir.file("moe-tuning.registry");
+  std::ofstream(path) << "# cache\nhost 1024 512 1792 8 2 2 1 | 0 0 2 1 128 critical_path\nhost garbage\n";
+  std::string warning;
+  EXPECT_TRUE(load_tuning_cache(path, &warning).entries().empty());
+  EXPECT_NE(warning.find(path + ":3:"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("ignoring the tuning cache"), std::string::npos) << warning;
+  auto key = TuningKey::of(mixtral(1024));
+  key.machine = machine(40e6).token();
+  ASSERT_TRUE(store_tuning_cache(path, {key, CometParams{}, "new"}, &warning)) << warning;
+  warning.clear();
+  auto const back = load_tuning_cache(path, &warning);
+  EXPECT_EQ(warning, "");
+  EXPECT_EQ(back.entries().size(), 1u);
+  EXPECT_EQ(read_text(path).find("garbage"), std::string::npos);
+}
+
+TEST(TuningCache, unwritable_cache_is_a_warning) {
+  TempDir dir;
+  std::ofstream(dir.file("plain")) << "a file where the cache directory should be\n";
+  auto const path = dir.file("plain/moe-tuning.registry");
+  auto key = TuningKey::of(mixtral(1024));
+  key.machine = machine(40e6).token();
+  std::string warning;
+  EXPECT_FALSE(store_tuning_cache(path, {key, CometParams{}, ""}, &warning));
+  EXPECT_NE(warning.find("could not write the tuning cache '" + path + "'"), std::string::npos) << warning;
+  EXPECT_FALSE(store_tuning_cache("", {key, CometParams{}, ""}, &warning));
+  EXPECT_NE(warning.find("no cache directory"), std::string::npos) << warning;
 }
 
 } // namespace

@@ -31,6 +31,8 @@ def tool(name):
 def run(argv, timeout=120, env=None, cwd=None):
     """(status, stdout, stderr, seconds) of a finished process."""
     e = dict(os.environ)
+    # The MoE layer caches what it tunes on first use: here, in the work directory, not in the user's home.
+    e.setdefault("TESSEL_CACHE_DIR", os.path.join(WORK, "cache"))
     e.update(env or {})
     t0 = time.monotonic()
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or WORK)
@@ -105,6 +107,7 @@ OPTIONS = [
     (MOE_TRAIN, "--hidden", []), (MOE_TRAIN, "--ffn", []), (MOE_TRAIN, "--experts", []), (MOE_TRAIN, "--topk", []),
     (MOE_TRAIN, "--vocab", []), (MOE_TRAIN, "--outputs", []), (MOE_TRAIN, "--lr", []),
     (MOE_TRAIN, "--momentum", ["0"]), (MOE_TRAIN, "--aux-loss", ["0"]), (MOE_TRAIN, "--seed", ["0", "4294967299"]),
+    (MOE, "--tune-budget", []),
     (MOE_GEN, "--scale", []), (MOE_GEN, "--tokens", []), (MOE_GEN, "--imbalance", ["0"]),
     (MOE_GEN, "--zipf-alpha", ["0"]), (MOE_GEN, "--seed", ["0", "4294967299"]), (MOE_GEN, "--nan-token", []),
     (MOE_BENCH, "--share", []), (MOE_BENCH, "--latency", ["0"]), (MOE_BENCH, "--tokens", []),
@@ -268,6 +271,7 @@ def fault(n, argv, sig, after, timeout_s, what, expect=None, finished=None):
     fault came after the job's work: \p finished (the job's last line) is in its output, every other rank has exited
     and only the launcher still waits for the stopped one, which no rank can see."""
     env = dict(os.environ, TESSEL_COMM_TIMEOUT=str(timeout_s))
+    env.setdefault("TESSEL_CACHE_DIR", os.path.join(WORK, "cache"))
     p = subprocess.Popen(mpi(n, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          cwd=WORK, start_new_session=True)
     pids = rank_pids(p, n)

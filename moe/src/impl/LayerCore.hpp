@@ -23,6 +23,8 @@ struct LayerCore {
   int max_chunks = 0;  // bound of pipeline_chunks (0: none)
   CometParams comet;
   std::string comet_source;
+  // The fallback rule stands in until the first comet forward looks in the cache or tunes (host layer only).
+  bool tune_pending = false;
   int pipeline_chunks = 4;
   // Set: set_comet_params checks at once that every rank passes the same; unset: the layer calls
   // check_settings_once() before a forward.

@@ -112,6 +112,7 @@ struct MoeLayer::State : Impl::LayerCore {
     std::vector<float const *> rows;
   } saved;
   ForwardStats backward_stats;
+  FirstUseTuning first_use;
   // The backward's buffers (BackwardSchedule.cpp): this rank's output gradient per group's slots, the received ones,
   // the rows' gradients kept for the weight-gradient GEMMs, and the combine-weight gradients.
   Kokkos::View<float *, Kokkos::HostSpace> grad_out, grad_in, grad_g, grad_aw, grad_dh, grad_pre, grad_q, grad_dx,
@@ -213,6 +214,12 @@ struct MoeLayer::State : Impl::LayerCore {
   AloneTimes measure_backward_alone(ExecSpace const &space, ConstHostMatrix d_out, int repeats, bool comm_part,
                                     bool comp_part);
 
+  // LayerOptions::tune_on_first_use, unless TESSEL_MOE_TUNE=off (FirstUseTuning.cpp).
+  static bool first_use_enabled(LayerOptions const &options);
+  // The first comet forward while tune_pending: the cached parameters (returns false: the caller runs the forward),
+  // or a search whose last run, with the winner, is the forward (returns true). Collective.
+  template <class ExecSpace>
+  bool comet_first_use(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out);
   // The schedules, one file each.
 
   template <class ExecSpace>

@@ -22,7 +22,8 @@ public:
   /// The configuration, as validated at construction.
   MoeConfig const &config() const;
   CometParams const &comet_params() const;
-  /// Where the comet parameters came from ("given", "registry", "registry (M bucket ...)" or "fallback rule").
+  /// Where the comet parameters came from ("given", "registry", "registry (M bucket ...)", "fallback rule"; the host
+  /// layer after its first comet forward also "cache" or "tuned on first use", see LayerOptions::tune_on_first_use).
   std::string const &comet_params_source() const;
   /// \brief Changes the comet parameters; every rank must pass the same (the host layer checks at the next comet
   /// forward, NcclMoeLayer at once, collectively).

@@ -38,6 +38,26 @@ struct LayerOptions {
   bool check_finite = true;
   /// Record a timeline of the overlapped schedules' tiles and messages in ForwardStats::trace (for analysis).
   bool trace = false;
+  /// \brief Where neither \p comet nor the registry gives the comet parameters (the fallback rule would), look
+  /// them up in the per-user cache, else tune them on the first comet forward and cache the result: the rule
+  /// is a guess, and on some machines and links it runs comet behind the pipelined schedule. The environment
+  /// variable TESSEL_MOE_TUNE=off turns it off for a whole job.
+  bool tune_on_first_use = true;
+  /// Seconds the first-use search may take (no candidate is started that would end past it).
+  double tune_budget = 3.0;
+  /// The cache file; empty: default_tuning_cache_path().
+  std::string tuning_cache;
+};
+
+/// \brief What the first comet forward's tuning did (MoeLayer::first_use_tuning()).
+struct FirstUseTuning {
+  bool ran = false;     ///< a search ran (not found in the cache)
+  double seconds = 0.0; ///< wall time of the tuning forward, search and final run (maximum over ranks)
+  int forwards = 0;     ///< layer executions it took
+  std::string cache;    ///< the cache file read (and written when \p stored)
+  bool stored = false;  ///< rank 0 wrote the result to \p cache
+  /// Each candidate measured and its score (seconds per forward, maximum over ranks), in the order tried.
+  std::vector<std::pair<CometParams, double>> measured;
 };
 
 /// \brief One interval of a forward's timeline (seconds since the forward started, this rank).
@@ -127,6 +147,9 @@ public:
   ForwardStats const &backward_stats() const;
   /// Communication threads of the pipelined schedule (LayerOptions::pipeline_comm_workers).
   void set_pipeline_comm_workers(int workers);
+  /// What first-use tuning did (see LayerOptions::tune_on_first_use); comet_params_source() says "cache" when the
+  /// parameters came from the per-user cache.
+  FirstUseTuning const &first_use_tuning() const;
 
   /// \brief Measures the layer's communication alone (route exchange, dispatch and combine all-to-alls with no
   /// computation between them) and computation alone (routing, packing, expert GEMMs, top-k reduction and

@@ -10,10 +10,13 @@
 /// the M bucket, the nearest bucket in log scale (ties: the larger); else fallback_params(), a rule that never
 /// fails. `tessel-moe --tune` and `tessel-moe-bench --tune` measure the candidates and write the registry
 /// file; the committed file moe/tuning/host.registry is compiled in, and TESSEL_MOE_TUNING=FILE adds entries
-/// that take precedence.
+/// that take precedence. Where the registry has no entry, the host layer tunes on its first comet forward and
+/// keeps the result in a per-user cache (the registry format, entries keyed also by the MachineKey).
 
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/OverlapPlan.hpp>
+
+#include <tessel/core/Communicator.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -53,9 +56,13 @@ struct TuningKey {
   std::int64_t m_bucket = 1;
   std::int64_t n = 0, k = 0;
   int e = 0, topk = 0, ep = 1, tp = 1;
+  /// MachineKey::token() of the machine the entry was measured on; empty (committed registries): any machine.
+  /// A measurement on one machine says little about another, so entries of a machine match only its own key.
+  std::string machine;
   static TuningKey of(MoeConfig const &config, std::string backend = "host");
   bool same_shape(TuningKey const &o) const {
-    return backend == o.backend && n == o.n && k == o.k && e == o.e && topk == o.topk && ep == o.ep && tp == o.tp;
+    return backend == o.backend && n == o.n && k == o.k && e == o.e && topk == o.topk && ep == o.ep && tp == o.tp &&
+           machine == o.machine;
   }
   bool operator==(TuningKey const &o) const { return same_shape(o) && m_bucket == o.m_bucket; }
   std::string describe() const;
@@ -77,6 +84,29 @@ struct TuningKey {
 /// m_splits = 1; critical_path.
 CometParams fallback_params(MoeConfig const &config, std::string const &backend = "host");
 
+/// \brief What a tuned setting depends on besides the shape: the machine and the link its ranks talk over.
+///
+/// The token ("cpu=Intel(R)_Xeon(R)_CPU_@_2.20GHz;cores=2;ranks=2;transport=mpi+paced;link=61.6MB/s;latency=10us")
+/// is the ninth key field of a cache entry; blanks become '_' so that it stays one field.
+struct MachineKey {
+  std::string cpu;             ///< /proc/cpuinfo "model name" ("unknown" where there is none)
+  int cores = 0;               ///< hardware threads of the machine (std::thread::hardware_concurrency)
+  int ranks = 1;               ///< ranks of the layer's communicator
+  std::string transport;       ///< the communicator's backend ("self", "mpi", "nccl"), "+paced" on an emulated link
+  double link_bandwidth = 0.0; ///< emulated link, bytes per second (0: none or unlimited)
+  double link_latency = 0.0;   ///< emulated link, seconds per message
+
+  /// The key of this machine for a layer on \p comm (its emulated link as set now).
+  static MachineKey of(Communicator const &comm);
+  /// Parses token(); throws naming the field that does not parse.
+  static MachineKey parse(std::string const &token);
+  std::string token() const;
+  /// \brief Same machine, rank count, transport and latency, and link bandwidths within a factor (1 +
+  /// \p tolerance): a link calibrated to a share of the computation lands apart from run to run as the load of
+  /// the machine changes (25% on a shared 2-core machine), and an exact match would then rarely find its own entry.
+  bool matches(MachineKey const &o, double tolerance = 0.5) const;
+};
+
 struct TuningEntry {
   TuningKey key;
   CometParams params;
@@ -86,7 +116,8 @@ struct TuningEntry {
 /// \brief A set of tuned entries, read from and written to a line-based text file.
 ///
 /// Format, one entry per line ('#' starts a comment):
-///   backend m_bucket N K E topk EP TP | workers in_flight n_splits m_splits tile_m policy | note
+///   backend m_bucket N K E topk EP TP [machine] | workers in_flight n_splits m_splits tile_m policy | note
+/// The machine field (MachineKey::token()) is written by the per-user cache of first-use tuning only.
 class TuningRegistry {
 public:
   /// The committed registry (moe/tuning/host.registry), plus TESSEL_MOE_TUNING's entries when set.
@@ -107,6 +138,9 @@ public:
   /// \brief The parameters for \p config: exact entry, nearest M bucket, or fallback_params(). \p how (when
   /// given) receives "registry", "registry (M bucket 4096 for 2048)" or "fallback rule".
   CometParams lookup(MoeConfig const &config, std::string const &backend = "host", std::string *how = nullptr) const;
+  /// \brief The entry of exactly \p key's shape and M bucket measured on a machine that matches \p machine (the
+  /// closest link bandwidth when several do), or nullptr.
+  TuningEntry const *find(TuningKey const &key, MachineKey const &machine) const;
 
 private:
   std::vector<TuningEntry> _entries;
@@ -117,6 +151,19 @@ private:
 /// \p source receives "given" or how the lookup found them.
 CometParams resolve_comet_params(MoeConfig const &config, std::optional<CometParams> const &given,
                                  TuningRegistry const *registry, std::string const &backend, std::string *source);
+
+/// \brief The per-user cache of first-use tuning: TESSEL_CACHE_DIR, else $XDG_CACHE_HOME/tessel, else
+/// $HOME/.cache/tessel, then /moe-tuning.registry ("" when none of the variables is set).
+std::string default_tuning_cache_path();
+
+/// \brief Reads the cache at \p path; never throws, since a cache must not stop a job. A missing file is an
+/// empty cache; an unreadable or corrupt one too, with \p warning (when given) naming the file, line and field.
+TuningRegistry load_tuning_cache(std::string const &path, std::string *warning = nullptr);
+
+/// \brief Adds \p entry to the cache at \p path (creating its directory) and writes it atomically (a temporary
+/// file renamed into place: readers see the old or the new file, never a part). A corrupt cache is replaced.
+/// Never throws: returns false with \p warning (when given) saying why it could not write.
+bool store_tuning_cache(std::string const &path, TuningEntry const &entry, std::string *warning = nullptr);
 
 } // namespace tessel::moe
 
