@@ -3,6 +3,7 @@
 // and the fused COMET kernels (Comet.cu) for comet.
 #include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
+#include "Backward.hpp"
 #include "Device.hpp"
 #include "DeviceLayerCore.hpp"
 #include "Rank.hpp"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -40,6 +42,13 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
   DeviceBuffer<char *> peer_base;
   std::vector<Routing> routings;
   std::vector<DispatchPlan> plans;
+  // What the backward needs from the last forward (valid once it completed).
+  bool have_forward = false;
+  int forward_chunks = 1;
+  std::vector<RankWork> forward_work;
+  std::vector<GateInput> forward_gates;
+  std::vector<std::unique_ptr<RankBackward>> bwd;
+  DeviceStats backward_stats;
 
   State(MoeConfig const &c, std::vector<ExpertWeights> const &weights, DeviceOptions o)
       : DeviceLayerCore(on_visible_device(c), c.world(), std::move(o), "tessel::moe::cuda::VirtualRanksLayer") {
@@ -110,6 +119,7 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
                std::vector<HostMatrix> const &out, Schedule schedule) {
     auto const t0 = std::chrono::steady_clock::now();
     require_usable();
+    have_forward = false;
     std::int64_t const m = config.tokens, n = config.hidden;
     TESSEL_REQUIRE(static_cast<int>(tokens.size()) == world && static_cast<int>(gates.size()) == world &&
                        static_cast<int>(out.size()) == world,
@@ -222,6 +232,10 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     for (int r = 0; r < world; ++r)
       synchronize_rank(r, schedule);
     stats.device_ms = Event::elapsed_ms(start, stop);
+    forward_work = std::move(work);
+    forward_gates = gates;
+    forward_chunks = chunks;
+    have_forward = true;
   }
 
   void synchronize_rank(int r, Schedule schedule) {
@@ -318,6 +332,424 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     combine_expected += static_cast<std::uint64_t>(grid.comm_blocks);
     finish(combine_expected);
   }
+
+  // ------------------------------------------------------------------------------------------------------------
+  // backward (float32): the forward's messages reversed, as the host's BackwardSchedule.cpp. Each owner packs its
+  // output gradient per slot of every group; each expert side copies every source's slots of its group (a tile is
+  // one (source, chunk) block), gathers them per row, and per (source, chunk, expert) recomputes GEMM0, computes
+  // q = g W1^T, the activation's backward and dx = dpre W0^T (cuBLAS + Backward.cu), sums dx per slot and copies
+  // it back into the owner's combine region with the rows' combine-weight gradients; the owner adds the ranks'
+  // token gradients in rank order (the forward's final sum) and runs the gate's backward. dW1 += (w act)^T g and
+  // dW0 += x^T dpre need nothing from another rank.
+  // ------------------------------------------------------------------------------------------------------------
+
+  RankBackward &rb(int r) { return *bwd[static_cast<std::size_t>(r)]; }
+
+  /// Source \p s's output-gradient slots of (s, ch) for rank \p d's group into d's g_in.
+  void grad_copy_in(int d, std::vector<BackwardWork> const &bw, int s, int ch, cudaStream_t stream) {
+    auto const &b =
+        forward_work[static_cast<std::size_t>(d)].blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    if (b.slots == 0)
+      return;
+    std::int64_t const n = config.hidden;
+    auto const g = static_cast<std::size_t>(config.group_of_rank(d));
+    float const *src = rb(s).g_out.data() + (bw[static_cast<std::size_t>(s)].out_off[g] + b.slot_begin) * n;
+    float *dst =
+        rb(d).g_in.data() + (bw[static_cast<std::size_t>(d)].in_off[static_cast<std::size_t>(s)] + b.slot_begin) * n;
+    TESSEL_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(b.slots * n) * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+  }
+
+  /// Rank \p d's token-gradient work of (source s, chunk ch) on its compute stream: gather the rows' output
+  /// gradients, each local expert's backward, the sum per slot.
+  void grad_tile(int d, std::vector<BackwardWork> const &bw, int s, int ch) {
+    auto &rs = ranks[static_cast<std::size_t>(d)];
+    auto &b_d = rb(d);
+    auto const &w = forward_work[static_cast<std::size_t>(d)];
+    auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)], n = config.hidden;
+    cudaStream_t const stream = rs.stream.get();
+    if (b.rows > 0)
+      TESSEL_CUDA_CHECK(pack_rows(stream, DataType::float32, b_d.g_in.data(), b_d.row_slot.data() + row0, b.rows, n,
+                                  b_d.g.data() + row0 * n));
+    for (int e = 0; e < eg; ++e) {
+      auto const begin = b.expert_offset[static_cast<std::size_t>(e)],
+                 end = b.expert_offset[static_cast<std::size_t>(e) + 1];
+      expert_backward(rs, b_d, config, ExpertGemm{e, row0 + begin, end - begin});
+    }
+    auto const &at = bw[static_cast<std::size_t>(d)].reduce_at[static_cast<std::size_t>(ch)];
+    auto const first = at[static_cast<std::size_t>(s)], last = at[static_cast<std::size_t>(s) + 1];
+    TESSEL_CUDA_CHECK(slot_sum(stream, view(d), b_d.dx.data(), static_cast<int>(last - first),
+                               b_d.reduces.data() + first, rs.combine_send.data()));
+  }
+
+  /// Rank \p d's weight gradients of (source s, chunk ch) through \p handle (on its stream).
+  void grad_weights(int d, int s, int ch, cublasHandle_t handle) {
+    auto const &w = forward_work[static_cast<std::size_t>(d)];
+    auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    for (int e = 0; e < eg; ++e) {
+      auto const begin = b.expert_offset[static_cast<std::size_t>(e)],
+                 end = b.expert_offset[static_cast<std::size_t>(e) + 1];
+      weight_gradients(ranks[static_cast<std::size_t>(d)], rb(d), config, ExpertGemm{e, row0 + begin, end - begin},
+                       handle);
+    }
+  }
+
+  /// Rank \p d's replies of (source s, chunk ch): the token gradients per slot into s's combine region d, and the
+  /// rows' combine-weight gradients into s's dw_recv (row d, the rows of s's plan).
+  void grad_reply(int d, int s, int ch, cudaStream_t stream) {
+    auto const &w = forward_work[static_cast<std::size_t>(d)];
+    combine_copy(d, w, s, ch, stream);
+    auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    if (b.rows == 0)
+      return;
+    std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    std::int64_t const stride = config.tokens * config.topk;
+    TESSEL_CUDA_CHECK(cudaMemcpyAsync(rb(s).dw_recv.data() + d * stride + b.send_row, rb(d).dw.data() + row0,
+                                      static_cast<std::size_t>(b.rows) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream));
+  }
+
+  void backward(std::vector<ConstHostMatrix> const &d_out, std::vector<MoeGradients> &grads, Schedule schedule,
+                double aux) {
+    auto const t0 = std::chrono::steady_clock::now();
+    require_usable();
+    TESSEL_REQUIRE(config.dtype == DataType::float32, "VirtualRanksLayer::backward: float32 layers only (this one is ",
+                   name_of(config.dtype), ")");
+    TESSEL_REQUIRE(have_forward, "VirtualRanksLayer::backward: no forward to differentiate (call forward first; a "
+                                 "forward that failed does not count)");
+    TESSEL_REQUIRE(static_cast<int>(d_out.size()) == world,
+                   "VirtualRanksLayer::backward: give the output gradients of all ", world, " ranks (got ",
+                   d_out.size(), ")");
+    TESSEL_REQUIRE(std::isfinite(aux) && aux >= 0.0,
+                   "VirtualRanksLayer::backward: aux_loss_coef must be finite and >= 0, got ", aux);
+    std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts, topk = config.topk;
+    for (int r = 0; r < world; ++r) {
+      auto const &g = d_out[static_cast<std::size_t>(r)];
+      TESSEL_REQUIRE(g.extent(0) == static_cast<std::size_t>(m) && g.extent(1) == static_cast<std::size_t>(n),
+                     "VirtualRanksLayer::backward: rank ", r, "'s output gradient is ", g.extent(0), " x ", g.extent(1),
+                     ", expected M x N = ", m, " x ", n);
+    }
+    grads.resize(static_cast<std::size_t>(world));
+    while (static_cast<int>(bwd.size()) < world)
+      bwd.push_back(std::make_unique<RankBackward>());
+    int const chunks = forward_chunks;
+    bool const gate_weight = forward_gates[0].kind == GateInput::Kind::weight;
+
+    // The load-balancing loss E sum_e f_e P_e: dL/dp_te = coef E f_e / T over all ranks' T tokens.
+    std::vector<double> aux_grad(static_cast<std::size_t>(e_all), 0.0);
+    if (aux > 0.0) {
+      double const tokens = static_cast<double>(m) * world;
+      for (int e = 0; e < e_all; ++e) {
+        double count = 0.0;
+        for (auto const &routing : routings)
+          count += static_cast<double>(routing.tokens_per_expert[static_cast<std::size_t>(e)]);
+        if (tokens > 0)
+          aux_grad[static_cast<std::size_t>(e)] = aux * static_cast<double>(e_all) * (count / (tokens * topk)) / tokens;
+      }
+    }
+
+    WorkPlanner const planner(config, plans, comet);
+    std::vector<BackwardWork> bw;
+    backward_stats = DeviceStats{};
+    backward_stats.schedule = schedule;
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      auto &b = rb(r);
+      auto const &w = forward_work[static_cast<std::size_t>(r)];
+      auto const &routing = routings[static_cast<std::size_t>(r)];
+      cudaStream_t const stream = rs.stream.get();
+      bw.push_back(planner.backward_work(r, w, routing.experts));
+      auto const &lists = bw.back();
+      backward_stats.rows += w.rows;
+      ensure_backward(b, config, w.rows, lists.in_off.back(), lists.out_off.back());
+      ensure(rs.combine_send, static_cast<std::size_t>(world) * static_cast<std::size_t>(m * n),
+             "Tessel::moe::cuda::combine_send");
+      auto const mk = static_cast<std::size_t>(m * topk), me = static_cast<std::size_t>(m * e_all);
+      b.d_out.copy_from_host(d_out[static_cast<std::size_t>(r)].data(), static_cast<std::size_t>(m * n), stream);
+      upload(b.slot_token, lists.slot_token, "Tessel::moe::cuda::grad_slot_token", stream);
+      upload(b.row_slot, lists.row_slot, "Tessel::moe::cuda::grad_row_slot", stream);
+      upload(b.row_weight, lists.row_weight, "Tessel::moe::cuda::grad_row_weight", stream);
+      upload(b.choice_row, lists.choice_row, "Tessel::moe::cuda::grad_choice_row", stream);
+      upload(b.aux, aux_grad, "Tessel::moe::cuda::grad_aux", stream);
+      std::vector<ReduceItem> items;
+      for (auto const &c : w.chunk_reduces)
+        items.insert(items.end(), c.begin(), c.end());
+      upload(b.reduces, items, "Tessel::moe::cuda::grad_reduces", stream);
+      if (mk > 0) {
+        b.chosen.copy_from_host(routing.experts.data(), mk, stream);
+        b.weights.copy_from_host(routing.weights.data(), mk, stream);
+      }
+      if (me > 0)
+        b.probs.copy_from_host(routing.probabilities.data(), me, stream);
+      if (gate_weight)
+        b.gate_w.copy_from_host(forward_gates[static_cast<std::size_t>(r)].weight.data(),
+                                static_cast<std::size_t>(n * e_all), stream);
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(b.grad_w0.data(), 0, b.grad_w0.bytes(), stream));
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(b.grad_w1.data(), 0, b.grad_w1.bytes(), stream));
+      if (options.debug.poison_buffers) {
+        poison_backward(b, stream);
+        TESSEL_CUDA_CHECK(
+            cudaMemsetAsync(rs.sym.data() + layout.combine, 0xff, layout.packed_flag - layout.combine, stream));
+        TESSEL_CUDA_CHECK(cudaMemsetAsync(rs.combine_send.data(), 0xff, rs.combine_send.bytes(), stream));
+      }
+      // `items` dies at the end of this iteration (and `lists` may move): the copies must be done by then.
+      rs.stream.synchronize(timeout());
+      if (static_cast<int>(b.tile_in.size()) < world * chunks) {
+        b.tile_in.resize(static_cast<std::size_t>(world * chunks));
+        b.tile_out.resize(static_cast<std::size_t>(world * chunks));
+      }
+    }
+    backward_stats.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    // Timed region. Every owner packs its output gradient per slot; every rank copies its own forward rows into
+    // x_recv (comet's layer0 read them from the send rows, so they are not there yet).
+    start.record(ranks[0].stream.get());
+    for (int r = 1; r < world; ++r)
+      start.wait_on(ranks[static_cast<std::size_t>(r)].stream.get());
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      auto &b = rb(r);
+      cudaStream_t const stream = rs.stream.get();
+      auto const slots_out = bw[static_cast<std::size_t>(r)].out_off.back();
+      if (slots_out > 0)
+        TESSEL_CUDA_CHECK(
+            pack_rows(stream, DataType::float32, b.d_out.data(), b.slot_token.data(), slots_out, n, b.g_out.data()));
+      for (int ch = 0; ch < chunks; ++ch)
+        dispatch_copy(rs, forward_work[static_cast<std::size_t>(r)], r, ch, stream);
+      b.packed.record(stream);
+    }
+    switch (schedule) {
+    case Schedule::sequential:
+      backward_sequential(bw, chunks);
+      break;
+    case Schedule::pipelined:
+      backward_pipelined(bw, chunks);
+      break;
+    case Schedule::comet:
+      backward_comet(bw, chunks);
+      break;
+    }
+    // Owners: the token gradients summed over the ranks in rank order, the gate's backward.
+    for (int s = 0; s < world; ++s) {
+      auto &rs = ranks[static_cast<std::size_t>(s)];
+      auto &b = rb(s);
+      cudaStream_t const stream = rs.stream.get();
+      for (int r = 0; r < world; ++r)
+        rb(r).replied.wait_on(stream);
+      b.wgrad_done.wait_on(stream);
+      TESSEL_CUDA_CHECK(final_sum(stream, view(s), rs.token_slot.data(), rank_group_device.data(), 0,
+                                  waiting_blocks(world), b.grad_x.data()));
+      GateBackwardArgs a;
+      a.m = m;
+      a.experts = static_cast<int>(e_all);
+      a.topk = static_cast<int>(topk);
+      a.world = world;
+      a.experts_per_group = eg;
+      a.normalize = config.normalize_topk;
+      a.probs = b.probs.data();
+      a.weights = b.weights.data();
+      a.chosen = b.chosen.data();
+      a.choice_row = b.choice_row.data();
+      a.dw_recv = b.dw_recv.data();
+      a.stride = m * topk;
+      a.rank_group = rank_group_device.data();
+      a.aux = b.aux.data();
+      a.dlogits = b.dlogits.data();
+      TESSEL_CUDA_CHECK(gate_backward(stream, a));
+      if (gate_weight)
+        gate_gemms(rs, b, config);
+    }
+    for (int r = 1; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      rs.computed.record(rs.stream.get());
+      rs.computed.wait_on(ranks[0].stream.get());
+    }
+    stop.record(ranks[0].stream.get());
+
+    std::vector<std::vector<float>> gate_grads(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      auto &b = rb(r);
+      auto &gr = grads[static_cast<std::size_t>(r)];
+      cudaStream_t const stream = rs.stream.get();
+      allocate_gradients(gr, r, gate_weight);
+      if (m > 0) {
+        b.grad_x.copy_to_host(gr.tokens.data(), static_cast<std::size_t>(m * n), stream);
+        b.dlogits.copy_to_host(gr.logits.data(), static_cast<std::size_t>(m * e_all), stream);
+      }
+      b.grad_w0.copy_to_host(gr.experts.w0.data(), gr.experts.w0.size(), stream);
+      b.grad_w1.copy_to_host(gr.experts.w1.data(), gr.experts.w1.size(), stream);
+      if (gate_weight) {
+        gate_grads[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(n * e_all));
+        b.grad_gate_w.copy_to_host(gate_grads[static_cast<std::size_t>(r)].data(), static_cast<std::size_t>(n * e_all),
+                                   stream);
+      }
+    }
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      auto const context =
+          tessel::Impl::concat("VirtualRanksLayer::backward (", name_of(schedule), ") on virtual rank ", r);
+      host_wait([&] {
+        try {
+          rs.stream.synchronize(timeout());
+          rs.comm.synchronize(timeout());
+          rb(r).wgrad.synchronize(timeout());
+        } catch (TimeoutError const &e) {
+          throw TimeoutError(tessel::Impl::concat(context, ": ", e.what()), r);
+        }
+      });
+    }
+    backward_stats.device_ms = Event::elapsed_ms(start, stop);
+    if (gate_weight)
+      sum_gate_gradients(grads, gate_grads);
+  }
+
+  void allocate_gradients(MoeGradients &gr, int r, bool gate_weight) const {
+    auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden),
+               e_all = static_cast<std::size_t>(config.experts), eg_ = static_cast<std::size_t>(eg),
+               kp = static_cast<std::size_t>(config.ffn_per_rank()), c0 = static_cast<std::size_t>(config.gemm0_cols());
+    auto const shape_is = [](auto const &v, std::size_t a, std::size_t b, std::size_t c = 0) {
+      return v.extent(0) == a && v.extent(1) == b && (c == 0 || v.extent(2) == c);
+    };
+    if (!shape_is(gr.tokens, m, n))
+      gr.tokens = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::cuda::grad_tokens"), m, n);
+    if (!shape_is(gr.logits, m, e_all))
+      gr.logits =
+          HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::cuda::grad_logits"), m, e_all);
+    if (!shape_is(gr.experts.w0, eg_, n, c0))
+      gr.experts.w0 = HostTensor("Tessel::moe::cuda::grad_w0", eg_, n, c0);
+    if (!shape_is(gr.experts.w1, eg_, kp, n))
+      gr.experts.w1 = HostTensor("Tessel::moe::cuda::grad_w1", eg_, kp, n);
+    if (gate_weight) {
+      if (!shape_is(gr.gate_weight, n, e_all))
+        gr.gate_weight = HostMatrix("Tessel::moe::cuda::grad_gate_weight", n, e_all);
+      if (forward_gates[static_cast<std::size_t>(r)].bias.data() != nullptr && gr.gate_bias.extent(0) != e_all)
+        gr.gate_bias = HostVector("Tessel::moe::cuda::grad_gate_bias", e_all);
+    }
+  }
+
+  // The gate is replicated: its gradients are summed over the ranks (in rank order), the bias's from the logit
+  // gradients' column sums, and every rank gets the sum.
+  void sum_gate_gradients(std::vector<MoeGradients> &grads, std::vector<std::vector<float>> const &gate_grads) const {
+    std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts;
+    std::vector<float> weight(static_cast<std::size_t>(n * e_all), 0.0f), bias(static_cast<std::size_t>(e_all), 0.0f);
+    for (int r = 0; r < world; ++r) {
+      auto const &g = gate_grads[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < weight.size(); ++i)
+        weight[i] += g[i];
+      std::vector<float> column(static_cast<std::size_t>(e_all), 0.0f);
+      auto const &logits = grads[static_cast<std::size_t>(r)].logits;
+      for (std::int64_t t = 0; t < m; ++t)
+        for (std::int64_t e = 0; e < e_all; ++e)
+          column[static_cast<std::size_t>(e)] += logits(t, e);
+      for (std::int64_t e = 0; e < e_all; ++e)
+        bias[static_cast<std::size_t>(e)] += column[static_cast<std::size_t>(e)];
+    }
+    for (int r = 0; r < world; ++r) {
+      auto &gr = grads[static_cast<std::size_t>(r)];
+      std::copy(weight.begin(), weight.end(), gr.gate_weight.data());
+      if (forward_gates[static_cast<std::size_t>(r)].bias.data() != nullptr)
+        std::copy(bias.begin(), bias.end(), gr.gate_bias.data());
+    }
+  }
+
+  // sequential: every rank's output-gradient tiles land, then every tile is computed, the weight gradients, and the
+  // replies leave after the last.
+  void backward_sequential(std::vector<BackwardWork> const &bw, int chunks) {
+    for (int d = 0; d < world; ++d) {
+      auto &rs = ranks[static_cast<std::size_t>(d)];
+      cudaStream_t const stream = rs.stream.get();
+      for (int r = 0; r < world; ++r)
+        rb(r).packed.wait_on(stream);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_copy_in(d, bw, s, ch, stream);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_tile(d, bw, s, ch);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_weights(d, s, ch, rs.cublas.get());
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_reply(d, s, ch, stream);
+      rb(d).replied.record(stream);
+      rb(d).wgrad_done.record(stream);
+    }
+  }
+
+  // pipelined: chunk by chunk (the forward's chunks): the copy stream moves chunk c + 1's tiles while the compute
+  // stream runs chunk c, and each chunk's replies leave as soon as it is done; the weight gradients at the end.
+  void backward_pipelined(std::vector<BackwardWork> const &bw, int chunks) {
+    for (int d = 0; d < world; ++d) {
+      auto &rs = ranks[static_cast<std::size_t>(d)];
+      auto &b = rb(d);
+      cudaStream_t const stream = rs.stream.get(), q = rs.comm.get();
+      for (int r = 0; r < world; ++r)
+        rb(r).packed.wait_on(q);
+      for (int ch = 0; ch < chunks; ++ch) {
+        for (int s = 0; s < world; ++s)
+          grad_copy_in(d, bw, s, ch, q);
+        b.tile_in[static_cast<std::size_t>(ch)].record(q);
+      }
+      for (int ch = 0; ch < chunks; ++ch) {
+        b.tile_in[static_cast<std::size_t>(ch)].wait_on(stream);
+        for (int s = 0; s < world; ++s)
+          grad_tile(d, bw, s, ch);
+        b.tile_out[static_cast<std::size_t>(ch)].record(stream);
+      }
+      for (int ch = 0; ch < chunks; ++ch) {
+        b.tile_out[static_cast<std::size_t>(ch)].wait_on(q);
+        for (int s = 0; s < world; ++s)
+          grad_reply(d, s, ch, q);
+      }
+      b.replied.record(q);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_weights(d, s, ch, rs.cublas.get());
+      b.wgrad_done.record(stream);
+    }
+  }
+
+  // comet: tile by tile, a tile being one source's block of a chunk, the local one first, then the remote sources
+  // in the order they send (rank - 1, rank - 2, ...): the copy stream moves the tiles, the compute stream computes
+  // each as it lands and the copy stream returns its replies at once, while a third stream runs each finished
+  // tile's weight-gradient GEMMs beside the next tiles' token-gradient work (the host's comet fills its waits with
+  // them). Stream-level overlap through events; no fused kernels.
+  void backward_comet(std::vector<BackwardWork> const &bw, int chunks) {
+    for (int d = 0; d < world; ++d) {
+      auto &rs = ranks[static_cast<std::size_t>(d)];
+      auto &b = rb(d);
+      cudaStream_t const stream = rs.stream.get(), q = rs.comm.get(), wq = b.wgrad.get();
+      std::vector<std::pair<int, int>> order; // (source, chunk)
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int k = 0; k < world; ++k)
+          order.emplace_back((d - k + world) % world, ch);
+      for (int r = 0; r < world; ++r)
+        rb(r).packed.wait_on(q);
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        grad_copy_in(d, bw, order[i].first, order[i].second, q);
+        b.tile_in[i].record(q);
+      }
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        b.tile_in[i].wait_on(stream);
+        grad_tile(d, bw, order[i].first, order[i].second);
+        b.tile_out[i].record(stream);
+      }
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        b.tile_out[i].wait_on(wq);
+        grad_weights(d, order[i].first, order[i].second, b.wgrad_blas.get());
+      }
+      b.wgrad_done.record(wq);
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        b.tile_out[i].wait_on(q);
+        grad_reply(d, order[i].first, order[i].second, q);
+      }
+      b.replied.record(q);
+    }
+  }
 };
 
 VirtualRanksLayer::VirtualRanksLayer(MoeConfig const &config, std::vector<ExpertWeights> const &weights,
@@ -341,5 +773,11 @@ Routing const &VirtualRanksLayer::routing(int rank) const {
   return _state->routings[static_cast<std::size_t>(rank)];
 }
 DeviceStats const &VirtualRanksLayer::stats() const { return _state->stats; }
+DeviceStats const &VirtualRanksLayer::backward_stats() const { return _state->backward_stats; }
+
+void VirtualRanksLayer::backward(std::vector<ConstHostMatrix> const &d_out, std::vector<MoeGradients> &grads,
+                                 Schedule schedule, double aux_loss_coef) {
+  _state->backward(d_out, grads, schedule, aux_loss_coef);
+}
 
 } // namespace tessel::moe::cuda

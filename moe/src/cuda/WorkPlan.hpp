@@ -58,6 +58,26 @@ struct RankWork {
   std::vector<ChunkGemms> gemms;
 };
 
+/// The backward's index lists of one rank, as the expert side (destination) and as the owner of its tokens (source).
+/// Row index space, blocks and slot tables are the forward's (RankWork, slot_table()).
+struct BackwardWork {
+  // Expert side: every source's output gradient per slot of this rank's group lands in grad_in, source-major
+  // (source s's slots from row in_off[s], in the source's slot numbering); row i of the index space takes its output
+  // gradient from grad_in row row_slot[i] and has the combine weight row_weight[i].
+  std::vector<std::int64_t> in_off; // [world + 1]
+  std::vector<std::int32_t> row_slot;
+  std::vector<float> row_weight;
+  // Owner side: the output gradient packed per slot, group-major (group g's slots from row out_off[g]);
+  // slot_token[j] is the token of packed row j; choice_row[t topk + k] is the row of the owner's dispatch plan that
+  // carried (token t, its k-th expert).
+  std::vector<std::int64_t> out_off; // [groups + 1]
+  std::vector<std::int32_t> slot_token;
+  std::vector<std::int32_t> choice_row; // [M topk]
+  // Both: the forward's per-chunk reduction items (RankWork::chunk_reduces) of each (chunk, source):
+  // reduce_at[chunk][source] .. reduce_at[chunk][source + 1] in the chunk-major concatenation.
+  std::vector<std::vector<std::int64_t>> reduce_at; // [chunks][world + 1]
+};
+
 /// Builds the work lists of one forward.
 class WorkPlanner {
 public:
@@ -75,6 +95,8 @@ public:
   RankWork work_of(int d, int chunks, std::vector<std::vector<std::int64_t>> const &table_bases) const;
   /// comet's lists of destination \p d (one token chunk), in the order of the host OverlapPlan.
   void comet_work(int d, RankWork &w) const;
+  /// The backward's lists of rank \p d: \p w is its forward work (work_of), \p chosen its routing's experts [M, topk].
+  BackwardWork backward_work(int d, RankWork const &w, HostIndexMatrix chosen) const;
 
 private:
   MoeConfig const &config;
