@@ -2,11 +2,12 @@
 // and slot tables) on any machine, without a GPU: the lists VirtualRanksLayer::backward hands to its copies, kernels
 // and cuBLAS calls are executed here by a host emulation of the same steps, with the same index arithmetic (every
 // owner packs its output gradient per slot, every expert side copies each (source, chunk) block of slots into its
-// grad_in, gathers them per row through row_slot, runs each (source, chunk, expert) problem's backward, sums dx per
-// slot through the source's slot table with the forward's reduction items, stores the sums into the owner's combine
-// region and the rows' combine-weight gradients into the owner's dw_recv; the owner adds the ranks in rank order and
-// runs the gate's backward as gate_backward_kernel does), and compared with the dense reference's gradients
-// (reference_backward, double). Every buffer starts NaN, so an element read before anything wrote it shows.
+// grad_in, gathers them per row through row_slot (from the source's block of grad_in), runs each (source, chunk,
+// expert) problem's backward, sums dx per slot through the source's slot table with the forward's reduction items,
+// stores the sums into the owner's combine region and the rows' combine-weight gradients into the owner's dw_recv; the
+// owner adds the ranks in rank order and runs the gate's backward as gate_backward_kernel does), and compared with the
+// dense reference's gradients (reference_backward, double). Every buffer starts NaN, so an element read before anything
+// wrote it shows.
 //
 // Bound: 1e-5 relative per gradient (the emulation accumulates in double from float inputs and rounds each stored
 // intermediate to float, as the device does).
@@ -188,7 +189,7 @@ void run_case(Case const &c, std::uint64_t seed) {
         auto const row0 = w.row[z(s)][z(ch)];
         for (std::int64_t i = row0; i < row0 + b.rows; ++i)
           for (std::int64_t col = 0; col < n; ++col)
-            gr[z(i * n + col)] = static_cast<float>(read(g_in, lists.row_slot[z(i)] * n + col));
+            gr[z(i * n + col)] = static_cast<float>(read(g_in, (lists.in_off[z(s)] + lists.row_slot[z(i)]) * n + col));
         for (int e = 0; e < eg; ++e)
           for (auto i = row0 + b.expert_offset[z(e)]; i < row0 + b.expert_offset[z(e) + 1]; ++i) {
             std::vector<float> pre(z(c0)), q(z(kp));

@@ -8,6 +8,7 @@
 #include "Rank.hpp"
 
 #include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/MoeLayer.hpp>
 
 #include <vector>
 
@@ -46,16 +47,58 @@ void ensure_backward(RankBackward &rb, MoeConfig const &config, std::int64_t row
 /// With DeviceDebug::poison_buffers: fills every buffer the backward writes with NaN on \p stream.
 void poison_backward(RankBackward &rb, cudaStream_t stream);
 
-/// The expert side's backward of \p p on rs's stream (its cuBLAS handle): pre = x W0_e, q = g W1_e^T, the
-/// activation's backward (aw, dpre, dw), dx = dpre W0_e^T. x: the forward's x_recv (float32).
-void expert_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, ExpertGemm const &p);
+/// What one rank's backward takes from the host.
+struct BackwardInputs {
+  ConstHostMatrix d_out;                    ///< [M, N]
+  Routing const *routing = nullptr;         ///< the rank's routing of the forward
+  BackwardWork const *lists = nullptr;      ///< WorkPlanner::backward_work
+  RankWork const *work = nullptr;           ///< the forward's work lists
+  std::vector<double> const *aux = nullptr; ///< [E] dL/dp of the load-balancing loss
+  ConstHostMatrix gate_weight;              ///< [N, E] when the forward was given a gate weight
+  bool poison = false;                      ///< DeviceDebug::poison_buffers
+  char *sym_base = nullptr;                 ///< the rank's symmetric allocation (its combine region is reused)
+  SymmetricLayout const *layout = nullptr;
+};
 
-/// dW1_e += aw^T g and dW0_e += x^T dpre over the rows of \p p, on \p handle's stream.
-void weight_gradients(RankState const &rs, RankBackward &rb, MoeConfig const &config, ExpertGemm const &p,
+/// Sizes the buffers, uploads the lists and inputs, zeroes the weight gradients and (poison) fills the rest with
+/// NaN, on rs's stream; synchronizes it (the host vectors may die after).
+void prepare_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, BackwardInputs const &in,
+                      Timeout timeout);
+
+/// The owner's output gradient per slot of every group (g_out) on rs's stream.
+void pack_output_gradient(RankState &rs, RankBackward &rb, MoeConfig const &config, BackwardWork const &lists);
+
+/// The expert side's token-gradient work of (source \p s, chunk \p ch) on rs's stream: gather the rows' output
+/// gradients from g_in (source s's block, its slot numbering), each local expert's expert_backward, the sum of dx
+/// per slot (the forward's reduction items of (s, ch)) into combine_send (source-major, as the forward's).
+void backward_tile(RankState &rs, RankBackward &rb, MoeConfig const &config, RankView const &view, RankWork const &w,
+                   BackwardWork const &lists, int s, int ch);
+
+/// The weight gradients of (source \p s, chunk \p ch) through \p handle (on its stream).
+void backward_weights(RankState const &rs, RankBackward &rb, MoeConfig const &config, RankWork const &w, int s, int ch,
                       cublasHandle_t handle);
 
-/// The gate's GEMMs of an owner with \p m tokens: grad_x += dlogits Wg^T and grad_gate_w = tokens^T dlogits.
-void gate_gemms(RankState &rs, RankBackward &rb, MoeConfig const &config);
+/// The owner's end on rs's stream, once every rank's replies are in: the token gradients summed over the ranks in
+/// rank order (final_sum into grad_x), the gate's backward (dlogits), and with a gate weight its GEMMs.
+void owner_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, RankView const &view,
+                    std::int32_t const *rank_group, bool gate_weight, int final_sum_blocks);
+
+/// Sizes \p grads (MoeLayer::backward's shapes) and enqueues the copies of this rank's gradients to it on rs's
+/// stream (the gate weight's partial gradient into \p gate_partial, [N, E]); the caller synchronizes.
+void copy_gradients(RankState &rs, RankBackward &rb, MoeConfig const &config, MoeGradients &grads, bool gate_weight,
+                    bool gate_bias, std::vector<float> &gate_partial);
+
+/// dL/dp_e of the load-balancing loss E sum_e f_e P_e for \p counts, every expert's assignments over all ranks'
+/// \p tokens tokens: coef E f_e / T (the host's gate_backward).
+std::vector<double> aux_gradient(MoeConfig const &config, std::vector<double> const &counts, double tokens,
+                                 double aux_loss_coef);
+
+/// One rank's share of the gate's gradients: its gate-weight gradient [N, E] followed by the column sums of its
+/// logit gradients [E] (the bias's).
+std::vector<float> gate_share(std::vector<float> const &gate_partial, ConstHostMatrix logits);
+
+/// Sums the \p world ranks' shares (concatenated, rank order) into \p grads's gate weight (and bias).
+void set_gate_gradients(std::vector<float> const &shares, int world, MoeGradients &grads, bool gate_bias);
 
 } // namespace tessel::moe::cuda::Impl
 

@@ -360,40 +360,14 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
                                       cudaMemcpyDeviceToDevice, stream));
   }
 
-  /// Rank \p d's token-gradient work of (source s, chunk ch) on its compute stream: gather the rows' output
-  /// gradients, each local expert's backward, the sum per slot.
   void grad_tile(int d, std::vector<BackwardWork> const &bw, int s, int ch) {
-    auto &rs = ranks[static_cast<std::size_t>(d)];
-    auto &b_d = rb(d);
-    auto const &w = forward_work[static_cast<std::size_t>(d)];
-    auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
-    std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)], n = config.hidden;
-    cudaStream_t const stream = rs.stream.get();
-    if (b.rows > 0)
-      TESSEL_CUDA_CHECK(pack_rows(stream, DataType::float32, b_d.g_in.data(), b_d.row_slot.data() + row0, b.rows, n,
-                                  b_d.g.data() + row0 * n));
-    for (int e = 0; e < eg; ++e) {
-      auto const begin = b.expert_offset[static_cast<std::size_t>(e)],
-                 end = b.expert_offset[static_cast<std::size_t>(e) + 1];
-      expert_backward(rs, b_d, config, ExpertGemm{e, row0 + begin, end - begin});
-    }
-    auto const &at = bw[static_cast<std::size_t>(d)].reduce_at[static_cast<std::size_t>(ch)];
-    auto const first = at[static_cast<std::size_t>(s)], last = at[static_cast<std::size_t>(s) + 1];
-    TESSEL_CUDA_CHECK(slot_sum(stream, view(d), b_d.dx.data(), static_cast<int>(last - first),
-                               b_d.reduces.data() + first, rs.combine_send.data()));
+    backward_tile(ranks[static_cast<std::size_t>(d)], rb(d), config, view(d), forward_work[static_cast<std::size_t>(d)],
+                  bw[static_cast<std::size_t>(d)], s, ch);
   }
 
-  /// Rank \p d's weight gradients of (source s, chunk ch) through \p handle (on its stream).
   void grad_weights(int d, int s, int ch, cublasHandle_t handle) {
-    auto const &w = forward_work[static_cast<std::size_t>(d)];
-    auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
-    std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
-    for (int e = 0; e < eg; ++e) {
-      auto const begin = b.expert_offset[static_cast<std::size_t>(e)],
-                 end = b.expert_offset[static_cast<std::size_t>(e) + 1];
-      weight_gradients(ranks[static_cast<std::size_t>(d)], rb(d), config, ExpertGemm{e, row0 + begin, end - begin},
-                       handle);
-    }
+    backward_weights(ranks[static_cast<std::size_t>(d)], rb(d), config, forward_work[static_cast<std::size_t>(d)], s,
+                     ch, handle);
   }
 
   /// Rank \p d's replies of (source s, chunk ch): the token gradients per slot into s's combine region d, and the
@@ -424,31 +398,29 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
                    d_out.size(), ")");
     TESSEL_REQUIRE(std::isfinite(aux) && aux >= 0.0,
                    "VirtualRanksLayer::backward: aux_loss_coef must be finite and >= 0, got ", aux);
-    std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts, topk = config.topk;
+    std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts;
     for (int r = 0; r < world; ++r) {
       auto const &g = d_out[static_cast<std::size_t>(r)];
       TESSEL_REQUIRE(g.extent(0) == static_cast<std::size_t>(m) && g.extent(1) == static_cast<std::size_t>(n),
                      "VirtualRanksLayer::backward: rank ", r, "'s output gradient is ", g.extent(0), " x ", g.extent(1),
                      ", expected M x N = ", m, " x ", n);
     }
+    bool const gate_weight = forward_gates[0].kind == GateInput::Kind::weight;
+    for (auto const &gate : forward_gates)
+      TESSEL_REQUIRE(
+          (gate.kind == GateInput::Kind::weight) == gate_weight,
+          "VirtualRanksLayer::backward: the forward's ranks were given gates of different kinds (logits and "
+          "a weight); the gate weight's gradient is summed over the ranks, so give every rank the same kind");
     grads.resize(static_cast<std::size_t>(world));
     while (static_cast<int>(bwd.size()) < world)
       bwd.push_back(std::make_unique<RankBackward>());
     int const chunks = forward_chunks;
-    bool const gate_weight = forward_gates[0].kind == GateInput::Kind::weight;
 
-    // The load-balancing loss E sum_e f_e P_e: dL/dp_te = coef E f_e / T over all ranks' T tokens.
-    std::vector<double> aux_grad(static_cast<std::size_t>(e_all), 0.0);
-    if (aux > 0.0) {
-      double const tokens = static_cast<double>(m) * world;
-      for (int e = 0; e < e_all; ++e) {
-        double count = 0.0;
-        for (auto const &routing : routings)
-          count += static_cast<double>(routing.tokens_per_expert[static_cast<std::size_t>(e)]);
-        if (tokens > 0)
-          aux_grad[static_cast<std::size_t>(e)] = aux * static_cast<double>(e_all) * (count / (tokens * topk)) / tokens;
-      }
-    }
+    std::vector<double> counts(static_cast<std::size_t>(e_all), 0.0);
+    for (auto const &routing : routings)
+      for (std::size_t e = 0; e < counts.size(); ++e)
+        counts[e] += static_cast<double>(routing.tokens_per_expert[e]);
+    auto const aux_grad = aux_gradient(config, counts, static_cast<double>(m) * world, aux);
 
     WorkPlanner const planner(config, plans, comet);
     std::vector<BackwardWork> bw;
@@ -458,44 +430,20 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
       auto &rs = ranks[static_cast<std::size_t>(r)];
       auto &b = rb(r);
       auto const &w = forward_work[static_cast<std::size_t>(r)];
-      auto const &routing = routings[static_cast<std::size_t>(r)];
-      cudaStream_t const stream = rs.stream.get();
-      bw.push_back(planner.backward_work(r, w, routing.experts));
-      auto const &lists = bw.back();
+      bw.push_back(planner.backward_work(r, w, routings[static_cast<std::size_t>(r)].experts));
       backward_stats.rows += w.rows;
-      ensure_backward(b, config, w.rows, lists.in_off.back(), lists.out_off.back());
-      ensure(rs.combine_send, static_cast<std::size_t>(world) * static_cast<std::size_t>(m * n),
-             "Tessel::moe::cuda::combine_send");
-      auto const mk = static_cast<std::size_t>(m * topk), me = static_cast<std::size_t>(m * e_all);
-      b.d_out.copy_from_host(d_out[static_cast<std::size_t>(r)].data(), static_cast<std::size_t>(m * n), stream);
-      upload(b.slot_token, lists.slot_token, "Tessel::moe::cuda::grad_slot_token", stream);
-      upload(b.row_slot, lists.row_slot, "Tessel::moe::cuda::grad_row_slot", stream);
-      upload(b.row_weight, lists.row_weight, "Tessel::moe::cuda::grad_row_weight", stream);
-      upload(b.choice_row, lists.choice_row, "Tessel::moe::cuda::grad_choice_row", stream);
-      upload(b.aux, aux_grad, "Tessel::moe::cuda::grad_aux", stream);
-      std::vector<ReduceItem> items;
-      for (auto const &c : w.chunk_reduces)
-        items.insert(items.end(), c.begin(), c.end());
-      upload(b.reduces, items, "Tessel::moe::cuda::grad_reduces", stream);
-      if (mk > 0) {
-        b.chosen.copy_from_host(routing.experts.data(), mk, stream);
-        b.weights.copy_from_host(routing.weights.data(), mk, stream);
-      }
-      if (me > 0)
-        b.probs.copy_from_host(routing.probabilities.data(), me, stream);
+      BackwardInputs in;
+      in.d_out = d_out[static_cast<std::size_t>(r)];
+      in.routing = &routings[static_cast<std::size_t>(r)];
+      in.lists = &bw.back();
+      in.work = &w;
+      in.aux = &aux_grad;
       if (gate_weight)
-        b.gate_w.copy_from_host(forward_gates[static_cast<std::size_t>(r)].weight.data(),
-                                static_cast<std::size_t>(n * e_all), stream);
-      TESSEL_CUDA_CHECK(cudaMemsetAsync(b.grad_w0.data(), 0, b.grad_w0.bytes(), stream));
-      TESSEL_CUDA_CHECK(cudaMemsetAsync(b.grad_w1.data(), 0, b.grad_w1.bytes(), stream));
-      if (options.debug.poison_buffers) {
-        poison_backward(b, stream);
-        TESSEL_CUDA_CHECK(
-            cudaMemsetAsync(rs.sym.data() + layout.combine, 0xff, layout.packed_flag - layout.combine, stream));
-        TESSEL_CUDA_CHECK(cudaMemsetAsync(rs.combine_send.data(), 0xff, rs.combine_send.bytes(), stream));
-      }
-      // `items` dies at the end of this iteration (and `lists` may move): the copies must be done by then.
-      rs.stream.synchronize(timeout());
+        in.gate_weight = forward_gates[static_cast<std::size_t>(r)].weight;
+      in.poison = options.debug.poison_buffers;
+      in.sym_base = rs.sym.data();
+      in.layout = &layout;
+      prepare_backward(rs, b, config, in, timeout());
       if (static_cast<int>(b.tile_in.size()) < world * chunks) {
         b.tile_in.resize(static_cast<std::size_t>(world * chunks));
         b.tile_out.resize(static_cast<std::size_t>(world * chunks));
@@ -510,15 +458,10 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
       start.wait_on(ranks[static_cast<std::size_t>(r)].stream.get());
     for (int r = 0; r < world; ++r) {
       auto &rs = ranks[static_cast<std::size_t>(r)];
-      auto &b = rb(r);
-      cudaStream_t const stream = rs.stream.get();
-      auto const slots_out = bw[static_cast<std::size_t>(r)].out_off.back();
-      if (slots_out > 0)
-        TESSEL_CUDA_CHECK(
-            pack_rows(stream, DataType::float32, b.d_out.data(), b.slot_token.data(), slots_out, n, b.g_out.data()));
+      pack_output_gradient(rs, rb(r), config, bw[static_cast<std::size_t>(r)]);
       for (int ch = 0; ch < chunks; ++ch)
-        dispatch_copy(rs, forward_work[static_cast<std::size_t>(r)], r, ch, stream);
-      b.packed.record(stream);
+        dispatch_copy(rs, forward_work[static_cast<std::size_t>(r)], r, ch, rs.stream.get());
+      rb(r).packed.record(rs.stream.get());
     }
     switch (schedule) {
     case Schedule::sequential:
@@ -534,32 +477,10 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     // Owners: the token gradients summed over the ranks in rank order, the gate's backward.
     for (int s = 0; s < world; ++s) {
       auto &rs = ranks[static_cast<std::size_t>(s)];
-      auto &b = rb(s);
-      cudaStream_t const stream = rs.stream.get();
       for (int r = 0; r < world; ++r)
-        rb(r).replied.wait_on(stream);
-      b.wgrad_done.wait_on(stream);
-      TESSEL_CUDA_CHECK(final_sum(stream, view(s), rs.token_slot.data(), rank_group_device.data(), 0,
-                                  waiting_blocks(world), b.grad_x.data()));
-      GateBackwardArgs a;
-      a.m = m;
-      a.experts = static_cast<int>(e_all);
-      a.topk = static_cast<int>(topk);
-      a.world = world;
-      a.experts_per_group = eg;
-      a.normalize = config.normalize_topk;
-      a.probs = b.probs.data();
-      a.weights = b.weights.data();
-      a.chosen = b.chosen.data();
-      a.choice_row = b.choice_row.data();
-      a.dw_recv = b.dw_recv.data();
-      a.stride = m * topk;
-      a.rank_group = rank_group_device.data();
-      a.aux = b.aux.data();
-      a.dlogits = b.dlogits.data();
-      TESSEL_CUDA_CHECK(gate_backward(stream, a));
-      if (gate_weight)
-        gate_gemms(rs, b, config);
+        rb(r).replied.wait_on(rs.stream.get());
+      rb(s).wgrad_done.wait_on(rs.stream.get());
+      owner_backward(rs, rb(s), config, view(s), rank_group_device.data(), gate_weight, waiting_blocks(world));
     }
     for (int r = 1; r < world; ++r) {
       auto &rs = ranks[static_cast<std::size_t>(r)];
@@ -568,25 +489,11 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     }
     stop.record(ranks[0].stream.get());
 
-    std::vector<std::vector<float>> gate_grads(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      auto &rs = ranks[static_cast<std::size_t>(r)];
-      auto &b = rb(r);
-      auto &gr = grads[static_cast<std::size_t>(r)];
-      cudaStream_t const stream = rs.stream.get();
-      allocate_gradients(gr, r, gate_weight);
-      if (m > 0) {
-        b.grad_x.copy_to_host(gr.tokens.data(), static_cast<std::size_t>(m * n), stream);
-        b.dlogits.copy_to_host(gr.logits.data(), static_cast<std::size_t>(m * e_all), stream);
-      }
-      b.grad_w0.copy_to_host(gr.experts.w0.data(), gr.experts.w0.size(), stream);
-      b.grad_w1.copy_to_host(gr.experts.w1.data(), gr.experts.w1.size(), stream);
-      if (gate_weight) {
-        gate_grads[static_cast<std::size_t>(r)].resize(static_cast<std::size_t>(n * e_all));
-        b.grad_gate_w.copy_to_host(gate_grads[static_cast<std::size_t>(r)].data(), static_cast<std::size_t>(n * e_all),
-                                   stream);
-      }
-    }
+    bool const gate_bias = gate_weight && forward_gates[0].bias.data() != nullptr;
+    std::vector<std::vector<float>> gate_partial(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r)
+      copy_gradients(ranks[static_cast<std::size_t>(r)], rb(r), config, grads[static_cast<std::size_t>(r)], gate_weight,
+                     gate_bias, gate_partial[static_cast<std::size_t>(r)]);
     for (int r = 0; r < world; ++r) {
       auto &rs = ranks[static_cast<std::size_t>(r)];
       auto const context =
@@ -602,56 +509,16 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
       });
     }
     backward_stats.device_ms = Event::elapsed_ms(start, stop);
-    if (gate_weight)
-      sum_gate_gradients(grads, gate_grads);
-  }
-
-  void allocate_gradients(MoeGradients &gr, int r, bool gate_weight) const {
-    auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden),
-               e_all = static_cast<std::size_t>(config.experts), eg_ = static_cast<std::size_t>(eg),
-               kp = static_cast<std::size_t>(config.ffn_per_rank()), c0 = static_cast<std::size_t>(config.gemm0_cols());
-    auto const shape_is = [](auto const &v, std::size_t a, std::size_t b, std::size_t c = 0) {
-      return v.extent(0) == a && v.extent(1) == b && (c == 0 || v.extent(2) == c);
-    };
-    if (!shape_is(gr.tokens, m, n))
-      gr.tokens = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::cuda::grad_tokens"), m, n);
-    if (!shape_is(gr.logits, m, e_all))
-      gr.logits =
-          HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::cuda::grad_logits"), m, e_all);
-    if (!shape_is(gr.experts.w0, eg_, n, c0))
-      gr.experts.w0 = HostTensor("Tessel::moe::cuda::grad_w0", eg_, n, c0);
-    if (!shape_is(gr.experts.w1, eg_, kp, n))
-      gr.experts.w1 = HostTensor("Tessel::moe::cuda::grad_w1", eg_, kp, n);
     if (gate_weight) {
-      if (!shape_is(gr.gate_weight, n, e_all))
-        gr.gate_weight = HostMatrix("Tessel::moe::cuda::grad_gate_weight", n, e_all);
-      if (forward_gates[static_cast<std::size_t>(r)].bias.data() != nullptr && gr.gate_bias.extent(0) != e_all)
-        gr.gate_bias = HostVector("Tessel::moe::cuda::grad_gate_bias", e_all);
-    }
-  }
-
-  // The gate is replicated: its gradients are summed over the ranks (in rank order), the bias's from the logit
-  // gradients' column sums, and every rank gets the sum.
-  void sum_gate_gradients(std::vector<MoeGradients> &grads, std::vector<std::vector<float>> const &gate_grads) const {
-    std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts;
-    std::vector<float> weight(static_cast<std::size_t>(n * e_all), 0.0f), bias(static_cast<std::size_t>(e_all), 0.0f);
-    for (int r = 0; r < world; ++r) {
-      auto const &g = gate_grads[static_cast<std::size_t>(r)];
-      for (std::size_t i = 0; i < weight.size(); ++i)
-        weight[i] += g[i];
-      std::vector<float> column(static_cast<std::size_t>(e_all), 0.0f);
-      auto const &logits = grads[static_cast<std::size_t>(r)].logits;
-      for (std::int64_t t = 0; t < m; ++t)
-        for (std::int64_t e = 0; e < e_all; ++e)
-          column[static_cast<std::size_t>(e)] += logits(t, e);
-      for (std::int64_t e = 0; e < e_all; ++e)
-        bias[static_cast<std::size_t>(e)] += column[static_cast<std::size_t>(e)];
-    }
-    for (int r = 0; r < world; ++r) {
-      auto &gr = grads[static_cast<std::size_t>(r)];
-      std::copy(weight.begin(), weight.end(), gr.gate_weight.data());
-      if (forward_gates[static_cast<std::size_t>(r)].bias.data() != nullptr)
-        std::copy(bias.begin(), bias.end(), gr.gate_bias.data());
+      // The gate is replicated: its gradients are summed over the ranks (rank order); every rank gets the sum.
+      std::vector<float> shares;
+      for (int r = 0; r < world; ++r) {
+        auto const share =
+            gate_share(gate_partial[static_cast<std::size_t>(r)], grads[static_cast<std::size_t>(r)].logits);
+        shares.insert(shares.end(), share.begin(), share.end());
+      }
+      for (int r = 0; r < world; ++r)
+        set_gate_gradients(shares, world, grads[static_cast<std::size_t>(r)], gate_bias);
     }
   }
 

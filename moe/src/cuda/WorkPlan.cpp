@@ -118,7 +118,7 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
   return w;
 }
 
-BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatrix chosen) const {
+BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists) const {
   BackwardWork b;
   auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
   int const g = config.group_of_rank(d), topk = config.topk;
@@ -128,9 +128,11 @@ BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatri
   b.in_off.assign(sz(world) + 1, 0);
   for (int s = 0; s < world; ++s)
     b.in_off[sz(s) + 1] = b.in_off[sz(s)] + plans[sz(s)].group_slots[sz(g)];
-  b.row_slot.assign(sz(w.rows), 0);
-  b.row_weight.assign(sz(w.rows), 0.0f);
-  for (int s = 0; s < world; ++s) {
+  if (row_lists) {
+    b.row_slot.assign(sz(w.rows), 0);
+    b.row_weight.assign(sz(w.rows), 0.0f);
+  }
+  for (int s = 0; s < world && row_lists; ++s) {
     auto const &plan = plans[sz(s)];
     for (int ch = 0; ch < chunks; ++ch) {
       auto const &blk = w.blocks[sz(s)][sz(ch)];
@@ -139,7 +141,7 @@ BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatri
         auto const i = sz(blk.send_row + j);
         TESSEL_REQUIRE(plan.row_slot[i] >= 0 && plan.row_slot[i] < plan.group_slots[sz(g)], "internal: row ", i,
                        " of rank ", s, " names slot ", plan.row_slot[i]);
-        b.row_slot[sz(row0 + j)] = static_cast<std::int32_t>(b.in_off[sz(s)] + plan.row_slot[i]);
+        b.row_slot[sz(row0 + j)] = plan.row_slot[i];
         b.row_weight[sz(row0 + j)] = plan.row_weight[i];
       }
     }

@@ -62,8 +62,10 @@ struct RankWork {
 /// Row index space, blocks and slot tables are the forward's (RankWork, slot_table()).
 struct BackwardWork {
   // Expert side: every source's output gradient per slot of this rank's group lands in grad_in, source-major
-  // (source s's slots from row in_off[s], in the source's slot numbering); row i of the index space takes its output
-  // gradient from grad_in row row_slot[i] and has the combine weight row_weight[i].
+  // (source s's slots from row in_off[s], in the source's slot numbering); row i of the index space, from source s,
+  // takes its output gradient from grad_in row in_off[s] + row_slot[i] and has the combine weight row_weight[i]
+  // (both from the source's plan: empty when backward_work is told the peers' plans hold no rows, as NcclMoeLayer's,
+  // which receives them from the sources instead).
   std::vector<std::int64_t> in_off; // [world + 1]
   std::vector<std::int32_t> row_slot;
   std::vector<float> row_weight;
@@ -96,7 +98,8 @@ public:
   /// comet's lists of destination \p d (one token chunk), in the order of the host OverlapPlan.
   void comet_work(int d, RankWork &w) const;
   /// The backward's lists of rank \p d: \p w is its forward work (work_of), \p chosen its routing's experts [M, topk].
-  BackwardWork backward_work(int d, RankWork const &w, HostIndexMatrix chosen) const;
+  /// \p row_lists: fill row_slot and row_weight (needs every source's full plan).
+  BackwardWork backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists = true) const;
 
 private:
   MoeConfig const &config;
