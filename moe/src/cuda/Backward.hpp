@@ -36,8 +36,12 @@ struct RankBackward {
   DeviceBuffer<float> q, aw;            ///< [rows, K/TP]
   DeviceBuffer<ReduceItem> reduces;     ///< the forward's per-chunk reduction items, chunk-major
   DeviceBuffer<float> grad_w0, grad_w1; ///< [E/EP, N, cols0], [E/EP, K/TP, N]
+  // NcclMoeLayer: the owner's plan rows' slots and combine weights, sent to the expert sides (whose peers' plans
+  // hold no rows).
+  DeviceBuffer<std::int32_t> send_slot;
+  DeviceBuffer<float> send_weight;
   Event packed, replied, wgrad_done;
-  std::vector<Event> tile_in, tile_out;
+  std::vector<Event> tile_in, tile_out, chunk_done;
 };
 
 /// Sizes the expert-side buffers for \p rows rows and the owner-side ones.
