@@ -9,6 +9,10 @@
 // dense reference's gradients (reference_backward, double). Every buffer starts NaN, so an element read before anything
 // wrote it shows.
 //
+// The same lists with NcclMoeLayer's messages: the all-to-alls of WorkPlanner::backward_exchange (every count
+// matched by its peer's, every range inside its buffer), the rows' slots and combine weights received from the
+// sources rather than read from their plans.
+//
 // Bound: 1e-5 relative per gradient (the emulation accumulates in double from float inputs and rounds each stored
 // intermediate to float, as the device does).
 #include "cuda/WorkPlan.hpp"
@@ -62,6 +66,24 @@ double relative_error(float const *a, double const *ref, std::size_t count) {
   return scale > 0.0 ? diff / scale : diff;
 }
 
+// Communicator::alltoallv of every rank at once: rank d's send_displs[p] .. + send_counts[p] of send[d] into rank
+// p's recv_displs[d] .. of recv[p]; every count must match its peer's.
+template <class T>
+void emulate_alltoallv(std::vector<std::vector<T>> const &send, std::vector<std::vector<T>> &recv,
+                       std::vector<Alltoall> const &x) {
+  for (std::size_t d = 0; d < x.size(); ++d)
+    for (std::size_t p = 0; p < x.size(); ++p) {
+      auto const count = x[d].send_counts[p];
+      ASSERT_EQ(count, x[p].recv_counts[d]) << "rank " << d << " sends " << count << " elements to rank " << p
+                                            << ", which receives " << x[p].recv_counts[d];
+      ASSERT_LE(x[d].send_displs[p] + count, send[d].size()) << "rank " << d << "'s send to " << p;
+      ASSERT_LE(x[p].recv_displs[d] + count, recv[p].size()) << "rank " << p << "'s receive from " << d;
+      std::copy(send[d].begin() + static_cast<std::ptrdiff_t>(x[d].send_displs[p]),
+                send[d].begin() + static_cast<std::ptrdiff_t>(x[d].send_displs[p] + count),
+                recv[p].begin() + static_cast<std::ptrdiff_t>(x[p].recv_displs[d]));
+    }
+}
+
 struct Case {
   int ep, tp, topk;
   std::int64_t m, n, k;
@@ -72,7 +94,9 @@ struct Case {
   int starve;
 };
 
-void run_case(Case const &c, std::uint64_t seed) {
+// \p nccl: NcclMoeLayer's messages (WorkPlanner::backward_exchange all-to-alls, the rows' slots and weights from
+// the sources) instead of VirtualRanksLayer's copies and row lists.
+void run_case(Case const &c, std::uint64_t seed, bool nccl) {
   MoeConfig config;
   config.tokens = c.m;
   config.hidden = c.n;
@@ -86,7 +110,8 @@ void run_case(Case const &c, std::uint64_t seed) {
   config.normalize_topk = c.normalize;
   int const world = config.world(), eg = c.experts_per_group, topk = c.topk;
   std::int64_t const m = c.m, n = c.n, kp = c.k, c0 = config.gemm0_cols(), e_all = config.experts;
-  std::string const what = config.describe() + " chunks " + std::to_string(c.chunks) + " seed " + std::to_string(seed);
+  std::string const what = config.describe() + " chunks " + std::to_string(c.chunks) + " seed " + std::to_string(seed) +
+                           (nccl ? " (NcclMoeLayer's messages)" : " (VirtualRanksLayer's copies)");
   SCOPED_TRACE(what);
 
   auto const dense = test::random_weights(config, seed);
@@ -125,7 +150,7 @@ void run_case(Case const &c, std::uint64_t seed) {
   std::vector<BackwardWork> bw;
   for (int d = 0; d < world; ++d) {
     work.push_back(planner.work_of(d, c.chunks, table_bases));
-    bw.push_back(planner.backward_work(d, work.back(), routings[z(d)].experts));
+    bw.push_back(planner.backward_work(d, work.back(), routings[z(d)].experts, /*row_lists=*/!nccl));
   }
 
   std::int64_t stale = 0;
@@ -159,17 +184,54 @@ void run_case(Case const &c, std::uint64_t seed) {
     dw_recv[z(s)].assign(z(world * m * topk), nan_value);
   }
 
-  // Expert sides.
+  // Expert sides: what arrives from the sources (output gradients per slot; the rows' slots and weights).
+  constexpr std::int32_t unwritten = std::numeric_limits<std::int32_t>::min();
+  std::vector<std::vector<float>> g_in(z(world)), row_weight(z(world)), dw_all(z(world));
+  std::vector<std::vector<std::int32_t>> row_slot(z(world));
+  std::vector<std::vector<BackwardExchange>> exchange(z(world));
+  for (int d = 0; d < world; ++d) {
+    g_in[z(d)].assign(z(bw[z(d)].in_off.back() * n), nan_value);
+    dw_all[z(d)].assign(z(work[z(d)].rows), nan_value);
+    if (nccl) {
+      EXPECT_TRUE(bw[z(d)].row_slot.empty());
+      row_slot[z(d)].assign(z(work[z(d)].rows), unwritten);
+      row_weight[z(d)].assign(z(work[z(d)].rows), nan_value);
+      for (int ch = 0; ch < c.chunks; ++ch)
+        exchange[z(d)].push_back(planner.backward_exchange(d, ch, work[z(d)], bw[z(d)]));
+    } else {
+      ASSERT_EQ(bw[z(d)].row_slot.size(), z(work[z(d)].rows));
+      row_slot[z(d)] = bw[z(d)].row_slot;
+      row_weight[z(d)] = bw[z(d)].row_weight;
+    }
+  }
+  auto exchange_of = [&](int ch, Alltoall BackwardExchange::*which) {
+    std::vector<Alltoall> x;
+    for (int d = 0; d < world; ++d)
+      x.push_back(exchange[z(d)][z(ch)].*which);
+    return x;
+  };
+  if (nccl) {
+    std::vector<std::vector<std::int32_t>> send_slot;
+    std::vector<std::vector<float>> send_weight;
+    for (auto const &plan : plans) {
+      send_slot.push_back(plan.row_slot);
+      send_weight.push_back(plan.row_weight);
+    }
+    for (int ch = 0; ch < c.chunks; ++ch) {
+      emulate_alltoallv(g_out, g_in, exchange_of(ch, &BackwardExchange::slots));
+      emulate_alltoallv(send_slot, row_slot, exchange_of(ch, &BackwardExchange::rows));
+      emulate_alltoallv(send_weight, row_weight, exchange_of(ch, &BackwardExchange::rows));
+    }
+  }
   std::vector<std::vector<double>> grad_w0(z(world)), grad_w1(z(world));
   for (int d = 0; d < world; ++d) {
     auto const &w = work[z(d)];
     auto const &lists = bw[z(d)];
     int const g = config.group_of_rank(d);
     auto const &sh = shards[z(d)];
-    ASSERT_EQ(lists.row_slot.size(), z(w.rows));
-    std::vector<float> x(z(w.rows * n), nan_value), g_in(z(lists.in_off.back() * n), nan_value),
-        gr(z(w.rows * n), nan_value), aw(z(w.rows * kp), nan_value), dpre(z(w.rows * c0), nan_value),
-        dx(z(w.rows * n), nan_value), dw(z(w.rows), nan_value), combine_send(z(world * m * n), nan_value);
+    auto &dw = dw_all[z(d)];
+    std::vector<float> x(z(w.rows * n), nan_value), gr(z(w.rows * n), nan_value), aw(z(w.rows * kp), nan_value),
+        dpre(z(w.rows * c0), nan_value), dx(z(w.rows * n), nan_value), combine_send(z(world * m * n), nan_value);
     grad_w0[z(d)].assign(z(eg * n * c0), 0.0);
     grad_w1[z(d)].assign(z(eg * kp * n), 0.0);
     for (int ch = 0; ch < c.chunks; ++ch)
@@ -179,17 +241,20 @@ void run_case(Case const &c, std::uint64_t seed) {
         // x_recv (the forward's pull, or the backward's copy of the own rows) and the copy-in of the slots.
         for (std::int64_t i = 0; i < b.rows * n; ++i)
           x[z(row0 * n + i)] = static_cast<float>(read(send_rows[z(s)], b.send_row * n + i));
-        for (std::int64_t i = 0; i < b.slots * n; ++i)
-          g_in[z((lists.in_off[z(s)] + b.slot_begin) * n + i)] =
+        for (std::int64_t i = 0; i < b.slots * n && !nccl; ++i)
+          g_in[z(d)][z((lists.in_off[z(s)] + b.slot_begin) * n + i)] =
               static_cast<float>(read(g_out[z(s)], (bw[z(s)].out_off[z(g)] + b.slot_begin) * n + i));
       }
     for (int ch = 0; ch < c.chunks; ++ch)
       for (int s = 0; s < world; ++s) {
         auto const &b = w.blocks[z(s)][z(ch)];
         auto const row0 = w.row[z(s)][z(ch)];
-        for (std::int64_t i = row0; i < row0 + b.rows; ++i)
+        for (std::int64_t i = row0; i < row0 + b.rows; ++i) {
+          ASSERT_NE(row_slot[z(d)][z(i)], unwritten) << "rank " << d << "'s row " << i << " got no slot";
           for (std::int64_t col = 0; col < n; ++col)
-            gr[z(i * n + col)] = static_cast<float>(read(g_in, (lists.in_off[z(s)] + lists.row_slot[z(i)]) * n + col));
+            gr[z(i * n + col)] =
+                static_cast<float>(read(g_in[z(d)], (lists.in_off[z(s)] + row_slot[z(d)][z(i)]) * n + col));
+        }
         for (int e = 0; e < eg; ++e)
           for (auto i = row0 + b.expert_offset[z(e)]; i < row0 + b.expert_offset[z(e) + 1]; ++i) {
             std::vector<float> pre(z(c0)), q(z(kp));
@@ -205,7 +270,7 @@ void run_case(Case const &c, std::uint64_t seed) {
                 acc += read(gr, i * n + k) * sh.w1(z(e), z(j), z(k));
               q[z(j)] = static_cast<float>(acc);
             }
-            double const wt = lists.row_weight[z(i)], dot = [&] {
+            double const wt = read(row_weight[z(d)], i), dot = [&] {
               double sum = 0.0;
               for (std::int64_t j = 0; j < kp; ++j) {
                 double const a = act(config, pre[z(j)]), up = c.gated ? pre[z(kp + j)] : 1.0;
@@ -263,10 +328,13 @@ void run_case(Case const &c, std::uint64_t seed) {
         for (std::int64_t i = 0; i < b.slots * n; ++i)
           combine[z(s)][z((d * m + b.slot_begin) * n + i)] =
               static_cast<float>(read(combine_send, (s * m + b.slot_begin) * n + i));
-        for (std::int64_t j = 0; j < b.rows; ++j)
+        for (std::int64_t j = 0; j < b.rows && !nccl; ++j)
           dw_recv[z(s)][z(d * m * topk + b.send_row + j)] = static_cast<float>(read(dw, row0 + j));
       }
   }
+  if (nccl)
+    for (int ch = 0; ch < c.chunks; ++ch)
+      emulate_alltoallv(dw_all, dw_recv, exchange_of(ch, &BackwardExchange::dw));
 
   // Owners: the final sum in rank order, the gate's backward (gate_backward_kernel), the gate's GEMMs.
   auto aux_grad = std::vector<double>(z(e_all), 0.0);
@@ -406,7 +474,8 @@ TEST(CudaBackwardPlan, layouts_topk_chunks_and_edge_cases) {
       {4, 1, 2, 3, 8, 8, 2, 1, true, true, true, Activation::silu, -1},
   };
   for (auto const &c : cases)
-    run_case(c, seed);
+    for (bool nccl : {false, true})
+      run_case(c, seed, nccl);
 }
 
 } // namespace

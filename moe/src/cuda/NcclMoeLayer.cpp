@@ -322,56 +322,30 @@ struct NcclMoeLayer::State : DeviceLayerCore {
   // backward (float32): VirtualRanksLayer's steps (Backward.hpp) with the messages as NCCL all-to-alls.
   // ------------------------------------------------------------------------------------------------------------
 
-  /// Chunk \p ch's messages to the expert sides: this rank's output gradient per slot of each destination's group,
-  /// and its plan rows' slots and combine weights, into the destinations' g_in, row_slot and row_weight.
-  void grad_exchange(BackwardWork const &lists, int ch, cudaStream_t stream) {
-    auto const &plan = plans[static_cast<std::size_t>(me)];
-    auto const &w = forward_work;
-    std::size_t const n = static_cast<std::size_t>(config.hidden), f = sizeof(float), i4 = sizeof(std::int32_t);
-    std::vector<std::size_t> sc(static_cast<std::size_t>(world)), sd(sc.size()), rc(sc.size()), rd(sc.size());
-    std::vector<std::size_t> rsc(sc.size()), rsd(sc.size()), rrc(sc.size()), rrd(sc.size());
-    for (int p = 0; p < world; ++p) {
-      auto const up = static_cast<std::size_t>(p);
-      int const g = config.group_of_rank(p);
-      auto const &b = w.blocks[up][static_cast<std::size_t>(ch)];
-      sc[up] = static_cast<std::size_t>(plan.slot_count(ch, g)) * n * f;
-      sd[up] = static_cast<std::size_t>(lists.out_off[static_cast<std::size_t>(g)] + plan.slot_begin(ch, g)) * n * f;
-      rc[up] = static_cast<std::size_t>(b.slots) * n * f;
-      rd[up] = static_cast<std::size_t>(lists.in_off[up] + b.slot_begin) * n * f;
-      rsc[up] = static_cast<std::size_t>(plan.block_end(ch, g) - plan.block_begin(ch, g));
-      rsd[up] = static_cast<std::size_t>(plan.block_begin(ch, g));
-      rrc[up] = static_cast<std::size_t>(b.rows);
-      rrd[up] = static_cast<std::size_t>(w.row[up][static_cast<std::size_t>(ch)]);
-    }
-    alltoallv_bytes(rb->g_out.data(), sc, sd, rb->g_in.data(), rc, rd, stream);
-    auto bytes = [](std::vector<std::size_t> v, std::size_t size) {
-      for (auto &x : v)
-        x *= size;
+  /// One all-to-all of \p x's element counts (elements of \p size bytes).
+  void alltoallv_elements(void const *send, Alltoall const &x, void *recv, std::size_t size, cudaStream_t stream) {
+    auto bytes = [size](std::vector<std::size_t> v) {
+      for (auto &e : v)
+        e *= size;
       return v;
     };
-    alltoallv_bytes(rb->send_slot.data(), bytes(rsc, i4), bytes(rsd, i4), rb->row_slot.data(), bytes(rrc, i4),
-                    bytes(rrd, i4), stream);
-    alltoallv_bytes(rb->send_weight.data(), bytes(rsc, f), bytes(rsd, f), rb->row_weight.data(), bytes(rrc, f),
-                    bytes(rrd, f), stream);
+    alltoallv_bytes(send, bytes(x.send_counts), bytes(x.send_displs), recv, bytes(x.recv_counts), bytes(x.recv_displs),
+                    stream);
+  }
+
+  /// Chunk \p ch's messages to the expert sides (WorkPlanner::backward_exchange): this rank's output gradient per
+  /// slot of each destination's group, and its plan rows' slots and combine weights.
+  void grad_exchange(BackwardExchange const &x, cudaStream_t stream) {
+    alltoallv_elements(rb->g_out.data(), x.slots, rb->g_in.data(), sizeof(float), stream);
+    alltoallv_elements(rb->send_slot.data(), x.rows, rb->row_slot.data(), sizeof(std::int32_t), stream);
+    alltoallv_elements(rb->send_weight.data(), x.rows, rb->row_weight.data(), sizeof(float), stream);
   }
 
   /// Chunk \p ch's replies: the token gradients per slot into the owners' combine regions (the forward's combine),
-  /// and the rows' combine-weight gradients into the owners' dw_recv (row `me`, the owner's plan rows).
-  void grad_reply(int ch, cudaStream_t stream) {
+  /// and the rows' combine-weight gradients into the owners' dw_recv.
+  void grad_reply(BackwardExchange const &x, int ch, cudaStream_t stream) {
     combine(forward_work, ch, stream);
-    auto const &plan = plans[static_cast<std::size_t>(me)];
-    auto const &w = forward_work;
-    std::size_t const f = sizeof(float), stride = static_cast<std::size_t>(config.tokens * config.topk);
-    std::vector<std::size_t> sc(static_cast<std::size_t>(world)), sd(sc.size()), rc(sc.size()), rd(sc.size());
-    for (int p = 0; p < world; ++p) {
-      auto const up = static_cast<std::size_t>(p);
-      int const g = config.group_of_rank(p);
-      sc[up] = static_cast<std::size_t>(w.blocks[up][static_cast<std::size_t>(ch)].rows) * f;
-      sd[up] = static_cast<std::size_t>(w.row[up][static_cast<std::size_t>(ch)]) * f;
-      rc[up] = static_cast<std::size_t>(plan.block_end(ch, g) - plan.block_begin(ch, g)) * f;
-      rd[up] = (up * stride + static_cast<std::size_t>(plan.block_begin(ch, g))) * f;
-    }
-    alltoallv_bytes(rb->dw.data(), sc, sd, rb->dw_recv.data(), rc, rd, stream);
+    alltoallv_elements(rb->dw.data(), x.dw, rb->dw_recv.data(), sizeof(float), stream);
   }
 
   void backward(ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule, double aux) {
@@ -413,6 +387,9 @@ struct NcclMoeLayer::State : DeviceLayerCore {
 
     WorkPlanner const planner(config, plans, comet);
     auto const lists = planner.backward_work(me, forward_work, routing.experts, /*row_lists=*/false);
+    std::vector<BackwardExchange> exchange;
+    for (int ch = 0; ch < forward_chunks; ++ch)
+      exchange.push_back(planner.backward_exchange(me, ch, forward_work, lists));
     BackwardInputs in;
     in.d_out = d_out;
     in.routing = &routing;
@@ -466,7 +443,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
     switch (schedule) {
     case Schedule::sequential:
       for (int ch = 0; ch < chunks; ++ch)
-        grad_exchange(lists, ch, s);
+        grad_exchange(exchange[static_cast<std::size_t>(ch)], s);
       for (int ch = 0; ch < chunks; ++ch)
         for (int p : sources)
           backward_tile(rs, *rb, config, v, forward_work, lists, p, ch);
@@ -474,7 +451,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
         for (int p : sources)
           backward_weights(rs, *rb, config, forward_work, p, ch, rs.cublas.get());
       for (int ch = 0; ch < chunks; ++ch)
-        grad_reply(ch, s);
+        grad_reply(exchange[static_cast<std::size_t>(ch)], ch, s);
       break;
     case Schedule::pipelined:
     case Schedule::comet: {
@@ -484,7 +461,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
       rb->packed.record(s);
       rb->packed.wait_on(q);
       for (int ch = 0; ch < chunks; ++ch) {
-        grad_exchange(lists, ch, q);
+        grad_exchange(exchange[static_cast<std::size_t>(ch)], q);
         rb->tile_in[static_cast<std::size_t>(ch)].record(q);
       }
       std::size_t tile = 0;
@@ -503,7 +480,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
       }
       for (int ch = 0; ch < chunks; ++ch) {
         rb->chunk_done[static_cast<std::size_t>(ch)].wait_on(q);
-        grad_reply(ch, q);
+        grad_reply(exchange[static_cast<std::size_t>(ch)], ch, q);
       }
       rb->replied.record(q);
       rb->replied.wait_on(s);

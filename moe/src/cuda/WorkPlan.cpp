@@ -190,6 +190,39 @@ BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatri
   return b;
 }
 
+BackwardExchange WorkPlanner::backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const {
+  auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
+  auto const &plan = plans[sz(d)];
+  std::size_t const n = sz(config.hidden), stride = sz(config.tokens * config.topk);
+  BackwardExchange x;
+  for (auto *a : {&x.slots, &x.rows, &x.dw}) {
+    a->send_counts.assign(sz(world), 0);
+    a->send_displs.assign(sz(world), 0);
+    a->recv_counts.assign(sz(world), 0);
+    a->recv_displs.assign(sz(world), 0);
+  }
+  for (int p = 0; p < world; ++p) {
+    auto const up = sz(p);
+    int const g = config.group_of_rank(p);
+    auto const &b = w.blocks[up][sz(ch)];
+    auto const row0 = sz(w.row[up][sz(ch)]);
+    auto const own_rows = sz(plan.block_end(ch, g) - plan.block_begin(ch, g)), own_row0 = sz(plan.block_begin(ch, g));
+    x.slots.send_counts[up] = sz(plan.slot_count(ch, g)) * n;
+    x.slots.send_displs[up] = sz(lists.out_off[sz(g)] + plan.slot_begin(ch, g)) * n;
+    x.slots.recv_counts[up] = sz(b.slots) * n;
+    x.slots.recv_displs[up] = sz(lists.in_off[up] + b.slot_begin) * n;
+    x.rows.send_counts[up] = own_rows;
+    x.rows.send_displs[up] = own_row0;
+    x.rows.recv_counts[up] = sz(b.rows);
+    x.rows.recv_displs[up] = row0;
+    x.dw.send_counts[up] = sz(b.rows);
+    x.dw.send_displs[up] = row0;
+    x.dw.recv_counts[up] = own_rows;
+    x.dw.recv_displs[up] = up * stride + own_row0;
+  }
+  return x;
+}
+
 void WorkPlanner::comet_work(int d, RankWork &w) const {
   int const g = config.group_of_rank(d);
   std::int64_t const kp = config.ffn_per_rank();

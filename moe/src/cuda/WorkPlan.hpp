@@ -80,6 +80,24 @@ struct BackwardWork {
   std::vector<std::vector<std::int64_t>> reduce_at; // [chunks][world + 1]
 };
 
+/// One rank's all-to-all, per peer: counts and displacements in elements (Communicator::alltoallv's arguments
+/// once multiplied by the element size).
+struct Alltoall {
+  std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+/// NcclMoeLayer's backward messages of one token chunk for one rank (the token gradients go back as the forward's
+/// combine).
+struct BackwardExchange {
+  /// Floats: the owner's output gradient per slot (g_out, group-major) into the expert sides' g_in.
+  Alltoall slots;
+  /// Elements (int32 slots, float weights): the owner's plan rows' slots and combine weights into the expert sides'
+  /// row_slot and row_weight (rows of their index space).
+  Alltoall rows;
+  /// Floats: the expert sides' rows' combine-weight gradients (dw) into the owners' dw_recv ([world, M topk]).
+  Alltoall dw;
+};
+
 /// Builds the work lists of one forward.
 class WorkPlanner {
 public:
@@ -100,6 +118,8 @@ public:
   /// The backward's lists of rank \p d: \p w is its forward work (work_of), \p chosen its routing's experts [M, topk].
   /// \p row_lists: fill row_slot and row_weight (needs every source's full plan).
   BackwardWork backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists = true) const;
+  /// Rank \p d's backward messages of chunk \p ch (NcclMoeLayer): \p w and \p lists are d's (work_of, backward_work).
+  BackwardExchange backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const;
 
 private:
   MoeConfig const &config;
