@@ -1,9 +1,9 @@
 // VirtualRanksLayer::backward (float32) of every schedule against the dense reference's analytic gradients
 // (reference_backward, double precision), in the one-process multi-rank mode: W in {1, 2, 4} virtual ranks (EP and
 // EP x TP layouts), topk 1, 2 and 8, M, N and K/TP not multiples of 64, gate logits, a gate weight with and without a
-// bias, the load-balancing loss, GeLU and ungated experts, unnormalized top-k weights, an expert no token picks, and
-// a backward under another schedule than its forward. Every test is skipped (and reported as skipped) where no CUDA
-// device is visible; where one is, it asserts.
+// bias, the load-balancing loss, GeLU and ungated experts, unnormalized top-k weights, an expert no token picks, a
+// larger shape, and a backward under another schedule than its forward. Every test is skipped (and reported as skipped)
+// where no CUDA device is visible; where one is, it asserts.
 //
 // Tests that can fail: every layer runs with DeviceDebug::poison_buffers (each forward and each backward start from
 // buffers full of NaN), every forward/backward pair gets inputs and output gradients of its own, and the gradients
@@ -267,6 +267,24 @@ TEST(CudaMoeBackward, backward_schedule_differs_from_forward) {
     for (Schedule b : all)
       pair.run(layer, f, b, seed + 31 * ++input,
                std::string("forward ") + name_of(f) + ", backward " + name_of(b) + " seed " + std::to_string(seed));
+}
+
+// Several cuBLAS tiles per problem and the registry's comet parameters.
+TEST(CudaMoeBackward, larger_shape) {
+  TESSEL_REQUIRE_DEVICE();
+  auto const seed = seed_now();
+  MoeConfig config;
+  config.tokens = 515;
+  config.hidden = 384;
+  config.ffn = 320;
+  config.experts = 8;
+  config.topk = 2;
+  config.ep = 4;
+  Pair const pair(config, Gate::weight_bias, seed);
+  mc::VirtualRanksLayer layer(config, pair.shards, test_options());
+  std::uint64_t input = 0;
+  for (Schedule s : {Schedule::sequential, Schedule::pipelined, Schedule::comet})
+    pair.run(layer, s, s, seed + 13 * ++input, config.describe() + " " + name_of(s) + " seed " + std::to_string(seed));
 }
 
 TEST(CudaMoeBackward, errors) {
