@@ -212,6 +212,45 @@ cudaError_t final_sum(cudaStream_t stream, RankView const &view, std::int32_t co
 /// Blocks per SM of the kernels that may spin (final_sum): a few, so that waiting never floods the device.
 constexpr int waiting_blocks_per_sm = 4;
 
+// -------------------------------------------------------------------------------------------------------------
+// The backward's kernels (Backward.cu; float32 only). Row index space and slot tables as in the forward.
+// -------------------------------------------------------------------------------------------------------------
+
+/// The expert FFN's activation backward for \p rows rows (one warp per row): with pre = x W0 (fp32 [rows, cols0],
+/// gated: [gate | up]), q = g W1^T ([rows, kp]) and the rows' combine weights \p weight, writes aw = w act(pre)
+/// (gated: times up) [rows, kp], dpre = dL/d pre [rows, cols0] for dL/dh = w q, and dw[i] = q_i . h_i (dL/d w_i;
+/// this rank's K-shard: a partial sum when TP > 1). The host path's activation_backward (Kernels.cpp).
+cudaError_t activation_backward(cudaStream_t stream, int activation, bool gated, float const *pre, float const *q,
+                                float const *weight, std::int64_t rows, std::int64_t kp, float *aw, float *dpre,
+                                float *dw);
+
+/// The backward's sum per slot: for each item, out[(source * M + slot) * N + col] = sum of the slot's rows of
+/// \p dx (through the source's slot table, in its order) with weight 1 (the combine weight is already in dx).
+/// Columns [col_begin, col_end) of the items; writes every slot of every item.
+cudaError_t slot_sum(cudaStream_t stream, RankView const &view, float const *dx, int items, ReduceItem const *item,
+                     float *out);
+
+/// The gate's backward of an owner's \p m tokens (one thread per token): the combine weights' gradients
+/// dw[t, k] = sum over the ranks r of expert experts[t, k]'s group, in rank order, of
+/// dw_recv[r * stride + choice_row[t, k]]; then dL/d logits [m, experts] through the top-k softmax (renormalized
+/// over the top-k when \p normalize) plus \p aux [experts] (the load-balancing loss's dL/dp). As the host's
+/// gate_backward (BackwardSchedule.cpp), in double per token.
+struct GateBackwardArgs {
+  std::int64_t m = 0;
+  int experts = 1, topk = 1, world = 1, experts_per_group = 1;
+  bool normalize = true;
+  float const *probs = nullptr;             ///< [m, experts]
+  float const *weights = nullptr;           ///< [m, topk]
+  std::int32_t const *chosen = nullptr;     ///< [m, topk]
+  std::int32_t const *choice_row = nullptr; ///< [m, topk] the (t, k) pair's row in the owner's dispatch plan
+  float const *dw_recv = nullptr;           ///< [world, stride]
+  std::int64_t stride = 0;
+  std::int32_t const *rank_group = nullptr; ///< [world]
+  double const *aux = nullptr;              ///< [experts]
+  float *dlogits = nullptr;                 ///< [m, experts]
+};
+cudaError_t gate_backward(cudaStream_t stream, GateBackwardArgs const &args);
+
 } // namespace tessel::moe::cuda::Impl
 
 #endif

@@ -6,6 +6,7 @@
 
 #include <tessel/moe/cuda/NcclMoeLayer.hpp>
 
+#include "Backward.hpp"
 #include "DeviceLayerCore.hpp"
 #include "Rank.hpp"
 #include "SymmetricWindow.hpp"
@@ -14,6 +15,7 @@
 #include <tessel/core/cuda/NcclCommunicator.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -70,6 +72,13 @@ struct NcclMoeLayer::State : DeviceLayerCore {
   std::unique_ptr<SymmetricWindow> window;
   Routing routing;
   std::vector<DispatchPlan> plans;
+  // What the backward needs from the last forward (valid once it completed).
+  bool have_forward = false;
+  int forward_chunks = 1;
+  RankWork forward_work;
+  GateInput forward_gate;
+  std::unique_ptr<RankBackward> rb;
+  DeviceStats backward_stats;
 
   State(MoeConfig const &c, Communicator const &world_comm, ExpertWeights const &weights, DeviceOptions o)
       : DeviceLayerCore(consistent(c, world_comm), world_comm.size(), std::move(o), "tessel::moe::cuda::NcclMoeLayer"),
@@ -178,6 +187,7 @@ struct NcclMoeLayer::State : DeviceLayerCore {
   void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule) {
     auto const t0 = std::chrono::steady_clock::now();
     require_usable();
+    have_forward = false;
     std::int64_t const m = config.tokens, n = config.hidden;
     TESSEL_REQUIRE(tokens.extent(0) == static_cast<std::size_t>(m) && tokens.extent(1) == static_cast<std::size_t>(n),
                    "NcclMoeLayer::forward: tokens are ", tokens.extent(0), " x ", tokens.extent(1),
@@ -302,6 +312,204 @@ struct NcclMoeLayer::State : DeviceLayerCore {
       });
     }
     stats.device_ms = Event::elapsed_ms(start, stop);
+    forward_work = std::move(w);
+    forward_gate = gate;
+    forward_chunks = chunks;
+    have_forward = true;
+  }
+
+  // ------------------------------------------------------------------------------------------------------------
+  // backward (float32): VirtualRanksLayer's steps (Backward.hpp) with the messages as NCCL all-to-alls.
+  // ------------------------------------------------------------------------------------------------------------
+
+  /// One all-to-all of \p x's element counts (elements of \p size bytes).
+  void alltoallv_elements(void const *send, Alltoall const &x, void *recv, std::size_t size, cudaStream_t stream) {
+    auto bytes = [size](std::vector<std::size_t> v) {
+      for (auto &e : v)
+        e *= size;
+      return v;
+    };
+    alltoallv_bytes(send, bytes(x.send_counts), bytes(x.send_displs), recv, bytes(x.recv_counts), bytes(x.recv_displs),
+                    stream);
+  }
+
+  /// Chunk \p ch's messages to the expert sides (WorkPlanner::backward_exchange): this rank's output gradient per
+  /// slot of each destination's group, and its plan rows' slots and combine weights.
+  void grad_exchange(BackwardExchange const &x, cudaStream_t stream) {
+    alltoallv_elements(rb->g_out.data(), x.slots, rb->g_in.data(), sizeof(float), stream);
+    alltoallv_elements(rb->send_slot.data(), x.rows, rb->row_slot.data(), sizeof(std::int32_t), stream);
+    alltoallv_elements(rb->send_weight.data(), x.rows, rb->row_weight.data(), sizeof(float), stream);
+  }
+
+  /// Chunk \p ch's replies: the token gradients per slot into the owners' combine regions (the forward's combine),
+  /// and the rows' combine-weight gradients into the owners' dw_recv.
+  void grad_reply(BackwardExchange const &x, int ch, cudaStream_t stream) {
+    combine(forward_work, ch, stream);
+    alltoallv_elements(rb->dw.data(), x.dw, rb->dw_recv.data(), sizeof(float), stream);
+  }
+
+  void backward(ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule, double aux) {
+    auto const t0 = std::chrono::steady_clock::now();
+    require_usable();
+    TESSEL_REQUIRE(config.dtype == DataType::float32, "NcclMoeLayer::backward: float32 layers only (this one is ",
+                   name_of(config.dtype), ")");
+    std::int64_t const m = config.tokens, n = config.hidden;
+    TESSEL_REQUIRE(d_out.extent(0) == static_cast<std::size_t>(m) && d_out.extent(1) == static_cast<std::size_t>(n),
+                   "NcclMoeLayer::backward: the output gradient is ", d_out.extent(0), " x ", d_out.extent(1),
+                   ", expected M x N = ", m, " x ", n);
+    TESSEL_REQUIRE(std::isfinite(aux) && aux >= 0.0,
+                   "NcclMoeLayer::backward: aux_loss_coef must be finite and >= 0, got ", aux);
+    // Every rank stops alike when any has no forward to differentiate (host all-gather: the NCCL communicator's
+    // collectives take device memory).
+    int const mine_ready = have_forward ? 1 : 0;
+    std::vector<int> ready(static_cast<std::size_t>(world));
+    comm.host_allgather(&mine_ready, ready.data(), sizeof(int));
+    for (int r = 0; r < world; ++r)
+      TESSEL_REQUIRE(ready[static_cast<std::size_t>(r)] == 1,
+                     "NcclMoeLayer::backward: no forward to differentiate on rank ", r,
+                     " (call forward first; a forward that failed does not count)");
+    comm.require_same("NcclMoeLayer::backward schedule", static_cast<std::uint64_t>(schedule));
+    bool const gate_weight = forward_gate.kind == GateInput::Kind::weight;
+    bool const gate_bias = gate_weight && forward_gate.bias.data() != nullptr;
+    comm.require_same("NcclMoeLayer::backward gate kind", (gate_weight ? 1u : 0u) + (gate_bias ? 2u : 0u));
+    if (!rb)
+      rb = std::make_unique<RankBackward>();
+    int const chunks = forward_chunks;
+
+    // The load-balancing loss's expert counts over all ranks.
+    std::vector<std::int64_t> mine(routing.tokens_per_expert.begin(), routing.tokens_per_expert.end());
+    std::vector<std::int64_t> every(mine.size() * static_cast<std::size_t>(world));
+    comm.host_allgather(mine.data(), every.data(), mine.size() * sizeof(std::int64_t));
+    std::vector<double> counts(mine.size(), 0.0);
+    for (std::size_t i = 0; i < every.size(); ++i)
+      counts[i % mine.size()] += static_cast<double>(every[i]);
+    auto const aux_grad = aux_gradient(config, counts, static_cast<double>(m) * world, aux);
+
+    WorkPlanner const planner(config, plans, comet);
+    auto const lists = planner.backward_work(me, forward_work, routing.experts, /*row_lists=*/false);
+    std::vector<BackwardExchange> exchange;
+    for (int ch = 0; ch < forward_chunks; ++ch)
+      exchange.push_back(planner.backward_exchange(me, ch, forward_work, lists));
+    BackwardInputs in;
+    in.d_out = d_out;
+    in.routing = &routing;
+    in.lists = &lists;
+    in.work = &forward_work;
+    in.aux = &aux_grad;
+    if (gate_weight)
+      in.gate_weight = forward_gate.weight;
+    in.poison = options.debug.poison_buffers;
+    in.sym_base = window->local();
+    in.layout = &layout;
+    auto const &own = plans[static_cast<std::size_t>(me)];
+    // The own plan rows' slots and weights: host vectors of the plan, alive until the synchronization in
+    // prepare_backward.
+    upload(rb->send_slot, own.row_slot, "Tessel::moe::cuda::grad_send_slot", rs.stream.get());
+    upload(rb->send_weight, own.row_weight, "Tessel::moe::cuda::grad_send_weight", rs.stream.get());
+    prepare_backward(rs, *rb, config, in, timeout());
+    if (options.debug.poison_buffers) {
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(rb->row_slot.data(), 0xff, rb->row_slot.bytes(), rs.stream.get()));
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(rb->row_weight.data(), 0xff, rb->row_weight.bytes(), rs.stream.get()));
+    }
+    if (static_cast<int>(rb->tile_out.size()) < world * chunks) {
+      rb->tile_in.resize(static_cast<std::size_t>(world * chunks));
+      rb->tile_out.resize(static_cast<std::size_t>(world * chunks));
+      rb->chunk_done.resize(static_cast<std::size_t>(world * chunks));
+    }
+    backward_stats = DeviceStats{};
+    backward_stats.schedule = schedule;
+    backward_stats.rows = forward_work.rows;
+    backward_stats.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    cudaStream_t const s = rs.stream.get(), q = rs.comm.get(), wq = rb->wgrad.get();
+    auto const v = view();
+    start.record(s);
+    pack_output_gradient(rs, *rb, config, lists);
+    // The own rows into x_recv (comet's layer0 read them from the window's send rows).
+    std::size_t const row_bytes = static_cast<std::size_t>(n) * es;
+    for (int ch = 0; ch < chunks; ++ch) {
+      auto const &b = forward_work.blocks[static_cast<std::size_t>(me)][static_cast<std::size_t>(ch)];
+      auto const row0 = forward_work.row[static_cast<std::size_t>(me)][static_cast<std::size_t>(ch)];
+      if (b.rows > 0)
+        TESSEL_CUDA_CHECK(
+            cudaMemcpyAsync(rs.x_recv.data() + static_cast<std::size_t>(row0) * row_bytes,
+                            window->local() + layout.send_rows + static_cast<std::size_t>(b.send_row) * row_bytes,
+                            static_cast<std::size_t>(b.rows) * row_bytes, cudaMemcpyDeviceToDevice, s));
+    }
+    // Tiles of a chunk: the local source first, then the others (rank - 1, rank - 2, ...).
+    std::vector<int> sources;
+    for (int k = 0; k < world; ++k)
+      sources.push_back((me - k + world) % world);
+    switch (schedule) {
+    case Schedule::sequential:
+      for (int ch = 0; ch < chunks; ++ch)
+        grad_exchange(exchange[static_cast<std::size_t>(ch)], s);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int p : sources)
+          backward_tile(rs, *rb, config, v, forward_work, lists, p, ch);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int p : sources)
+          backward_weights(rs, *rb, config, forward_work, p, ch, rs.cublas.get());
+      for (int ch = 0; ch < chunks; ++ch)
+        grad_reply(exchange[static_cast<std::size_t>(ch)], ch, s);
+      break;
+    case Schedule::pipelined:
+    case Schedule::comet: {
+      // The messages on the communication stream chunk by chunk; the compute stream takes a chunk once its
+      // messages are in, and its replies leave once it is done. comet: each finished tile's weight-gradient GEMMs
+      // on their own stream, beside the next tiles; pipelined: all of them at the end on the compute stream.
+      rb->packed.record(s);
+      rb->packed.wait_on(q);
+      for (int ch = 0; ch < chunks; ++ch) {
+        grad_exchange(exchange[static_cast<std::size_t>(ch)], q);
+        rb->tile_in[static_cast<std::size_t>(ch)].record(q);
+      }
+      std::size_t tile = 0;
+      for (int ch = 0; ch < chunks; ++ch) {
+        rb->tile_in[static_cast<std::size_t>(ch)].wait_on(s);
+        for (int p : sources) {
+          backward_tile(rs, *rb, config, v, forward_work, lists, p, ch);
+          if (schedule == Schedule::comet) {
+            rb->tile_out[tile].record(s);
+            rb->tile_out[tile].wait_on(wq);
+            backward_weights(rs, *rb, config, forward_work, p, ch, rb->wgrad_blas.get());
+            ++tile;
+          }
+        }
+        rb->chunk_done[static_cast<std::size_t>(ch)].record(s);
+      }
+      for (int ch = 0; ch < chunks; ++ch) {
+        rb->chunk_done[static_cast<std::size_t>(ch)].wait_on(q);
+        grad_reply(exchange[static_cast<std::size_t>(ch)], ch, q);
+      }
+      rb->replied.record(q);
+      rb->replied.wait_on(s);
+      if (schedule == Schedule::pipelined)
+        for (int ch = 0; ch < chunks; ++ch)
+          for (int p : sources)
+            backward_weights(rs, *rb, config, forward_work, p, ch, rs.cublas.get());
+      rb->wgrad_done.record(wq);
+      rb->wgrad_done.wait_on(s);
+      break;
+    }
+    }
+    owner_backward(rs, *rb, config, v, rank_group_device.data(), gate_weight, waiting_blocks(1));
+    stop.record(s);
+    std::vector<float> gate_partial;
+    copy_gradients(rs, *rb, config, grads, gate_weight, gate_bias, gate_partial);
+    host_wait([&] {
+      tessel::cuda::synchronize(comm, q);
+      tessel::cuda::synchronize(comm, s);
+      rb->wgrad.synchronize(timeout());
+    });
+    backward_stats.device_ms = Event::elapsed_ms(start, stop);
+    if (gate_weight) {
+      // The gate is replicated: every rank gets the sum over the ranks (rank order) of their shares.
+      auto const share = gate_share(gate_partial, grads.logits);
+      std::vector<float> shares(share.size() * static_cast<std::size_t>(world));
+      comm.host_allgather(share.data(), shares.data(), share.size() * sizeof(float));
+      set_gate_gradients(shares, world, grads, gate_bias);
+    }
   }
 };
 
@@ -319,6 +527,11 @@ void NcclMoeLayer::forward(ConstHostMatrix tokens, GateInput const &gate, HostMa
 }
 Routing const &NcclMoeLayer::routing() const { return _state->routing; }
 DeviceStats const &NcclMoeLayer::stats() const { return _state->stats; }
+DeviceStats const &NcclMoeLayer::backward_stats() const { return _state->backward_stats; }
+
+void NcclMoeLayer::backward(ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule, double aux_loss_coef) {
+  _state->backward(d_out, grads, schedule, aux_loss_coef);
+}
 
 } // namespace tessel::moe::cuda
 

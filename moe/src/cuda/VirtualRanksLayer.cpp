@@ -3,6 +3,7 @@
 // and the fused COMET kernels (Comet.cu) for comet.
 #include <tessel/moe/cuda/VirtualRanksLayer.hpp>
 
+#include "Backward.hpp"
 #include "Device.hpp"
 #include "DeviceLayerCore.hpp"
 #include "Rank.hpp"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -40,6 +42,13 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
   DeviceBuffer<char *> peer_base;
   std::vector<Routing> routings;
   std::vector<DispatchPlan> plans;
+  // What the backward needs from the last forward (valid once it completed).
+  bool have_forward = false;
+  int forward_chunks = 1;
+  std::vector<RankWork> forward_work;
+  std::vector<GateInput> forward_gates;
+  std::vector<std::unique_ptr<RankBackward>> bwd;
+  DeviceStats backward_stats;
 
   State(MoeConfig const &c, std::vector<ExpertWeights> const &weights, DeviceOptions o)
       : DeviceLayerCore(on_visible_device(c), c.world(), std::move(o), "tessel::moe::cuda::VirtualRanksLayer") {
@@ -110,6 +119,7 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
                std::vector<HostMatrix> const &out, Schedule schedule) {
     auto const t0 = std::chrono::steady_clock::now();
     require_usable();
+    have_forward = false;
     std::int64_t const m = config.tokens, n = config.hidden;
     TESSEL_REQUIRE(static_cast<int>(tokens.size()) == world && static_cast<int>(gates.size()) == world &&
                        static_cast<int>(out.size()) == world,
@@ -222,6 +232,10 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     for (int r = 0; r < world; ++r)
       synchronize_rank(r, schedule);
     stats.device_ms = Event::elapsed_ms(start, stop);
+    forward_work = std::move(work);
+    forward_gates = gates;
+    forward_chunks = chunks;
+    have_forward = true;
   }
 
   void synchronize_rank(int r, Schedule schedule) {
@@ -318,6 +332,291 @@ struct VirtualRanksLayer::State : DeviceLayerCore {
     combine_expected += static_cast<std::uint64_t>(grid.comm_blocks);
     finish(combine_expected);
   }
+
+  // ------------------------------------------------------------------------------------------------------------
+  // backward (float32): the forward's messages reversed, as the host's BackwardSchedule.cpp. Each owner packs its
+  // output gradient per slot of every group; each expert side copies every source's slots of its group (a tile is
+  // one (source, chunk) block), gathers them per row, and per (source, chunk, expert) recomputes GEMM0, computes
+  // q = g W1^T, the activation's backward and dx = dpre W0^T (cuBLAS + Backward.cu), sums dx per slot and copies
+  // it back into the owner's combine region with the rows' combine-weight gradients; the owner adds the ranks'
+  // token gradients in rank order (the forward's final sum) and runs the gate's backward. dW1 += (w act)^T g and
+  // dW0 += x^T dpre need nothing from another rank.
+  // ------------------------------------------------------------------------------------------------------------
+
+  RankBackward &rb(int r) { return *bwd[static_cast<std::size_t>(r)]; }
+
+  /// Source \p s's output-gradient slots of (s, ch) for rank \p d's group into d's g_in.
+  void grad_copy_in(int d, std::vector<BackwardWork> const &bw, int s, int ch, cudaStream_t stream) {
+    auto const &b =
+        forward_work[static_cast<std::size_t>(d)].blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    if (b.slots == 0)
+      return;
+    std::int64_t const n = config.hidden;
+    auto const g = static_cast<std::size_t>(config.group_of_rank(d));
+    float const *src = rb(s).g_out.data() + (bw[static_cast<std::size_t>(s)].out_off[g] + b.slot_begin) * n;
+    float *dst =
+        rb(d).g_in.data() + (bw[static_cast<std::size_t>(d)].in_off[static_cast<std::size_t>(s)] + b.slot_begin) * n;
+    TESSEL_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(b.slots * n) * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+  }
+
+  void grad_tile(int d, std::vector<BackwardWork> const &bw, int s, int ch) {
+    backward_tile(ranks[static_cast<std::size_t>(d)], rb(d), config, view(d), forward_work[static_cast<std::size_t>(d)],
+                  bw[static_cast<std::size_t>(d)], s, ch);
+  }
+
+  void grad_weights(int d, int s, int ch, cublasHandle_t handle) {
+    backward_weights(ranks[static_cast<std::size_t>(d)], rb(d), config, forward_work[static_cast<std::size_t>(d)], s,
+                     ch, handle);
+  }
+
+  /// Rank \p d's replies of (source s, chunk ch): the token gradients per slot into s's combine region d, and the
+  /// rows' combine-weight gradients into s's dw_recv (row d, the rows of s's plan).
+  void grad_reply(int d, int s, int ch, cudaStream_t stream) {
+    auto const &w = forward_work[static_cast<std::size_t>(d)];
+    combine_copy(d, w, s, ch, stream);
+    auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    if (b.rows == 0)
+      return;
+    std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+    std::int64_t const stride = config.tokens * config.topk;
+    TESSEL_CUDA_CHECK(cudaMemcpyAsync(rb(s).dw_recv.data() + d * stride + b.send_row, rb(d).dw.data() + row0,
+                                      static_cast<std::size_t>(b.rows) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream));
+  }
+
+  void backward(std::vector<ConstHostMatrix> const &d_out, std::vector<MoeGradients> &grads, Schedule schedule,
+                double aux) {
+    auto const t0 = std::chrono::steady_clock::now();
+    require_usable();
+    TESSEL_REQUIRE(config.dtype == DataType::float32, "VirtualRanksLayer::backward: float32 layers only (this one is ",
+                   name_of(config.dtype), ")");
+    TESSEL_REQUIRE(have_forward, "VirtualRanksLayer::backward: no forward to differentiate (call forward first; a "
+                                 "forward that failed does not count)");
+    TESSEL_REQUIRE(static_cast<int>(d_out.size()) == world,
+                   "VirtualRanksLayer::backward: give the output gradients of all ", world, " ranks (got ",
+                   d_out.size(), ")");
+    TESSEL_REQUIRE(std::isfinite(aux) && aux >= 0.0,
+                   "VirtualRanksLayer::backward: aux_loss_coef must be finite and >= 0, got ", aux);
+    std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts;
+    for (int r = 0; r < world; ++r) {
+      auto const &g = d_out[static_cast<std::size_t>(r)];
+      TESSEL_REQUIRE(g.extent(0) == static_cast<std::size_t>(m) && g.extent(1) == static_cast<std::size_t>(n),
+                     "VirtualRanksLayer::backward: rank ", r, "'s output gradient is ", g.extent(0), " x ", g.extent(1),
+                     ", expected M x N = ", m, " x ", n);
+    }
+    bool const gate_weight = forward_gates[0].kind == GateInput::Kind::weight;
+    for (auto const &gate : forward_gates)
+      TESSEL_REQUIRE(
+          (gate.kind == GateInput::Kind::weight) == gate_weight,
+          "VirtualRanksLayer::backward: the forward's ranks were given gates of different kinds (logits and "
+          "a weight); the gate weight's gradient is summed over the ranks, so give every rank the same kind");
+    grads.resize(static_cast<std::size_t>(world));
+    while (static_cast<int>(bwd.size()) < world)
+      bwd.push_back(std::make_unique<RankBackward>());
+    int const chunks = forward_chunks;
+
+    std::vector<double> counts(static_cast<std::size_t>(e_all), 0.0);
+    for (auto const &routing : routings)
+      for (std::size_t e = 0; e < counts.size(); ++e)
+        counts[e] += static_cast<double>(routing.tokens_per_expert[e]);
+    auto const aux_grad = aux_gradient(config, counts, static_cast<double>(m) * world, aux);
+
+    WorkPlanner const planner(config, plans, comet);
+    std::vector<BackwardWork> bw;
+    backward_stats = DeviceStats{};
+    backward_stats.schedule = schedule;
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      auto &b = rb(r);
+      auto const &w = forward_work[static_cast<std::size_t>(r)];
+      bw.push_back(planner.backward_work(r, w, routings[static_cast<std::size_t>(r)].experts));
+      backward_stats.rows += w.rows;
+      BackwardInputs in;
+      in.d_out = d_out[static_cast<std::size_t>(r)];
+      in.routing = &routings[static_cast<std::size_t>(r)];
+      in.lists = &bw.back();
+      in.work = &w;
+      in.aux = &aux_grad;
+      if (gate_weight)
+        in.gate_weight = forward_gates[static_cast<std::size_t>(r)].weight;
+      in.poison = options.debug.poison_buffers;
+      in.sym_base = rs.sym.data();
+      in.layout = &layout;
+      prepare_backward(rs, b, config, in, timeout());
+      if (static_cast<int>(b.tile_in.size()) < world * chunks) {
+        b.tile_in.resize(static_cast<std::size_t>(world * chunks));
+        b.tile_out.resize(static_cast<std::size_t>(world * chunks));
+      }
+    }
+    backward_stats.host_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    // Timed region. Every owner packs its output gradient per slot; every rank copies its own forward rows into
+    // x_recv (comet's layer0 read them from the send rows, so they are not there yet).
+    start.record(ranks[0].stream.get());
+    for (int r = 1; r < world; ++r)
+      start.wait_on(ranks[static_cast<std::size_t>(r)].stream.get());
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      pack_output_gradient(rs, rb(r), config, bw[static_cast<std::size_t>(r)]);
+      for (int ch = 0; ch < chunks; ++ch)
+        dispatch_copy(rs, forward_work[static_cast<std::size_t>(r)], r, ch, rs.stream.get());
+      rb(r).packed.record(rs.stream.get());
+    }
+    switch (schedule) {
+    case Schedule::sequential:
+      backward_sequential(bw, chunks);
+      break;
+    case Schedule::pipelined:
+      backward_pipelined(bw, chunks);
+      break;
+    case Schedule::comet:
+      backward_comet(bw, chunks);
+      break;
+    }
+    // Owners: the token gradients summed over the ranks in rank order, the gate's backward.
+    for (int s = 0; s < world; ++s) {
+      auto &rs = ranks[static_cast<std::size_t>(s)];
+      for (int r = 0; r < world; ++r)
+        rb(r).replied.wait_on(rs.stream.get());
+      rb(s).wgrad_done.wait_on(rs.stream.get());
+      owner_backward(rs, rb(s), config, view(s), rank_group_device.data(), gate_weight, waiting_blocks(world));
+    }
+    for (int r = 1; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      rs.computed.record(rs.stream.get());
+      rs.computed.wait_on(ranks[0].stream.get());
+    }
+    stop.record(ranks[0].stream.get());
+
+    bool const gate_bias = gate_weight && forward_gates[0].bias.data() != nullptr;
+    std::vector<std::vector<float>> gate_partial(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r)
+      copy_gradients(ranks[static_cast<std::size_t>(r)], rb(r), config, grads[static_cast<std::size_t>(r)], gate_weight,
+                     gate_bias, gate_partial[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < world; ++r) {
+      auto &rs = ranks[static_cast<std::size_t>(r)];
+      auto const context =
+          tessel::Impl::concat("VirtualRanksLayer::backward (", name_of(schedule), ") on virtual rank ", r);
+      host_wait([&] {
+        try {
+          rs.stream.synchronize(timeout());
+          rs.comm.synchronize(timeout());
+          rb(r).wgrad.synchronize(timeout());
+        } catch (TimeoutError const &e) {
+          throw TimeoutError(tessel::Impl::concat(context, ": ", e.what()), r);
+        }
+      });
+    }
+    backward_stats.device_ms = Event::elapsed_ms(start, stop);
+    if (gate_weight) {
+      // The gate is replicated: its gradients are summed over the ranks (rank order); every rank gets the sum.
+      std::vector<float> shares;
+      for (int r = 0; r < world; ++r) {
+        auto const share =
+            gate_share(gate_partial[static_cast<std::size_t>(r)], grads[static_cast<std::size_t>(r)].logits);
+        shares.insert(shares.end(), share.begin(), share.end());
+      }
+      for (int r = 0; r < world; ++r)
+        set_gate_gradients(shares, world, grads[static_cast<std::size_t>(r)], gate_bias);
+    }
+  }
+
+  // sequential: every rank's output-gradient tiles land, then every tile is computed, the weight gradients, and the
+  // replies leave after the last.
+  void backward_sequential(std::vector<BackwardWork> const &bw, int chunks) {
+    for (int d = 0; d < world; ++d) {
+      auto &rs = ranks[static_cast<std::size_t>(d)];
+      cudaStream_t const stream = rs.stream.get();
+      for (int r = 0; r < world; ++r)
+        rb(r).packed.wait_on(stream);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_copy_in(d, bw, s, ch, stream);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_tile(d, bw, s, ch);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_weights(d, s, ch, rs.cublas.get());
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_reply(d, s, ch, stream);
+      rb(d).replied.record(stream);
+      rb(d).wgrad_done.record(stream);
+    }
+  }
+
+  // pipelined: chunk by chunk (the forward's chunks): the copy stream moves chunk c + 1's tiles while the compute
+  // stream runs chunk c, and each chunk's replies leave as soon as it is done; the weight gradients at the end.
+  void backward_pipelined(std::vector<BackwardWork> const &bw, int chunks) {
+    for (int d = 0; d < world; ++d) {
+      auto &rs = ranks[static_cast<std::size_t>(d)];
+      auto &b = rb(d);
+      cudaStream_t const stream = rs.stream.get(), q = rs.comm.get();
+      for (int r = 0; r < world; ++r)
+        rb(r).packed.wait_on(q);
+      for (int ch = 0; ch < chunks; ++ch) {
+        for (int s = 0; s < world; ++s)
+          grad_copy_in(d, bw, s, ch, q);
+        b.tile_in[static_cast<std::size_t>(ch)].record(q);
+      }
+      for (int ch = 0; ch < chunks; ++ch) {
+        b.tile_in[static_cast<std::size_t>(ch)].wait_on(stream);
+        for (int s = 0; s < world; ++s)
+          grad_tile(d, bw, s, ch);
+        b.tile_out[static_cast<std::size_t>(ch)].record(stream);
+      }
+      for (int ch = 0; ch < chunks; ++ch) {
+        b.tile_out[static_cast<std::size_t>(ch)].wait_on(q);
+        for (int s = 0; s < world; ++s)
+          grad_reply(d, s, ch, q);
+      }
+      b.replied.record(q);
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int s = 0; s < world; ++s)
+          grad_weights(d, s, ch, rs.cublas.get());
+      b.wgrad_done.record(stream);
+    }
+  }
+
+  // comet: tile by tile, a tile being one source's block of a chunk, the local one first, then the remote sources
+  // in the order they send (rank - 1, rank - 2, ...): the copy stream moves the tiles, the compute stream computes
+  // each as it lands and the copy stream returns its replies at once, while a third stream runs each finished
+  // tile's weight-gradient GEMMs beside the next tiles' token-gradient work (the host's comet fills its waits with
+  // them). Stream-level overlap through events; no fused kernels.
+  void backward_comet(std::vector<BackwardWork> const &bw, int chunks) {
+    for (int d = 0; d < world; ++d) {
+      auto &rs = ranks[static_cast<std::size_t>(d)];
+      auto &b = rb(d);
+      cudaStream_t const stream = rs.stream.get(), q = rs.comm.get(), wq = b.wgrad.get();
+      std::vector<std::pair<int, int>> order; // (source, chunk)
+      for (int ch = 0; ch < chunks; ++ch)
+        for (int k = 0; k < world; ++k)
+          order.emplace_back((d - k + world) % world, ch);
+      for (int r = 0; r < world; ++r)
+        rb(r).packed.wait_on(q);
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        grad_copy_in(d, bw, order[i].first, order[i].second, q);
+        b.tile_in[i].record(q);
+      }
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        b.tile_in[i].wait_on(stream);
+        grad_tile(d, bw, order[i].first, order[i].second);
+        b.tile_out[i].record(stream);
+      }
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        b.tile_out[i].wait_on(wq);
+        grad_weights(d, order[i].first, order[i].second, b.wgrad_blas.get());
+      }
+      b.wgrad_done.record(wq);
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        b.tile_out[i].wait_on(q);
+        grad_reply(d, order[i].first, order[i].second, q);
+      }
+      b.replied.record(q);
+    }
+  }
 };
 
 VirtualRanksLayer::VirtualRanksLayer(MoeConfig const &config, std::vector<ExpertWeights> const &weights,
@@ -341,5 +640,11 @@ Routing const &VirtualRanksLayer::routing(int rank) const {
   return _state->routings[static_cast<std::size_t>(rank)];
 }
 DeviceStats const &VirtualRanksLayer::stats() const { return _state->stats; }
+DeviceStats const &VirtualRanksLayer::backward_stats() const { return _state->backward_stats; }
+
+void VirtualRanksLayer::backward(std::vector<ConstHostMatrix> const &d_out, std::vector<MoeGradients> &grads,
+                                 Schedule schedule, double aux_loss_coef) {
+  _state->backward(d_out, grads, schedule, aux_loss_coef);
+}
 
 } // namespace tessel::moe::cuda

@@ -118,6 +118,111 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
   return w;
 }
 
+BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists) const {
+  BackwardWork b;
+  auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
+  int const g = config.group_of_rank(d), topk = config.topk;
+  std::int64_t const m = config.tokens;
+  int const chunks = static_cast<int>(w.gemms.size());
+  // Expert side.
+  b.in_off.assign(sz(world) + 1, 0);
+  for (int s = 0; s < world; ++s)
+    b.in_off[sz(s) + 1] = b.in_off[sz(s)] + plans[sz(s)].group_slots[sz(g)];
+  if (row_lists) {
+    b.row_slot.assign(sz(w.rows), 0);
+    b.row_weight.assign(sz(w.rows), 0.0f);
+  }
+  for (int s = 0; s < world && row_lists; ++s) {
+    auto const &plan = plans[sz(s)];
+    for (int ch = 0; ch < chunks; ++ch) {
+      auto const &blk = w.blocks[sz(s)][sz(ch)];
+      auto const row0 = w.row[sz(s)][sz(ch)];
+      for (std::int64_t j = 0; j < blk.rows; ++j) {
+        auto const i = sz(blk.send_row + j);
+        TESSEL_REQUIRE(plan.row_slot[i] >= 0 && plan.row_slot[i] < plan.group_slots[sz(g)], "internal: row ", i,
+                       " of rank ", s, " names slot ", plan.row_slot[i]);
+        b.row_slot[sz(row0 + j)] = plan.row_slot[i];
+        b.row_weight[sz(row0 + j)] = plan.row_weight[i];
+      }
+    }
+  }
+  // Owner side.
+  auto const &plan = plans[sz(d)];
+  b.out_off.assign(sz(groups) + 1, 0);
+  for (int q = 0; q < groups; ++q)
+    b.out_off[sz(q) + 1] = b.out_off[sz(q)] + plan.group_slots[sz(q)];
+  b.slot_token.assign(sz(b.out_off.back()), -1);
+  for (int q = 0; q < groups; ++q)
+    for (std::int64_t t = 0; t < m; ++t) {
+      auto const u = plan.token_slot[sz(q * m + t)];
+      if (u >= 0)
+        b.slot_token[sz(b.out_off[sz(q)] + u)] = static_cast<std::int32_t>(t);
+    }
+  TESSEL_REQUIRE(chosen.extent(0) == sz(m) && chosen.extent(1) == sz(topk), "internal: the routing of rank ", d, " is ",
+                 chosen.extent(0), " x ", chosen.extent(1));
+  b.choice_row.assign(sz(m * topk), -1);
+  for (int ch = 0; ch < plan.chunks; ++ch)
+    for (int q = 0; q < groups; ++q)
+      for (int e = 0; e < eg; ++e) {
+        auto const at = sz((ch * groups + q) * eg + e);
+        for (auto i = plan.block_offsets[at]; i < plan.block_offsets[at + 1]; ++i) {
+          auto const t = plan.row_token[sz(i)];
+          for (int k = 0; k < topk; ++k)
+            if (chosen(sz(t), sz(k)) == q * eg + e)
+              b.choice_row[sz(t * topk + k)] = static_cast<std::int32_t>(i);
+        }
+      }
+  for (auto r : b.choice_row)
+    TESSEL_REQUIRE(r >= 0, "internal: a choice of rank ", d, " has no row in its dispatch plan");
+  // The reduction items per (chunk, source).
+  b.reduce_at.assign(sz(chunks), std::vector<std::int64_t>(sz(world) + 1, 0));
+  std::int64_t offset = 0;
+  for (int ch = 0; ch < chunks; ++ch) {
+    auto const &items = w.chunk_reduces[sz(ch)];
+    std::size_t i = 0;
+    for (int s = 0; s <= world; ++s) {
+      while (s < world && i < items.size() && items[i].source < s)
+        ++i;
+      b.reduce_at[sz(ch)][sz(s)] = offset + static_cast<std::int64_t>(s < world ? i : items.size());
+    }
+    offset += static_cast<std::int64_t>(items.size());
+  }
+  return b;
+}
+
+BackwardExchange WorkPlanner::backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const {
+  auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
+  auto const &plan = plans[sz(d)];
+  std::size_t const n = sz(config.hidden), stride = sz(config.tokens * config.topk);
+  BackwardExchange x;
+  for (auto *a : {&x.slots, &x.rows, &x.dw}) {
+    a->send_counts.assign(sz(world), 0);
+    a->send_displs.assign(sz(world), 0);
+    a->recv_counts.assign(sz(world), 0);
+    a->recv_displs.assign(sz(world), 0);
+  }
+  for (int p = 0; p < world; ++p) {
+    auto const up = sz(p);
+    int const g = config.group_of_rank(p);
+    auto const &b = w.blocks[up][sz(ch)];
+    auto const row0 = sz(w.row[up][sz(ch)]);
+    auto const own_rows = sz(plan.block_end(ch, g) - plan.block_begin(ch, g)), own_row0 = sz(plan.block_begin(ch, g));
+    x.slots.send_counts[up] = sz(plan.slot_count(ch, g)) * n;
+    x.slots.send_displs[up] = sz(lists.out_off[sz(g)] + plan.slot_begin(ch, g)) * n;
+    x.slots.recv_counts[up] = sz(b.slots) * n;
+    x.slots.recv_displs[up] = sz(lists.in_off[up] + b.slot_begin) * n;
+    x.rows.send_counts[up] = own_rows;
+    x.rows.send_displs[up] = own_row0;
+    x.rows.recv_counts[up] = sz(b.rows);
+    x.rows.recv_displs[up] = row0;
+    x.dw.send_counts[up] = sz(b.rows);
+    x.dw.send_displs[up] = row0;
+    x.dw.recv_counts[up] = own_rows;
+    x.dw.recv_displs[up] = up * stride + own_row0;
+  }
+  return x;
+}
+
 void WorkPlanner::comet_work(int d, RankWork &w) const {
   int const g = config.group_of_rank(d);
   std::int64_t const kp = config.ffn_per_rank();

@@ -58,6 +58,46 @@ struct RankWork {
   std::vector<ChunkGemms> gemms;
 };
 
+/// The backward's index lists of one rank, as the expert side (destination) and as the owner of its tokens (source).
+/// Row index space, blocks and slot tables are the forward's (RankWork, slot_table()).
+struct BackwardWork {
+  // Expert side: every source's output gradient per slot of this rank's group lands in grad_in, source-major
+  // (source s's slots from row in_off[s], in the source's slot numbering); row i of the index space, from source s,
+  // takes its output gradient from grad_in row in_off[s] + row_slot[i] and has the combine weight row_weight[i]
+  // (both from the source's plan: empty when backward_work is told the peers' plans hold no rows, as NcclMoeLayer's,
+  // which receives them from the sources instead).
+  std::vector<std::int64_t> in_off; // [world + 1]
+  std::vector<std::int32_t> row_slot;
+  std::vector<float> row_weight;
+  // Owner side: the output gradient packed per slot, group-major (group g's slots from row out_off[g]);
+  // slot_token[j] is the token of packed row j; choice_row[t topk + k] is the row of the owner's dispatch plan that
+  // carried (token t, its k-th expert).
+  std::vector<std::int64_t> out_off; // [groups + 1]
+  std::vector<std::int32_t> slot_token;
+  std::vector<std::int32_t> choice_row; // [M topk]
+  // Both: the forward's per-chunk reduction items (RankWork::chunk_reduces) of each (chunk, source):
+  // reduce_at[chunk][source] .. reduce_at[chunk][source + 1] in the chunk-major concatenation.
+  std::vector<std::vector<std::int64_t>> reduce_at; // [chunks][world + 1]
+};
+
+/// One rank's all-to-all, per peer: counts and displacements in elements (Communicator::alltoallv's arguments
+/// once multiplied by the element size).
+struct Alltoall {
+  std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+/// NcclMoeLayer's backward messages of one token chunk for one rank (the token gradients go back as the forward's
+/// combine).
+struct BackwardExchange {
+  /// Floats: the owner's output gradient per slot (g_out, group-major) into the expert sides' g_in.
+  Alltoall slots;
+  /// Elements (int32 slots, float weights): the owner's plan rows' slots and combine weights into the expert sides'
+  /// row_slot and row_weight (rows of their index space).
+  Alltoall rows;
+  /// Floats: the expert sides' rows' combine-weight gradients (dw) into the owners' dw_recv ([world, M topk]).
+  Alltoall dw;
+};
+
 /// Builds the work lists of one forward.
 class WorkPlanner {
 public:
@@ -75,6 +115,11 @@ public:
   RankWork work_of(int d, int chunks, std::vector<std::vector<std::int64_t>> const &table_bases) const;
   /// comet's lists of destination \p d (one token chunk), in the order of the host OverlapPlan.
   void comet_work(int d, RankWork &w) const;
+  /// The backward's lists of rank \p d: \p w is its forward work (work_of), \p chosen its routing's experts [M, topk].
+  /// \p row_lists: fill row_slot and row_weight (needs every source's full plan).
+  BackwardWork backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists = true) const;
+  /// Rank \p d's backward messages of chunk \p ch (NcclMoeLayer): \p w and \p lists are d's (work_of, backward_work).
+  BackwardExchange backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const;
 
 private:
   MoeConfig const &config;

@@ -19,6 +19,7 @@
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/LayerControls.hpp>
 #include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
 #include <tessel/moe/cuda/DeviceOptions.hpp>
@@ -45,9 +46,21 @@ public:
   /// \brief Collective: this rank's \p tokens [M, N] through the layer into \p out [M, N] (host memory).
   void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule = Schedule::comet);
 
+  /// \brief Collective: the gradients of the last forward's loss L = sum over ranks of <d_out, out> + aux_loss_coef
+  /// x aux_loss, as MoeLayer::backward (same MoeGradients; the gate weight's gradient summed over all ranks).
+  /// float32 layers only. The messages are NCCL all-to-alls per token chunk of the forward (output gradients per
+  /// slot with the rows' slots and combine weights to the expert sides; token gradients per slot and the combine
+  /// weights' gradients back); comet computes each chunk's tiles local source first and runs the weight-gradient
+  /// GEMMs on a stream of their own. The forward's gate and tokens must not change in between.
+  /// \note Compiled for sm_90 and linked, not yet run on a GPU (see the moe README).
+  void backward(ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule = Schedule::comet,
+                double aux_loss_coef = 0.0);
+
   Routing const &routing() const;
   /// This rank's view of the last forward (device_ms: this rank's CUDA events).
   DeviceStats const &stats() const;
+  /// This rank's view of the last backward.
+  DeviceStats const &backward_stats() const;
 
   struct State;
 

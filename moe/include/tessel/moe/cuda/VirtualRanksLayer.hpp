@@ -26,6 +26,7 @@
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/LayerControls.hpp>
 #include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
 #include <tessel/moe/cuda/DeviceOptions.hpp>
@@ -54,10 +55,23 @@ public:
   void forward(std::vector<ConstHostMatrix> const &tokens, std::vector<GateInput> const &gates,
                std::vector<HostMatrix> const &out, Schedule schedule = Schedule::comet);
 
+  /// \brief Gradients of the last forward's loss L = sum over ranks r of <d_out[r], out[r]> + aux_loss_coef x
+  /// aux_loss (the host MoeLayer::backward's function, with the same MoeGradients): \p grads[r] receives rank r's
+  /// token and logit gradients, its expert shards' gradients and, when the forward was given a gate weight, the
+  /// gate weight's (and bias's) gradient summed over all ranks. float32 layers only (throws otherwise). The forward
+  /// keeps what the backward needs (the expert input rows on the device, the routing and plans, the tokens on the
+  /// device, the gates it was given, whose values must not change in between); GEMM0 is recomputed. \p schedule
+  /// need not be the forward's; pipelined runs the forward's token chunks (one unless the forward was pipelined).
+  /// \note Compiled for sm_90 and linked, not yet run on a GPU (see the moe README).
+  void backward(std::vector<ConstHostMatrix> const &d_out, std::vector<MoeGradients> &grads,
+                Schedule schedule = Schedule::comet, double aux_loss_coef = 0.0);
+
   int world() const;
   /// Routing of rank \p rank in the last forward.
   Routing const &routing(int rank) const;
   DeviceStats const &stats() const;
+  /// What the last backward did (device_ms: from the first rank's packing to the last rank's gate backward).
+  DeviceStats const &backward_stats() const;
 
   struct State;
 
