@@ -458,21 +458,27 @@ void print_table(Options const &o, int w, std::vector<Point> const &points) {
                 100 * hidden(p, p.t_comet), p.wrong);
 }
 
+// No schedule of a step can beat each phase's slower part alone: max(T_comp, T_comm) of the forward plus that of the
+// backward (the backward needs the forward's output).
+double step_bound(Point const &p) { return std::max(p.t_comp, p.t_comm) + std::max(p.bwd_comp, p.bwd_comm); }
+
 void print_training_table(Options const &o, int w, std::vector<Point> const &points) {
   std::printf("\n# training step (forward + backward), %d ranks (EP %d x TP %d), same link; times in ms (median of "
-              "%d); share: communication alone of the step; hidden = (T_seq - T) / T_comm alone, of the forward, the "
-              "backward and the step\n",
+              "%d); share: communication alone of the step; bound: T_seq / (max(T_comp, T_comm) of the forward + "
+              "that of the backward), c/bound: the bound's time / comet's; hidden = (T_seq - T) / T_comm alone, of "
+              "the forward, the backward and the step\n",
               w, w / o.tp, o.tp, o.iters);
-  std::printf("%-13s %6s %9s %9s %6s %9s %9s %9s %8s %8s %9s %9s %9s %9s %9s\n", "model", "M", "bT_comp", "bT_comm",
-              "share", "seq", "pipelined", "comet", "c/seq", "c/pipe", "fhid_pipe", "fhid_com", "bhid_pipe", "bhid_com",
-              "hid_com");
+  std::printf("%-13s %6s %9s %9s %6s %9s %9s %9s %8s %8s %8s %8s %9s %9s %9s %9s %9s\n", "model", "M", "bT_comp",
+              "bT_comm", "share", "seq", "pipelined", "comet", "c/seq", "c/pipe", "bound", "c/bound", "fhid_pipe",
+              "fhid_com", "bhid_pipe", "bhid_com", "hid_com");
   for (auto const &p : points) {
     double const comm = p.t_comm + p.bwd_comm, share = comm / (comm + p.t_comp + p.bwd_comp);
-    std::printf("%-13s %6lld %9.2f %9.2f %6.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %8.1f%% %8.1f%% %8.1f%% %8.1f%% "
-                "%8.1f%%\n",
+    std::printf("%-13s %6lld %9.2f %9.2f %6.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %7.2fx %7.0f%% %8.1f%% %8.1f%% %8.1f%% "
+                "%8.1f%% %8.1f%%\n",
                 p.model.c_str(), static_cast<long long>(p.config.tokens), 1e3 * p.bwd_comp, 1e3 * p.bwd_comm, share,
                 1e3 * p.step[0], 1e3 * p.step[1], 1e3 * p.step[2], p.step[0] / p.step[2], p.step[1] / p.step[2],
-                100 * hidden(p, p.t_pipe), 100 * hidden(p, p.t_comet), 100 * (p.bwd[0] - p.bwd[1]) / p.bwd_comm,
+                p.step[0] / step_bound(p), 100 * step_bound(p) / p.step[2], 100 * hidden(p, p.t_pipe),
+                100 * hidden(p, p.t_comet), 100 * (p.bwd[0] - p.bwd[1]) / p.bwd_comm,
                 100 * (p.bwd[0] - p.bwd[2]) / p.bwd_comm, 100 * (p.step[0] - p.step[2]) / comm);
   }
 }
@@ -512,6 +518,7 @@ tessel::Json point_json(Point const &p) {
           {"training_step_s", {{"sequential", p.step[0]}, {"pipelined", p.step[1]}, {"comet", p.step[2]}}},
           {"backward_s", {{"sequential", p.bwd[0]}, {"pipelined", p.bwd[1]}, {"comet", p.bwd[2]}}},
           {"backward_t_comm_s", p.bwd_comm},
+          {"training_step_bound_s", step_bound(p)},
           {"backward_t_comp_s", p.bwd_comp}};
 }
 

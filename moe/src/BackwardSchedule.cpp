@@ -145,7 +145,9 @@ private:
       std::vector<std::pair<std::int64_t, std::int64_t>> cs;
       for (int c = 0; c < chunks; ++c)
         cs.emplace_back(meta(c, s).slot_begin, meta(c, s).slot_count);
-      source_tiles[sz(s)] = slot_tiles(cs, tile_slots);
+      // This rank's own tiles need no message: finer, they are the filler that gives way sooner to a landed tile.
+      source_tiles[sz(s)] = slot_tiles(
+          cs, s == me && schedule == Schedule::comet ? std::max<std::int64_t>(tile_slots / 4, 1) : tile_slots);
       TESSEL_REQUIRE(static_cast<std::int64_t>(source_tiles[sz(s)].size()) <= max_tiles, context_text, ": ",
                      source_tiles[sz(s)].size(), " tiles from rank ", s, " exceed the tag space");
     }
@@ -406,11 +408,11 @@ private:
       MatrixRef<float> const pre{pred, r, c0, c0}, q{qd, r, kp, kp}, dx{dxd, r, n, n};
       MatrixRef<float const> const w0{&st.weights.w0(e, 0, 0), n, c0, c0}, w1{&st.weights.w1(e, 0, 0), kp, n, n};
       Impl::gather_rows(space, {grad_rows_of(s), slots_of[sz(s)], n, n}, slot + lo, r, g);
-      tessel::gemm(space, Op::none, Op::none, 1.0f, x, w0, 0.0f, pre);
-      tessel::gemm(space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>(g), w1, 0.0f, q);
+      gemm_panels(Op::none, x, Op::none, w0, 0.0f, pre);
+      gemm_panels(Op::none, g, Op::transpose, w1, 0.0f, q);
       Impl::activation_backward(space, st.config, pre, q, ms.weight.data() + lo, aw, dpre,
                                 wsd + w_send_off[sz(c * w + s)] + lo);
-      tessel::gemm(space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>(dpre), w0, 0.0f, dx);
+      gemm_panels(Op::none, dpre, Op::transpose, w0, 0.0f, dx);
       Impl::scatter_add(space, r, slot + lo, 0, nullptr, dx, {dx_slots, slots_of[sz(s)], n, n});
       compat::fence(space, "Tessel::moe::backward_tile");
       pieces.push_back({c, s, e, lo - first, hi - first});
@@ -453,6 +455,25 @@ private:
       deferred_sends.push_back(send);
   }
 
+  // c = op(a) op(b) + beta c. Without a communication thread, a transport that moves a large message only while
+  // both sides call MPI would stall during a long GEMM: while bytes are moving, the GEMM runs in column panels of
+  // about 2^28 multiply-adds (each packs only its part of b) with progress in between, as the forward's layer0.
+  void gemm_panels(Op op_a, MatrixRef<float const> a, Op op_b, MatrixRef<float const> b, float beta,
+                   MatrixRef<float> c) {
+    std::int64_t const depth = op_a == Op::none ? a.cols : a.rows;
+    std::int64_t panel = c.cols;
+    if (!engine.threaded() && engine.moving())
+      panel = std::max<std::int64_t>(256, ((std::int64_t{1} << 28) / std::max<std::int64_t>(c.rows * depth, 1) + 63) /
+                                              64 * 64);
+    for (std::int64_t j = 0; j < c.cols; j += panel) {
+      auto const end = std::min(j + panel, c.cols);
+      auto const bp = op_b == Op::none ? b.cols_range(j, end) : b.rows_range(j, end);
+      tessel::gemm(space, op_a, op_b, 1.0f, a, bp, beta, c.cols_range(j, end));
+      if (end < c.cols)
+        engine.progress();
+    }
+  }
+
   struct Piece {
     int c, s, e;
     std::int64_t begin, end; // rows of the (chunk, source, expert)
@@ -465,11 +486,11 @@ private:
     pieces.pop_front();
     auto const r = p.end - p.begin, at = rows_at[block(p.c, p.s, p.e)] + p.begin;
     MatrixRef<float const> const x{st.saved.rows[block(p.c, p.s, p.e)] + p.begin * n, r, n, n};
-    tessel::gemm(space, Op::transpose, Op::none, 1.0f, MatrixRef<float const>{awd + at * kp, r, kp, kp},
-                 MatrixRef<float const>{gd + at * n, r, n, n}, 1.0f,
-                 MatrixRef<float>{&grads.experts.w1(p.e, 0, 0), kp, n, n});
-    tessel::gemm(space, Op::transpose, Op::none, 1.0f, x, MatrixRef<float const>{dhd + at * c0, r, c0, c0}, 1.0f,
-                 MatrixRef<float>{&grads.experts.w0(p.e, 0, 0), n, c0, c0});
+    gemm_panels(Op::transpose, MatrixRef<float const>{awd + at * kp, r, kp, kp}, Op::none,
+                MatrixRef<float const>{gd + at * n, r, n, n}, 1.0f,
+                MatrixRef<float>{&grads.experts.w1(p.e, 0, 0), kp, n, n});
+    gemm_panels(Op::transpose, x, Op::none, MatrixRef<float const>{dhd + at * c0, r, c0, c0}, 1.0f,
+                MatrixRef<float>{&grads.experts.w0(p.e, 0, 0), n, c0, c0});
     compat::fence(space, "Tessel::moe::weight_gradients");
     st.backward_stats.compute_busy += since(busy0);
     if (st.options.trace)

@@ -29,9 +29,13 @@ public:
     post_receives();
     for (int c = 0; c < chunks; ++c)
       compute_chunk(c);
-    st.finish_combines(space, engine, combines_left, out, {0, n});
+    auto const [wait1, busy1] = st.finish_combines(space, engine, combines_left, out, {0, n});
     st.stats.total = since(t0);
     st.stats.rows = st.total_rows();
+    if (st.options.trace) {
+      st.stats.trace.push_back({seconds_between(t0, wait1), seconds_between(t0, busy1), "wait combine"});
+      st.stats.trace.push_back({seconds_between(t0, busy1), st.stats.total, "final sum"});
+    }
     return xo;
   }
 

@@ -260,6 +260,7 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
       for (std::int64_t j = 0; j < n; ++j)
         g.tokens(rows[z(i)], j) += dx[z(i * n + j)];
   }
+  g.combine_weights = dweight;
   // The gate: dL/dp (the combine weights', and the load-balancing loss's E f_e / T per token), then the softmax.
   std::vector<double> count(z(e_count), 0.0);
   for (std::int64_t t = 0; t < t_count; ++t)

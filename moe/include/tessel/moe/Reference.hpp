@@ -49,6 +49,7 @@ struct ReferenceGradients {
   HostMatrix64 logits;                   ///< [T, E]
   std::vector<double> w0, w1;            ///< [E, N, (gated ? 2 : 1) K] and [E, K, N], as DenseWeights
   std::vector<double> gate_weight, bias; ///< [N, E] and [E] (gate given as a weight)
+  std::vector<double> combine_weights;   ///< [T, topk] dL/dw of each token's combine weights (as chosen)
 };
 
 /// \brief Dense reference backward for \p tokens [T, N] (all ranks' tokens) and their output gradient \p d_out
