@@ -145,9 +145,7 @@ private:
       std::vector<std::pair<std::int64_t, std::int64_t>> cs;
       for (int c = 0; c < chunks; ++c)
         cs.emplace_back(meta(c, s).slot_begin, meta(c, s).slot_count);
-      // This rank's own tiles need no message: finer, they are the filler that gives way sooner to a landed tile.
-      source_tiles[sz(s)] = slot_tiles(
-          cs, s == me && schedule == Schedule::comet ? std::max<std::int64_t>(tile_slots / 4, 1) : tile_slots);
+      source_tiles[sz(s)] = slot_tiles(cs, tile_slots);
       TESSEL_REQUIRE(static_cast<std::int64_t>(source_tiles[sz(s)].size()) <= max_tiles, context_text, ": ",
                      source_tiles[sz(s)].size(), " tiles from rank ", s, " exceed the tag space");
     }
@@ -356,8 +354,16 @@ private:
       if (!queue.empty()) {
         auto const [s, t] = queue.front();
         queue.pop_front();
-        tile(s, t, true);
-        ++done_remote;
+        // Landed tiles that follow it are taken along: one GEMM per expert as large as what has arrived allows.
+        int const end = merge_end(s, t, [&, s = s](int next) {
+          auto const it = std::find(queue.begin(), queue.end(), std::pair<int, int>(s, next));
+          if (it == queue.end())
+            return false;
+          queue.erase(it);
+          return true;
+        });
+        tiles(s, t, end, true);
+        done_remote += end - t;
         continue;
       }
       if (!pieces.empty()) {
@@ -374,6 +380,20 @@ private:
       weight_gradient_piece();
   }
 
+  // The end of a run of landed tiles of source s from tile t: the following tiles of the same chunk that \p take
+  // accepts, up to four tiles' worth of slots.
+  template <class Take> int merge_end(int s, int t, Take &&take) {
+    auto const &list = source_tiles[sz(s)];
+    std::int64_t slots = list[sz(t)].slot_end - list[sz(t)].slot_begin;
+    int end = t + 1;
+    while (end < static_cast<int>(list.size()) && list[sz(end)].chunk == list[sz(t)].chunk &&
+           slots + (list[sz(end)].slot_end - list[sz(end)].slot_begin) <= 4 * tile_slots && take(end)) {
+      slots += list[sz(end)].slot_end - list[sz(end)].slot_begin;
+      ++end;
+    }
+    return end;
+  }
+
   template <class Ready> void wait_until(Ready &&is_ready) {
     auto const wait0 = Clock::now();
     engine.wait(is_ready);
@@ -384,20 +404,25 @@ private:
 
   // Tile t of source s: for each local expert, its rows whose slots lie in the tile (contiguous: an expert's rows
   // are in token order, and so are the slots), through the FFN's backward; their token gradients summed per slot.
-  void tile(int s, int t, bool send_now) {
+  void tile(int s, int t, bool send_now) { tiles(s, t, t + 1, send_now); }
+
+  // Tiles [t_begin, t_end) of source s, consecutive in one chunk (so their slots are one range): computed as one, each
+  // sent as its own message.
+  void tiles(int s, int t_begin, int t_end, bool send_now) {
     auto const busy0 = Clock::now();
-    auto const &tl = source_tiles[sz(s)][sz(t)];
-    int const c = tl.chunk;
+    auto const &first_tile = source_tiles[sz(s)][sz(t_begin)];
+    int const c = first_tile.chunk;
+    std::int64_t const slot_begin = first_tile.slot_begin, slot_end = source_tiles[sz(s)][sz(t_end - 1)].slot_end;
     auto const &ms = meta(c, s);
     float *const dx_slots = st.combine_send.data() + st.send_off[sz(s)];
     std::int64_t tile_rows = 0;
     if (mode != Mode::comm_only)
-      Impl::zero(space, dx_slots + tl.slot_begin * n, (tl.slot_end - tl.slot_begin) * n);
+      Impl::zero(space, dx_slots + slot_begin * n, (slot_end - slot_begin) * n);
     for (int e = 0; e < eg && mode != Mode::comm_only; ++e) {
       auto const first = ms.expert_offset(e), rows = ms.expert_rows[sz(e)];
       auto const *slot = ms.slot.data();
-      auto const lo = std::lower_bound(slot + first, slot + first + rows, tl.slot_begin) - slot;
-      auto const hi = std::lower_bound(slot + first, slot + first + rows, tl.slot_end) - slot;
+      auto const lo = std::lower_bound(slot + first, slot + first + rows, slot_begin) - slot;
+      auto const hi = std::lower_bound(slot + first, slot + first + rows, slot_end) - slot;
       auto const r = hi - lo;
       if (r == 0)
         continue;
@@ -420,24 +445,28 @@ private:
         engine.progress();
     }
     st.backward_stats.rows += tile_rows;
-    if (s != me && tl.slot_end > tl.slot_begin && mode != Mode::compute_only) {
-      auto send = [this, s, t, dx_slots, &tl] {
-        engine.send(s, tag_grad_x + t, dx_slots + tl.slot_begin * n, sz((tl.slot_end - tl.slot_begin) * n),
-                    DataType::float32, tessel::Impl::concat("token gradient tile ", t), {},
-                    CommEngine::SendClass::urgent);
-      };
-      if (send_now)
-        send();
-      else
-        deferred_sends.push_back(send);
+    for (int t = t_begin; t < t_end; ++t) {
+      auto const &tl = source_tiles[sz(s)][sz(t)];
+      if (s != me && tl.slot_end > tl.slot_begin && mode != Mode::compute_only) {
+        auto send = [this, s, t, dx_slots, &tl] {
+          engine.send(s, tag_grad_x + t, dx_slots + tl.slot_begin * n, sz((tl.slot_end - tl.slot_begin) * n),
+                      DataType::float32, tessel::Impl::concat("token gradient tile ", t), {},
+                      CommEngine::SendClass::urgent);
+        };
+        if (send_now)
+          send();
+        else
+          deferred_sends.push_back(send);
+      }
     }
-    if (--tiles_left_of[sz(c * w + s)] == 0)
+    tiles_left_of[sz(c * w + s)] -= t_end - t_begin;
+    if (tiles_left_of[sz(c * w + s)] == 0)
       chunk_done(c, s, send_now);
     st.backward_stats.compute_busy += since(busy0);
     if (st.options.trace)
       st.backward_stats.trace.push_back(
           {seconds_between(t0, busy0), since(t0),
-           tessel::Impl::concat("grad tile s=", s, " c=", c, " slots ", tl.slot_begin, "-", tl.slot_end)});
+           tessel::Impl::concat("grad tile s=", s, " c=", c, " slots ", slot_begin, "-", slot_end)});
   }
 
   // All tiles of (chunk c, source s) are done: its combine-weight gradients go back.

@@ -186,6 +186,14 @@ TEST(MoeBackward, odd_and_tiny_m) {
   check_backward({"no token", shape(0, 16, 16, 4, 2), GateKind::weight, {}}, comm);
 }
 
+TEST(MoeBackward, many_tiles_per_source) {
+  // Enough tokens that comet's backward cuts a source's slots into several tiles (about 256 rows per expert GEMM),
+  // and merges those that have landed.
+  auto const comm = fresh_comm();
+  check_backward({"many tiles, topk 1", shape(1201, 16, 16, 4, 1), GateKind::weight_bias, {}}, comm);
+  check_backward({"many tiles, topk 2", shape(801, 16, 8, 8, 2), GateKind::logits, {}}, comm);
+}
+
 TEST(MoeBackward, needs_a_forward_and_a_matching_gradient) {
   auto const comm = fresh_comm();
   auto config = shape(8, 16, 16, 4, 2);
