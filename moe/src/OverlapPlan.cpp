@@ -216,6 +216,11 @@ bool PlanScheduler::batch_complete(int tile) const {
   for (auto i = static_cast<std::size_t>(tile); i < tiles.size(); ++i) {
     if (i > static_cast<std::size_t>(tile) && !same_run(tiles[i - 1], tiles[i]))
       return true; // the rest of the (source, chunk, expert) rows are all here
+    // The next tile of the run was taken already (its message landed first: a small eager message can complete
+    // before a larger one sent ahead of it): the run can grow no further, and waiting for it would leave this
+    // tile behind all the local work (the comet forward's slow mode, 53 instead of 41 ms in the demo).
+    if (i > static_cast<std::size_t>(tile) && _state[i] != 0)
+      return true;
     if (_state[i] != 0 || !ready(static_cast<int>(i)))
       return false;
     rows += tiles[i].row_end - tiles[i].row_begin;

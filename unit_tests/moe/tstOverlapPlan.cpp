@@ -338,6 +338,36 @@ TEST(OverlapPlan, batching_defers_partial_remote_runs_but_never_idles) {
   EXPECT_EQ(scheduler.next_contiguous(k), -1);
 }
 
+TEST(OverlapPlan, a_tile_that_lands_after_the_next_one_is_not_left_behind_the_local_work) {
+  // One remote source, one expert of 148 rows in tiles of 128 and 20; batches of 512 rows. The small second message
+  // completes first (eager) and runs; when the first lands, nothing can join its run any more: it must run next,
+  // before the local tiles, not after all of them.
+  PlanShape shape;
+  shape.world = 2;
+  shape.rank = 0;
+  shape.hidden = 16;
+  shape.tile_m = 128;
+  shape.rows = {{300}, {148}};
+  auto const plan = OverlapPlan::build(shape);
+  PlanScheduler scheduler(plan);
+  scheduler.set_min_batch_rows(512);
+  scheduler.landed(1, 1);
+  int i = scheduler.next();
+  ASSERT_GE(i, 0);
+  while (plan.tiles()[static_cast<std::size_t>(i)].source != 1) { // local filler until then
+    scheduler.finish(i);
+    i = scheduler.next();
+    ASSERT_GE(i, 0);
+  }
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].row_begin, 128);
+  scheduler.finish(i);
+  scheduler.landed(1, 0);
+  i = scheduler.next();
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].source, 1);
+  EXPECT_EQ(plan.tiles()[static_cast<std::size_t>(i)].row_begin, 0);
+}
+
 TEST(OverlapPlan, token_chunks_let_layer1_start_before_a_source_has_fully_landed) {
   // Two chunks of one remote source: chunk 0's layer1 is ready once chunk 0's rows are done.
   PlanShape shape;
