@@ -8,8 +8,9 @@
 //   sequential: every tile has landed before the first is computed, and the replies leave after the last;
 //   pipelined:  chunk by chunk (the forward's chunks): a chunk is computed once its tiles landed and sent at once;
 //   comet:      tile by tile as they land (local ones first, or, with the critical_path policy, landed remote ones
-//               first), each tile's token gradients sent the moment they are done, and the weight-gradient GEMMs
-//               kept back to fill the time the compute thread would otherwise wait.
+//               first; landed tiles that follow one are computed with it), each tile's token gradients sent the
+//               moment they are done, and the weight-gradient GEMMs kept back to fill the time the compute thread
+//               would otherwise wait.
 #include "impl/LayerState.hpp"
 
 #include <tessel/core/Execution.hpp>
@@ -42,7 +43,9 @@ std::vector<Tile> slot_tiles(std::vector<std::pair<std::int64_t, std::int64_t>> 
   std::int64_t total = 0;
   for (auto const &[begin, count] : chunk_slots)
     total += count;
-  tile = std::max({tile, std::int64_t{1}, (total + max_tiles - 1) / max_tiles});
+  // Each chunk may end in a partial tile: at most total / tile + chunks tiles, kept within the tag space.
+  auto const budget = max_tiles - static_cast<std::int64_t>(chunk_slots.size());
+  tile = std::max({tile, std::int64_t{1}, (total + budget - 1) / budget});
   std::vector<Tile> tiles;
   for (std::size_t c = 0; c < chunk_slots.size(); ++c)
     for (std::int64_t a = 0; a < chunk_slots[c].second; a += tile)

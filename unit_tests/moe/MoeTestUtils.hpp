@@ -9,6 +9,7 @@
 
 #include <tessel/core/Communicator.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -71,6 +72,29 @@ struct Variant {
     return os.str();
   }
 };
+
+/// max |a - ref| / max(max |ref|, \p floor) over \p count values (the difference alone when both are zero; NaN fails).
+inline double relative_error(float const *a, double const *ref, std::size_t count, double floor = 0.0) {
+  double diff = 0.0, scale = floor;
+  for (std::size_t i = 0; i < count; ++i) {
+    double const d = std::abs(static_cast<double>(a[i]) - ref[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::abs(ref[i]));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
+
+/// The scale of the logits' gradient of tokens [row0, row0 + M) (\p weights: their [M, topk] combine weights):
+/// w_k (dw_k - sum_j w_j dw_j) cancels where a token's dw are close, and fp32 keeps it only to about 1e-7 of
+/// max |w dw|, which is then its scale when larger than the result's (a few tokens).
+inline double logit_gradient_floor(HostMatrix weights, ReferenceGradients const &ref, std::size_t row0) {
+  auto const topk = weights.extent(1);
+  double floor = 0.0;
+  for (std::size_t t = 0; t < weights.extent(0); ++t)
+    for (std::size_t k = 0; k < topk; ++k)
+      floor = std::max(floor, std::abs(weights(t, k) * ref.combine_weights[(row0 + t) * topk + k]));
+  return floor;
+}
 
 // The layer tests' cases (tstMoeLayer.cpp, tstMoeBackward.cpp): a shape, how the gate is given, and a skew of the
 // routing.

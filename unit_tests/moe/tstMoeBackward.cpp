@@ -26,17 +26,6 @@ Communicator fresh_comm() {
   return world.split(0, world.rank());
 }
 
-// max |a - ref| / max(max |ref|, \p floor) over \p count values (the difference alone when both are zero; NaN fails).
-double relative_error(float const *a, double const *ref, std::size_t count, double floor = 0.0) {
-  double diff = 0.0, scale = floor;
-  for (std::size_t i = 0; i < count; ++i) {
-    double const d = std::abs(static_cast<double>(a[i]) - ref[i]);
-    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return scale > 0.0 ? diff / scale : diff;
-}
-
 // The reference gradients of all ranks' tokens, and this rank's shard of its expert-weight gradients.
 struct Expected {
   ReferenceGradients ref;
@@ -122,13 +111,7 @@ void check_backward(Case const &c, Communicator const &comm, bool all_variants =
       Kokkos::deep_copy(grads.tokens, std::nanf(""));
       layer.backward(space, d_out, grads, variant.schedule, aux_coef);
       EXPECT_LT(relative_error(grads.tokens.data(), &ref.tokens(row0, 0), m * n), tolerance) << "token gradients";
-      // The logits' gradient w_k (dw_k - sum_j w_j dw_j) cancels where a token's dw are close: fp32 keeps it only
-      // to about 1e-7 of |w dw|, so that is its scale when larger than the result's (a few tokens).
-      double wdw = 0.0;
-      for (std::size_t t = 0; t < m; ++t)
-        for (std::size_t k = 0; k < static_cast<std::size_t>(config.topk); ++k)
-          wdw = std::max(wdw, std::abs(layer.routing().weights(t, k) *
-                                       ref.combine_weights[(row0 + t) * static_cast<std::size_t>(config.topk) + k]));
+      auto const wdw = logit_gradient_floor(layer.routing().weights, ref, row0);
       EXPECT_LT(relative_error(grads.logits.data(), &ref.logits(row0, 0), m * e, wdw), tolerance) << "logit gradients";
       check_shard("W0 gradient", grads.experts.w0, expected.shard.w0);
       check_shard("W1 gradient", grads.experts.w1, expected.shard.w1);
