@@ -85,7 +85,7 @@ void usage() {
       "  --tune-budget SEC time the first comet forward may spend tuning a shape no registry knows (default 3);\n"
       "                    the result is cached per user and machine (TESSEL_MOE_TUNE=off: no tuning, no cache)\n"
       "  --timeout SEC     communication timeout (default: TESSEL_COMM_TIMEOUT or 120 s)\n"
-      "  --json FILE       write the results as JSON\n"
+      "  --json FILE       write the results as JSON (per schedule: the median and every timed run)\n"
       "  --trace PREFIX    write each rank's timeline of the last run of every schedule (tiles, messages landed,\n"
       "                    waits) to PREFIX.rank<r>.json (benchmarks/moe/plot_timeline.py PREFIX draws them)\n"
       "  --stats           print each rank's phase times of the last run of every schedule\n"
@@ -263,6 +263,7 @@ void say_first_use(Options const &o, MoeLayer const &layer, Say const &say) {
 
 struct Row {
   Schedule schedule;
+  std::vector<double> runs; // every timed run, in order
   double median = 0.0, max_rel_error = -1.0;
   std::int64_t routing_violations = 0;
 };
@@ -309,7 +310,7 @@ std::vector<Row> time_schedules(Options const &o, Communicator const &world, Hos
         std::to_string(o.iters) + " runs) ...");
     Row row;
     row.schedule = s;
-    row.median = bench::time_schedule(space, layer, in.tokens, in.gate.input(), out, s, o.iters, o.warmup);
+    row.median = bench::time_schedule(space, layer, in.tokens, in.gate.input(), out, s, o.iters, o.warmup, &row.runs);
     if (o.stats)
       print_stats(world, layer, s, say);
     if (!o.trace.empty())
@@ -391,6 +392,7 @@ tessel::Json results_json(Options const &o, Input const &in, MoeLayer const &lay
   for (auto const &r : rows)
     schedules[name_of(r.schedule)] = {
         {"median_s", r.median},
+        {"runs_s", r.runs},
         {"t_comm_s", alone.comm},
         {"t_comp_s", alone.comp},
         {"hidden_fraction", hidden.defined ? tessel::Json(hidden(r.median)) : tessel::Json()},

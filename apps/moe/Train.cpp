@@ -1,6 +1,7 @@
 #include "Train.hpp"
 
 #include <tessel/moe/Reference.hpp>
+#include <tessel/moe/Synthetic.hpp>
 
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Gemm.hpp>
@@ -32,18 +33,6 @@ HostMatrix normal_matrix(char const *label, std::int64_t rows, std::int64_t cols
   return m;
 }
 
-DenseWeights dense_experts(MoeConfig const &config, std::uint64_t seed) {
-  auto w = allocate_dense_weights(config);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d0(0.0f, 1.0f / std::sqrt(static_cast<float>(config.hidden)));
-  std::normal_distribution<float> d1(0.0f, 1.0f / std::sqrt(static_cast<float>(config.ffn)));
-  for (std::size_t i = 0; i < w.w0.size(); ++i)
-    w.w0.data()[i] = d0(rng);
-  for (std::size_t i = 0; i < w.w1.size(); ++i)
-    w.w1.data()[i] = d1(rng);
-  return w;
-}
-
 // Token id of the global token g of step s.
 int token_id(std::uint64_t seed, int step, std::int64_t g, int vocab) {
   return static_cast<int>(splitmix(seed ^ (static_cast<std::uint64_t>(step) << 40) ^ static_cast<std::uint64_t>(g)) %
@@ -57,8 +46,8 @@ HostMatrix teacher_targets(HostExecSpace const &space, TrainSettings const &s) {
   config.tokens = s.vocab;
   config.ep = config.tp = 1;
   std::int64_t const n = config.hidden, v = s.vocab, c = s.outputs, e = config.experts;
-  auto const emb = normal_matrix("Tessel::moe::teacher_embedding", v, n, s.seed * 7 + 1, 1.0);
-  auto const experts = dense_experts(config, s.seed * 7 + 2);
+  auto const emb = make_tokens(config, v, s.seed * 7 + 1);
+  auto const experts = make_weights(config, s.seed * 7 + 2);
   auto const gate = normal_matrix("Tessel::moe::teacher_gate", n, e, s.seed * 7 + 3, 2.0 / std::sqrt(double(n)));
   auto const head = normal_matrix("Tessel::moe::teacher_head", n, c, s.seed * 7 + 4, 1.0 / std::sqrt(double(n)));
   Routing routing;
@@ -91,8 +80,8 @@ TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSet
   std::int64_t const m = config.tokens, n = config.hidden, c = s.outputs, v = s.vocab;
   auto const targets = teacher_targets(space, s);
   // The student: the same initial values at every rank count (dense experts sharded to this rank).
-  auto embedding = normal_matrix("Tessel::moe::embedding", v, n, s.seed * 7 + 11, 1.0);
-  auto const experts = dense_experts(config, s.seed * 7 + 12);
+  auto embedding = make_tokens(config, v, s.seed * 7 + 11);
+  auto const experts = make_weights(config, s.seed * 7 + 12);
   GateParams gate;
   gate.weight =
       normal_matrix("Tessel::moe::gate_weight", n, config.experts, s.seed * 7 + 13, 1.0 / std::sqrt(double(n)));

@@ -146,7 +146,7 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedB
 
 template <class ExecSpace, class Check>
 double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
-                     HostMatrix out, Schedule schedule, int iters, int warmup) {
+                     HostMatrix out, Schedule schedule, int iters, int warmup, std::vector<double> *runs) {
   TESSEL_REQUIRE(iters >= 1 && warmup >= 0, "time_schedule: need iters >= 1 and warmup >= 0");
   auto const &comm = layer.communicator();
   for (int i = 0; i < warmup; ++i)
@@ -159,6 +159,8 @@ double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix to
     double const mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     times.push_back(comm.allreduce_value(mine, ReduceOp::max));
   }
+  if (runs != nullptr)
+    *runs = times;
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -235,7 +237,7 @@ TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix t
                                             GateInput const &, double, double, int,                                    \
                                             std::function<void(std::string const &)> const &, ConstHostMatrix);        \
   template double time_schedule(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, HostMatrix, Schedule,   \
-                                int, int);                                                                             \
+                                int, int, std::vector<double> *);                                                      \
   template TuneResult tune_comet(SPACE const &, MoeLayer &, ConstHostMatrix, GateInput const &, int,                   \
                                  std::function<void(std::string const &)> const &);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_MOE_INSTANTIATE_CALIBRATION)

@@ -44,10 +44,11 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedB
                                  ConstHostMatrix d_out = {});
 
 /// \brief Median over \p iters runs of the layer time of \p schedule: each run starts after a barrier and lasts
-/// until the slowest rank returns (maximum over ranks). \p warmup runs are not timed. Collective.
+/// until the slowest rank returns (maximum over ranks). \p warmup runs are not timed. \p runs (when given) receives
+/// every run's time in order, so that a schedule whose time moves between levels shows it. Collective.
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
-                     HostMatrix out, Schedule schedule, int iters, int warmup = 1);
+                     HostMatrix out, Schedule schedule, int iters, int warmup = 1, std::vector<double> *runs = nullptr);
 
 /// \brief Result of tune_comet().
 struct TuneResult {

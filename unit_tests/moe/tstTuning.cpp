@@ -404,3 +404,19 @@ TEST(TuningCache, unwritable_cache_is_a_warning) {
 }
 
 } // namespace
+
+namespace {
+
+// The test main (unit_tests/TesselTestMain.cpp) points the per-user tuning cache away from the home directory of
+// whoever runs the tests, ctest or not: a test run never writes the user's own cache.
+TEST(Tuning, tests_never_write_the_users_cache) {
+  char const *dir = std::getenv("TESSEL_CACHE_DIR");
+  ASSERT_NE(dir, nullptr);
+  auto const path = tessel::moe::default_tuning_cache_path();
+  EXPECT_EQ(path.rfind(dir, 0), 0u) << path;
+  if (char const *home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    EXPECT_NE(path.rfind(std::string(home) + "/.cache", 0), 0u) << path;
+  }
+}
+
+} // namespace

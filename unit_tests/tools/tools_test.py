@@ -466,6 +466,7 @@ def case_full_disk():
         ("gnn JSON", gnn + ["--json", "PATH"], "g.json"),
         ("gnn checkpoint", gnn + ["--checkpoint", "PATH"], "ck.h5"),
         ("moe JSON", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--json", "PATH"], "m.json"),
+        ("moe train JSON", [tool("tessel-moe"), "train", "--steps", "3", "--batch", "32", "--json", "PATH"], "tr.json"),
         ("comm JSON", [tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-J", "PATH"], "c.json"),
     ]
     # /dev/full: needs no privileges.
