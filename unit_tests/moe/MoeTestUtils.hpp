@@ -136,6 +136,26 @@ inline std::vector<std::pair<int, int>> layouts(int w) {
   }
 }
 
+/// The schedules the device layers' tests run (forward and backward): sequential, pipelined in 3 chunks, and comet with
+/// many messages per source (tile 16, 3 column blocks, critical_path) and with few (tile 128, local_first).
+inline std::vector<Variant> device_variants() {
+  std::vector<Variant> v;
+  v.push_back({Schedule::sequential, {}, 1});
+  v.push_back({Schedule::pipelined, {}, 3});
+  CometParams p;
+  p.comm_workers = 2;
+  p.tile_m = 16; // many messages per source: layer0 GEMM blocks wait on each
+  p.n_splits = 3;
+  p.policy = PlanPolicy::critical_path;
+  v.push_back({Schedule::comet, p, 1});
+  p.comm_workers = 1;
+  p.tile_m = 128;
+  p.n_splits = 1;
+  p.policy = PlanPolicy::local_first;
+  v.push_back({Schedule::comet, p, 1});
+  return v;
+}
+
 // \p base at every EP x TP layout of \p w ranks that its experts and K allow.
 inline std::vector<MoeConfig> layouts_of(MoeConfig const &base, int w) {
   std::vector<MoeConfig> out;

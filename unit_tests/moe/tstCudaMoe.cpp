@@ -156,20 +156,8 @@ std::vector<std::pair<int, int>> layouts() { return {{1, 1}, {2, 1}, {4, 1}, {2,
 using tessel::moe::test::Variant;
 
 std::vector<Variant> variants() {
-  std::vector<Variant> v;
-  v.push_back({Schedule::sequential, {}, 1});
-  v.push_back({Schedule::pipelined, {}, 3});
+  auto v = test::device_variants();
   CometParams p;
-  p.comm_workers = 2;
-  p.tile_m = 16; // many messages per source: layer0 GEMM blocks wait on each
-  p.n_splits = 3;
-  p.policy = PlanPolicy::critical_path;
-  v.push_back({Schedule::comet, p, 1});
-  p.comm_workers = 1;
-  p.tile_m = 128;
-  p.n_splits = 1;
-  p.policy = PlanPolicy::local_first;
-  v.push_back({Schedule::comet, p, 1});
   p.comm_workers = 28; // more than the device share allows at small sizes: capped, still correct
   p.tile_m = 40;
   p.n_splits = 5;

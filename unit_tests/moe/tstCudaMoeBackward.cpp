@@ -66,23 +66,7 @@ MoeConfig small_config(int ep, int tp, int topk) {
   return c;
 }
 
-std::vector<Variant> variants() {
-  std::vector<Variant> v;
-  v.push_back({Schedule::sequential, {}, 1});
-  v.push_back({Schedule::pipelined, {}, 3});
-  CometParams p;
-  p.comm_workers = 2;
-  p.tile_m = 16;
-  p.n_splits = 3;
-  p.policy = PlanPolicy::critical_path;
-  v.push_back({Schedule::comet, p, 1});
-  p.comm_workers = 1;
-  p.tile_m = 128;
-  p.n_splits = 1;
-  p.policy = PlanPolicy::local_first;
-  v.push_back({Schedule::comet, p, 1});
-  return v;
-}
+std::vector<Variant> variants() { return test::device_variants(); }
 
 /// One forward and its backward on inputs and output gradients of their own, checked against reference_backward.
 struct Pair {

@@ -26,13 +26,19 @@ using namespace tessel;
 using namespace tessel::moe;
 using tessel::moe::test::relative_error;
 
+// Why the multi-GPU tests cannot run here ("" when every rank has a device of its own); the same on every rank.
+std::string without_a_device_per_rank(Communicator const &world) {
+  int const devices = tessel::cuda::device_count();
+  if (world.allreduce_value(devices >= world.size() ? 1 : 0, ReduceOp::min) != 0)
+    return "";
+  return "needs one CUDA device per rank on the node (" + std::to_string(devices) + " visible, " +
+         std::to_string(world.size()) + " ranks)";
+}
+
 TEST(CudaNcclMoe, schedules_against_reference) {
   auto const world = Communicator::world();
-  int const devices = tessel::cuda::device_count();
-  int const have = world.allreduce_value(devices >= world.size() ? 1 : 0, ReduceOp::min);
-  if (have == 0)
-    GTEST_SKIP() << "needs one CUDA device per rank on the node (" << devices << " visible, " << world.size()
-                 << " ranks)";
+  if (auto const why = without_a_device_per_rank(world); !why.empty())
+    GTEST_SKIP() << why;
   auto const nccl = tessel::cuda::make_nccl_communicator(world);
   auto const seed = test::fresh_seed(world);
   for (DataType dtype : {DataType::float32, DataType::bfloat16})
@@ -77,11 +83,8 @@ TEST(CudaNcclMoe, schedules_against_reference) {
 
 TEST(CudaNcclMoe, backward_against_reference) {
   auto const world = Communicator::world();
-  int const devices = tessel::cuda::device_count();
-  int const have = world.allreduce_value(devices >= world.size() ? 1 : 0, ReduceOp::min);
-  if (have == 0)
-    GTEST_SKIP() << "needs one CUDA device per rank on the node (" << devices << " visible, " << world.size()
-                 << " ranks)";
+  if (auto const why = without_a_device_per_rank(world); !why.empty())
+    GTEST_SKIP() << why;
   auto const nccl = tessel::cuda::make_nccl_communicator(world);
   auto const seed = test::fresh_seed(world);
   int const w = world.size(), me = world.rank();
