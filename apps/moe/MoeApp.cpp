@@ -8,20 +8,20 @@
 //
 // tessel-moe train: trains a small model (embedding -> MoE layer -> linear head) on a teacher's data under each
 // schedule and reports the loss curve, which is the same at every rank count and schedule.
-#include "Harness.hpp"
-#include "Train.hpp"
+#include <tessel/tools/moe/Harness.hpp>
+#include <tessel/tools/moe/Train.hpp>
 
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Reference.hpp>
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <Kokkos_Core.hpp>
 

@@ -3,8 +3,8 @@
 
 // Sub-commands of tessel-sched; each reads its options from a tessel::CommandLine and calls finish().
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/sched/Throughput.hpp>
+#include <tessel/tools/CommandLine.hpp>
 
 #include <string>
 

@@ -1,7 +1,7 @@
 #include "Commands.hpp"
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <tessel/sched/Estimator.hpp>
 #include <tessel/sched/Model.hpp>

@@ -7,13 +7,13 @@
 // algbw  S / time, S = bytes one rank contributes (GB = 1e9)
 // busbw  algbw x 2(n-1)/n for allreduce, x (n-1)/n for alltoallv (nccl-tests doc/PERFORMANCE.md)
 // #wrong elements that differ from the exact expected result of a checked call after the timed ones
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -6,9 +6,9 @@
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
-#include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
 #include <chrono>

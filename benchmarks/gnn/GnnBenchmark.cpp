@@ -3,16 +3,16 @@
 // reference.
 //
 //   tessel-gnn-bench --data cora.h5 --features 16,64,256 --json bench.json
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Spmm.hpp>
-#include <tessel/gnn/ToolOptions.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
+#include <tessel/tools/gnn/Options.hpp>
 
 #include "CudaBench.hpp"
 #include "DistBench.hpp"

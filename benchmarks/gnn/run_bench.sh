@@ -17,7 +17,7 @@ features=${FEATURES:-16,64,256}
 export OPENBLAS_NUM_THREADS=1
 mkdir -p "$out"
 bench="$build/benchmarks/gnn/tessel-gnn-bench"
-gen="$build/datasets/gnn/tessel-gnn-data"
+gen="$build/apps/gnn/tessel-gnn-data"
 py=/usr/bin/python3
 
 source "$root/benchmarks/gnn/graphs.sh"

@@ -20,7 +20,7 @@ scale=${SCALE:-20}
 bandwidths=${BANDWIDTHS:-150 175 300}
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
-gen=$build/datasets/gnn/tessel-gnn-data
+gen=$build/apps/gnn/tessel-gnn-data
 gnn=$build/apps/gnn/tessel-gnn
 m=$data/graphs/musae
 [ -f "$out/facebook.h5" ] || "$gen" csv --edges "$m/facebook_edges.csv" --targets "$m/facebook_target.csv" \

@@ -16,7 +16,7 @@ threads=${THREADS:-1 2}
 export OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 mkdir -p "$out"
 bench="$build/benchmarks/gnn/tessel-gnn-bench"
-gen="$build/datasets/gnn/tessel-gnn-data"
+gen="$build/apps/gnn/tessel-gnn-data"
 py=/usr/bin/python3
 
 source "$root/benchmarks/gnn/graphs.sh"

@@ -1,7 +1,7 @@
 #ifndef TESSEL_BENCHMARKS_MOE_CUDABENCH_HPP
 #define TESSEL_BENCHMARKS_MOE_CUDABENCH_HPP
 
-#include <tessel/core/CommandLine.hpp>
+#include <tessel/tools/CommandLine.hpp>
 
 #include <cstdint>
 #include <string>

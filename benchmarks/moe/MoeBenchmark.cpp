@@ -12,7 +12,7 @@
 // #wrong counts output elements of pipelined and comet that differ from sequential by more than 1e-5 relative.
 #include "CudaBench.hpp"
 
-#include "Harness.hpp"
+#include <tessel/tools/moe/Harness.hpp>
 
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Synthetic.hpp>
@@ -22,7 +22,7 @@
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <sys/resource.h>
 

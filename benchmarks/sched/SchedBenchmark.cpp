@@ -22,12 +22,12 @@
 #include <tessel/sched/Simulator.hpp>
 #include <tessel/sched/Synthetic.hpp>
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
 #include <chrono>

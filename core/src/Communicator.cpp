@@ -51,11 +51,11 @@ std::atomic<Clock::rep> last_exchange_ticks{Clock::now().time_since_epoch().coun
 
 void note_exchange() { last_exchange_ticks.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
 
-Clock::time_point last_exchange() {
-  return Clock::time_point(Clock::duration(last_exchange_ticks.load(std::memory_order_relaxed)));
-}
-
 } // namespace Impl
+
+std::chrono::steady_clock::time_point last_exchange() {
+  return Impl::Clock::time_point(Impl::Clock::duration(Impl::last_exchange_ticks.load(std::memory_order_relaxed)));
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Request

@@ -4,8 +4,8 @@
 // and gate logits, both comet plan policies, several communication workers, and a paced communicator.
 #include "MoeTestUtils.hpp"
 
-#include <Harness.hpp> // benchmarks/moe: the calibration of the emulated link
 #include <tessel/moe/MoeLayer.hpp>
+#include <tessel/tools/moe/Harness.hpp> // the tools' calibration of the emulated link
 
 #include <tessel/core/PacedCommunicator.hpp>
 

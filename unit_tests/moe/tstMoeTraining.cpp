@@ -1,8 +1,8 @@
-// Training with MoeLayer (apps/moe/Train.cpp's model: embedding -> MoE -> linear head, on a teacher's data) under
+// Training with MoeLayer (tools/src/moe/Train.cpp's model: embedding -> MoE -> linear head, on a teacher's data) under
 // mpiexec at 1, 2 and 4 ranks: the loss falls, and the loss curve of 50 steps is the same (within 1e-5) on every
 // rank count that divides the world (sub-communicators side by side), every EP x TP layout, and every schedule.
 // Also the optimizers against their formulas.
-#include "Train.hpp"
+#include <tessel/tools/moe/Train.hpp>
 
 #include <tessel/moe/Training.hpp>
 

@@ -18,10 +18,6 @@ inline Clock::time_point deadline_after(Timeout timeout) { return Clock::now() +
 /// Records that this process just completed an exchange with other ranks (a message or a collective).
 void note_exchange();
 
-/// When this process last completed an exchange with other ranks (process start if it never did): how long a
-/// rank that finished should wait for the others is measured from here (see run_tool).
-Clock::time_point last_exchange();
-
 /// Calls \p done() until it returns true or \p deadline passes; returns whether it completed.
 /// \p not_before() says what the pending work is waiting for (see Request::Impl::not_before): a time (a paced
 /// message whose emulated arrival is known) is slept through; not_before_moving means bytes are moving now,

@@ -216,6 +216,10 @@ private:
 /// \brief Default timeout: TESSEL_COMM_TIMEOUT (seconds) from the environment, or 120 s.
 Timeout default_timeout();
 
+/// \brief When this process last completed an exchange with other ranks (a message or a collective), or process
+/// start if it never did: a rank that finished waits for the others from here (tessel::run_tool).
+std::chrono::steady_clock::time_point last_exchange();
+
 /// \brief Builds a Self backend (one rank).
 std::shared_ptr<CommunicatorBackend> make_self_backend();
 

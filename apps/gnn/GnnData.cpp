@@ -4,13 +4,13 @@
 //   tessel-gnn-data rmat --scale 16 --edge-factor 8 --out rmat.h5
 //   tessel-gnn-data csv  --edges facebook_edges.csv --targets facebook_target.csv --id-column id
 //                        --target-column page_type --name facebook --out facebook.h5
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Csv.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-#ifndef TESSEL_BENCHMARKS_MOE_HARNESS_HPP
-#define TESSEL_BENCHMARKS_MOE_HARNESS_HPP
+#ifndef TESSEL_TOOLS_MOE_HARNESS_HPP
+#define TESSEL_TOOLS_MOE_HARNESS_HPP
 
 // The measurement harness of the MoE tools (tessel-moe, tessel-moe-bench), which own the emulated link: calibrating
 // the link so that communication is a chosen share of a layer's sequential time, timing a schedule, and tuning the

@@ -5,18 +5,18 @@
 //   mpiexec -n 4 tessel-gnn train --data reddit.h5 --dist-partition metis   (distributed over the ranks)
 //   tessel-gnn info --data cora.h5
 //   tessel-gnn config | --version | --help
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Spmm.hpp>
-#include <tessel/gnn/ToolOptions.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
+#include <tessel/tools/gnn/Options.hpp>
 
 #include <algorithm>
 #include <cstdio>

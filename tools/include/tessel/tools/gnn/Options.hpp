@@ -1,12 +1,12 @@
-#ifndef TESSEL_GNN_TOOLOPTIONS_HPP
-#define TESSEL_GNN_TOOLOPTIONS_HPP
+#ifndef TESSEL_TOOLS_GNN_OPTIONS_HPP
+#define TESSEL_TOOLS_GNN_OPTIONS_HPP
 
-/// \file ToolOptions.hpp
+/// \file Options.hpp
 /// \brief The aggregation options that the gnn tools (tessel-gnn, tessel-gnn-bench) read from their command line,
 /// in one place so that both spell and check them alike.
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/gnn/Spmm.hpp>
+#include <tessel/tools/CommandLine.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
-#ifndef TESSEL_CORE_COMMANDLINE_HPP
-#define TESSEL_CORE_COMMANDLINE_HPP
+#ifndef TESSEL_TOOLS_COMMANDLINE_HPP
+#define TESSEL_TOOLS_COMMANDLINE_HPP
 
 /// \file CommandLine.hpp
 /// \brief The one command-line parser of Tessel's apps, benchmarks and data-set tools.

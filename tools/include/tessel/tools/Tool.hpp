@@ -1,12 +1,12 @@
-#ifndef TESSEL_CORE_TOOL_HPP
-#define TESSEL_CORE_TOOL_HPP
+#ifndef TESSEL_TOOLS_TOOL_HPP
+#define TESSEL_TOOLS_TOOL_HPP
 
 /// \file Tool.hpp
 /// \brief The one way Tessel's command-line tools start, fail and end: exit statuses, error messages and the
 /// end of a job on every rank.
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Communicator.hpp>
+#include <tessel/tools/CommandLine.hpp>
 
 #include <functional>
 #include <string>

@@ -1,5 +1,5 @@
 #include <tessel/core/Error.hpp>
-#include <tessel/gnn/ToolOptions.hpp>
+#include <tessel/tools/gnn/Options.hpp>
 
 #include <string>
 

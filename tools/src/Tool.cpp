@@ -3,9 +3,7 @@
 #include <tessel/core/Digest.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
-
-#include "impl/Progress.hpp"
+#include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -105,7 +103,7 @@ int finish_job(char const *name, MPI_Comm comm, Outcome const &outcome) {
   // its own run time, and a load imbalance up to that much is not mistaken for a fault.
   auto const now = std::chrono::steady_clock::now();
   auto const wait = outcome.status == exit_success
-                        ? std::chrono::steady_clock::duration(default_timeout()) + (now - Impl::last_exchange())
+                        ? std::chrono::steady_clock::duration(default_timeout()) + (now - last_exchange())
                         : std::chrono::steady_clock::duration(failure_grace);
   auto const deadline = now + wait;
   int const mine[3] = {outcome.status, outcome.fault ? 1 : 0, static_cast<int>(outcome.message.size())};

@@ -16,10 +16,10 @@
 #include <tessel/sched/Throughput.hpp>
 #include <tessel/sched/Trace.hpp>
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,5 +1,5 @@
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/tools/CommandLine.hpp>
 
 #include <algorithm>
 #include <cctype>

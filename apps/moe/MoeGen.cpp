@@ -6,11 +6,11 @@
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/Synthetic.hpp>
 
-#include <tessel/core/CommandLine.hpp>
 #include <tessel/core/Config.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <cmath>
 #include <cstdio>

@@ -6,8 +6,8 @@
 //   tessel-sched-trainer [--fail-after S]   (S: exit with status 3 after S wall-clock seconds, for failure tests)
 
 #include <tessel/core/Error.hpp>
-#include <tessel/core/Tool.hpp>
 #include <tessel/sched/JobContext.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <chrono>
 #include <cstdio>

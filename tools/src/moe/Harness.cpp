@@ -1,4 +1,4 @@
-#include "Harness.hpp"
+#include <tessel/tools/moe/Harness.hpp>
 
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Execution.hpp>

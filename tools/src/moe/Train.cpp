@@ -1,4 +1,4 @@
-#include "Train.hpp"
+#include <tessel/tools/moe/Train.hpp>
 
 #include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Synthetic.hpp>

@@ -1,5 +1,5 @@
-#ifndef TESSEL_APPS_MOE_TRAIN_HPP
-#define TESSEL_APPS_MOE_TRAIN_HPP
+#ifndef TESSEL_TOOLS_MOE_TRAIN_HPP
+#define TESSEL_TOOLS_MOE_TRAIN_HPP
 
 // `tessel-moe train`: a small model (token embedding -> MoE layer -> linear head) trained on data a teacher model
 // of the same form generates. Every rank count sees the same global batches (token ids are a function of the seed,

@@ -12,7 +12,7 @@
 #include "Commands.hpp"
 
 #include <tessel/core/Error.hpp>
-#include <tessel/core/Tool.hpp>
+#include <tessel/tools/Tool.hpp>
 
 #include <cstdio>
 #include <cstring>
