@@ -5,12 +5,12 @@
 //   mpiexec -n 4 tessel-gnn train --data reddit.h5 --dist-partition metis   (distributed over the ranks)
 //   tessel-gnn info --data cora.h5
 //   tessel-gnn config | --version | --help
-#include <tessel/core/Config.hpp>
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Version.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Spmm.hpp>
@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (args.flag("version") || command == "version") {
-      std::printf("tessel-gnn %s (%s)\n", TESSEL_VERSION_STRING, TESSEL_GIT_HASH);
+      std::printf("tessel-gnn %s (%s)\n", tessel::version().c_str(), tessel::git_hash().c_str());
       return 0;
     }
     if (command == "config") {

@@ -6,9 +6,9 @@
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/Synthetic.hpp>
 
-#include <tessel/core/Config.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Version.hpp>
 #include <tessel/tools/CommandLine.hpp>
 #include <tessel/tools/Tool.hpp>
 
@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     info.model = shape.name;
     info.scale = scale;
     std::ostringstream source;
-    source << "tessel-moe-gen " << TESSEL_VERSION_STRING << " (" << TESSEL_GIT_HASH << "): --model " << model
+    source << "tessel-moe-gen " << tessel::version() << " (" << tessel::git_hash() << "): --model " << model
            << " --scale " << scale << " --tokens " << tokens << " --zipf-alpha " << alpha << " --seed " << seed
            << (logits ? " --logits" : "");
     info.source = source.str();

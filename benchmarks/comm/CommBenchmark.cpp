@@ -8,10 +8,10 @@
 // busbw  algbw x 2(n-1)/n for allreduce, x (n-1)/n for alltoallv (nccl-tests doc/PERFORMANCE.md)
 // #wrong elements that differ from the exact expected result of a checked call after the timed ones
 #include <tessel/core/Communicator.hpp>
-#include <tessel/core/Config.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Version.hpp>
 #include <tessel/tools/CommandLine.hpp>
 #include <tessel/tools/Tool.hpp>
 
@@ -253,8 +253,8 @@ void write_results(std::string const &path, tessel::Communicator const &comm, Op
                        {"out_of_place", result(row.oop)},
                        {"in_place", result(row.ip)}});
   tessel::write_json(path, {{"tool", "tessel-comm-bench"},
-                            {"version", TESSEL_VERSION_STRING},
-                            {"git", TESSEL_GIT_HASH},
+                            {"version", tessel::version()},
+                            {"git", tessel::git_hash()},
                             {"backend", tessel::name_of(comm.kind())},
                             {"ranks", comm.size()},
                             {"warmup", o.warmup},

@@ -8,6 +8,7 @@
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Version.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Spmm.hpp>
 #include <tessel/tools/CommandLine.hpp>
@@ -400,7 +401,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (a.flag("version")) {
-      std::printf("tessel-gnn-bench %s (%s)\n", TESSEL_VERSION_STRING, TESSEL_GIT_HASH);
+      std::printf("tessel-gnn-bench %s (%s)\n", tessel::version().c_str(), tessel::git_hash().c_str());
       return 0;
     }
     TESSEL_REQUIRE_USAGE(a.has("data"), "tessel-gnn-bench needs --data FILE");

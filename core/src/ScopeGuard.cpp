@@ -16,6 +16,7 @@
 
 #ifdef TESSEL_ENABLE_MPI
 #include <tessel/core/MpiCommunicator.hpp>
+#include <tessel/core/Version.hpp>
 #endif
 
 namespace tessel {
@@ -171,8 +172,8 @@ std::string build_summary() {
 #ifdef TESSEL_ENABLE_NCCL
   add("nccl");
 #endif
-  return "Tessel " TESSEL_VERSION_STRING " (git " TESSEL_GIT_HASH "), Kokkos " + compat::kokkos_version_string() +
-         " (" + Kokkos::DefaultExecutionSpace::name() + "), features: " + (features.empty() ? "none" : features);
+  return "Tessel " + version() + " (git " + git_hash() + "), Kokkos " + compat::kokkos_version_string() + " (" +
+         Kokkos::DefaultExecutionSpace::name() + "), features: " + (features.empty() ? "none" : features);
 }
 
 } // namespace tessel

@@ -8,6 +8,7 @@
 #include <tessel/core/Gemm.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Version.hpp>
 #ifdef TESSEL_ENABLE_HDF5
 #include <tessel/core/H5File.hpp>
 #endif
@@ -40,6 +41,14 @@ double instance_sum() {
       "Tessel::consumer::sum", Kokkos::RangePolicy<Host>(instances[1], 0, 100),
       KOKKOS_LAMBDA(int i, double &s) { s += i; }, sum);
   return sum;
+}
+
+// The installed library reports the version of the installed headers and the commit it was configured from.
+TEST(Consumer, version_of_headers_and_library) {
+  EXPECT_EQ(tessel::version(), TESSEL_VERSION_STRING);
+  EXPECT_EQ(tessel::version_number(), TESSEL_VERSION);
+  EXPECT_EQ(TESSEL_VERSION, TESSEL_VERSION_MAJOR * 10000 + TESSEL_VERSION_MINOR * 100 + TESSEL_VERSION_PATCH);
+  EXPECT_EQ(tessel::git_hash(), CONSUMER_EXPECT_GIT_HASH);
 }
 
 TEST(Consumer, allreduce_of_a_kokkos_reduction) {
