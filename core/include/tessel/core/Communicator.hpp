@@ -217,7 +217,7 @@ private:
 Timeout default_timeout();
 
 /// \brief When this process last completed an exchange with other ranks (a message or a collective), or process
-/// start if it never did: a rank that finished waits for the others from here (tessel::run_tool).
+/// start if it never did: a rank that finished waits for the others from here (tessel::run_main).
 std::chrono::steady_clock::time_point last_exchange();
 
 /// \brief Builds a Self backend (one rank).
