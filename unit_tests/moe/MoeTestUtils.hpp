@@ -9,6 +9,8 @@
 
 #include <tessel/core/Communicator.hpp>
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -228,6 +230,24 @@ inline std::vector<Variant> variants() {
   p.m_splits = 3;
   v.push_back({Schedule::comet, p, 3});
   return v;
+}
+
+// Communicator::alltoallv of every rank at once: rank d's send_displs[p] .. + send_counts[p] of send[d] into rank
+// p's recv_displs[d] .. of recv[p]; every count must match its peer's.
+template <class T, class Alltoall>
+void emulate_alltoallv(std::vector<std::vector<T>> const &send, std::vector<std::vector<T>> &recv,
+                       std::vector<Alltoall> const &x) {
+  for (std::size_t d = 0; d < x.size(); ++d)
+    for (std::size_t p = 0; p < x.size(); ++p) {
+      auto const count = x[d].send_counts[p];
+      ASSERT_EQ(count, x[p].recv_counts[d]) << "rank " << d << " sends " << count << " elements to rank " << p
+                                            << ", which receives " << x[p].recv_counts[d];
+      ASSERT_LE(x[d].send_displs[p] + count, send[d].size()) << "rank " << d << "'s send to " << p;
+      ASSERT_LE(x[p].recv_displs[d] + count, recv[p].size()) << "rank " << p << "'s receive from " << d;
+      std::copy(send[d].begin() + static_cast<std::ptrdiff_t>(x[d].send_displs[p]),
+                send[d].begin() + static_cast<std::ptrdiff_t>(x[d].send_displs[p] + count),
+                recv[p].begin() + static_cast<std::ptrdiff_t>(x[p].recv_displs[d]));
+    }
 }
 
 } // namespace tessel::moe::test

@@ -57,24 +57,6 @@ double slope(MoeConfig const &c, double x) {
   return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * 0.39894228040143268 * std::exp(-0.5 * x * x);
 }
 
-// Communicator::alltoallv of every rank at once: rank d's send_displs[p] .. + send_counts[p] of send[d] into rank
-// p's recv_displs[d] .. of recv[p]; every count must match its peer's.
-template <class T>
-void emulate_alltoallv(std::vector<std::vector<T>> const &send, std::vector<std::vector<T>> &recv,
-                       std::vector<Alltoall> const &x) {
-  for (std::size_t d = 0; d < x.size(); ++d)
-    for (std::size_t p = 0; p < x.size(); ++p) {
-      auto const count = x[d].send_counts[p];
-      ASSERT_EQ(count, x[p].recv_counts[d]) << "rank " << d << " sends " << count << " elements to rank " << p
-                                            << ", which receives " << x[p].recv_counts[d];
-      ASSERT_LE(x[d].send_displs[p] + count, send[d].size()) << "rank " << d << "'s send to " << p;
-      ASSERT_LE(x[p].recv_displs[d] + count, recv[p].size()) << "rank " << p << "'s receive from " << d;
-      std::copy(send[d].begin() + static_cast<std::ptrdiff_t>(x[d].send_displs[p]),
-                send[d].begin() + static_cast<std::ptrdiff_t>(x[d].send_displs[p] + count),
-                recv[p].begin() + static_cast<std::ptrdiff_t>(x[p].recv_displs[d]));
-    }
-}
-
 struct Case {
   int ep, tp, topk;
   std::int64_t m, n, k;
@@ -209,9 +191,9 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
       send_weight.push_back(plan.row_weight);
     }
     for (int ch = 0; ch < c.chunks; ++ch) {
-      emulate_alltoallv(g_out, g_in, exchange_of(ch, &BackwardExchange::slots));
-      emulate_alltoallv(send_slot, row_slot, exchange_of(ch, &BackwardExchange::rows));
-      emulate_alltoallv(send_weight, row_weight, exchange_of(ch, &BackwardExchange::rows));
+      test::emulate_alltoallv(g_out, g_in, exchange_of(ch, &BackwardExchange::slots));
+      test::emulate_alltoallv(send_slot, row_slot, exchange_of(ch, &BackwardExchange::rows));
+      test::emulate_alltoallv(send_weight, row_weight, exchange_of(ch, &BackwardExchange::rows));
     }
   }
   std::vector<std::vector<double>> grad_w0(z(world)), grad_w1(z(world));
@@ -325,7 +307,7 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
   }
   if (nccl)
     for (int ch = 0; ch < c.chunks; ++ch)
-      emulate_alltoallv(dw_all, dw_recv, exchange_of(ch, &BackwardExchange::dw));
+      test::emulate_alltoallv(dw_all, dw_recv, exchange_of(ch, &BackwardExchange::dw));
 
   // Owners: the final sum in rank order, the gate's backward (gate_backward_kernel), the gate's GEMMs.
   auto aux_grad = std::vector<double>(z(e_all), 0.0);

@@ -9,6 +9,10 @@
 // buffer NaN until written), so that a missing wait shows as a wrong result: the second test skips each kind of
 // wait in turn, as the device layers' test-only switch does, and checks that the result then fails.
 //
+// The baselines run twice: with VirtualRanksLayer's copies and with NcclMoeLayer's all-to-alls (WorkPlanner::
+// forward_exchange, every rank's lists built from its own plan and the others' summaries, as the layer exchanges
+// them).
+//
 // Bound: max |y - ref| / max |ref| <= 1e-5 (the emulation accumulates in double from float inputs and weights; the
 // only float roundings are h, y and the combine rows, a few u32 = 6e-8 each).
 #include "cuda/WorkPlan.hpp"
@@ -106,7 +110,10 @@ struct Emulator {
   }
 
   // reduce_item(): rows through the source's slot table, fp32 accumulation, stored into the owner's region d.
-  void reduce(int d, ReduceItem const &it, std::vector<float> const &y, std::vector<int> &written) {
+  // \p local: the rank's combine_send ([world, M, N] by source) instead of the owners' regions (NcclMoeLayer's
+  // baselines, whose combine all-to-all moves it).
+  void reduce(int d, ReduceItem const &it, std::vector<float> const &y, std::vector<int> &written,
+              std::vector<float> *local = nullptr) {
     auto const &rows = table_rows[static_cast<std::size_t>(it.source)];
     auto const &weights = table_weights[static_cast<std::size_t>(it.source)];
     for (int slot = it.slot_begin; slot < it.slot_end; ++slot) {
@@ -124,6 +131,10 @@ struct Emulator {
             stale_reads += std::isnan(y[at]);
             acc = std::fma(weights[entry], y[at], acc);
           }
+        }
+        if (local != nullptr) {
+          (*local)[static_cast<std::size_t>((it.source * m + slot) * n + col)] = acc;
+          continue;
         }
         auto const at = static_cast<std::size_t>((d * m + slot) * n + col);
         combine[static_cast<std::size_t>(it.source)][at] = acc;
@@ -262,18 +273,94 @@ struct Emulator {
       final_sum(out);
   }
 
+  /// NcclMoeLayer's view of the plans on rank \p d: its own plan, the others' summaries (plan_summary), as the
+  /// layer exchanges them.
+  std::vector<DispatchPlan> exchanged_plans(int d, int chunks) const {
+    std::vector<DispatchPlan> seen;
+    for (int s = 0; s < world; ++s) {
+      auto const words = plan_summary(plans[static_cast<std::size_t>(s)]);
+      EXPECT_EQ(words.size(), plan_summary_words(config, chunks));
+      seen.push_back(s == d ? plans[static_cast<std::size_t>(s)] : plan_from_summary(config, chunks, words.data()));
+    }
+    return seen;
+  }
+
+  /// NcclMoeLayer's dispatch: every chunk's WorkPlanner::forward_exchange all-to-all of the send rows, each rank's
+  /// lists built from its exchanged plans (which must give the same work as the full plans); returns every rank's
+  /// x_recv.
+  std::vector<std::vector<float>> nccl_dispatch(int chunks, std::vector<RankWork> const &full,
+                                                std::string const &what) const {
+    CometParams unused;
+    std::vector<std::vector<float>> x_recv;
+    std::vector<std::vector<Alltoall>> rows(static_cast<std::size_t>(chunks));
+    for (int d = 0; d < world; ++d) {
+      auto const seen = exchanged_plans(d, chunks);
+      WorkPlanner const planner(config, seen, unused);
+      RankWork const w = planner.work_of(d, chunks, table_bases);
+      auto const &f = full[static_cast<std::size_t>(d)];
+      EXPECT_EQ(w.rows, f.rows) << what;
+      EXPECT_EQ(w.row, f.row) << what;
+      for (int s = 0; s < world; ++s)
+        for (int ch = 0; ch < chunks; ++ch) {
+          auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          auto const &fb = f.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
+          EXPECT_TRUE(b.send_row == fb.send_row && b.rows == fb.rows && b.expert_offset == fb.expert_offset &&
+                      b.slot_begin == fb.slot_begin && b.slots == fb.slots)
+              << what << ": rank " << d << "'s block of (source " << s << ", chunk " << ch << ")";
+        }
+      x_recv.emplace_back(static_cast<std::size_t>(w.rows * n), nan_value);
+      for (int ch = 0; ch < chunks; ++ch) {
+        auto x = planner.forward_exchange(d, ch, w).rows;
+        for (auto *v : {&x.send_counts, &x.send_displs, &x.recv_counts, &x.recv_displs})
+          for (auto &e : *v)
+            e *= static_cast<std::size_t>(n); // rows of N elements
+        rows[static_cast<std::size_t>(ch)].push_back(x);
+      }
+    }
+    for (auto const &x : rows)
+      test::emulate_alltoallv(send_rows, x_recv, x);
+    return x_recv;
+  }
+
+  /// NcclMoeLayer's combine: every chunk's forward_exchange all-to-all of the ranks' combine_send ([world, M, N] by
+  /// source) into the owners' combine regions.
+  void nccl_combine(int chunks, std::vector<RankWork> const &work, std::vector<std::vector<float>> const &send) {
+    CometParams unused;
+    for (int ch = 0; ch < chunks; ++ch) {
+      std::vector<Alltoall> slots;
+      for (int d = 0; d < world; ++d) {
+        auto const seen = exchanged_plans(d, chunks);
+        auto x = WorkPlanner(config, seen, unused).forward_exchange(d, ch, work[static_cast<std::size_t>(d)]).slots;
+        for (auto *v : {&x.send_counts, &x.send_displs, &x.recv_counts, &x.recv_displs})
+          for (auto &e : *v)
+            e *= static_cast<std::size_t>(n); // rows of N floats
+        slots.push_back(x);
+      }
+      test::emulate_alltoallv(send, combine, slots);
+    }
+  }
+
   /// The baselines' lists (sequential: chunks = 1; pipelined: chunks > 1): dispatch copies per (source, chunk),
   /// the expert GEMMs of each chunk (ChunkGemms, the problems of the grouped cuBLAS calls), reductions into the local
-  /// combine_send, combine copies into the owners.
-  void baseline(int chunks, std::vector<HostMatrix> &out, std::string const &what) {
+  /// combine_send, combine copies into the owners. \p nccl: NcclMoeLayer's messages (forward_exchange all-to-alls
+  /// from the exchanged plans) instead of VirtualRanksLayer's copies.
+  void baseline(int chunks, std::vector<HostMatrix> &out, std::string const &what, bool nccl = false) {
     CometParams unused;
     WorkPlanner const planner(config, plans, unused);
     std::vector<int> written(static_cast<std::size_t>(world * world * m * n), 0);
+    std::vector<RankWork> work;
+    for (int d = 0; d < world; ++d)
+      work.push_back(planner.work_of(d, chunks, table_bases));
+    std::vector<std::vector<float>> x_recv, combine_send(static_cast<std::size_t>(world));
+    if (nccl)
+      x_recv = nccl_dispatch(chunks, work, what);
     for (int d = 0; d < world; ++d) {
-      RankWork const w = planner.work_of(d, chunks, table_bases);
+      RankWork const &w = work[static_cast<std::size_t>(d)];
       std::vector<float> x(static_cast<std::size_t>(w.rows * n), nan_value),
           h(static_cast<std::size_t>(w.rows * kp), nan_value), y(static_cast<std::size_t>(w.rows * n), nan_value);
-      for (int ch = 0; ch < chunks; ++ch)
+      if (nccl)
+        x = x_recv[static_cast<std::size_t>(d)];
+      for (int ch = 0; ch < chunks && !nccl; ++ch)
         for (int s = 0; s < world; ++s) {
           auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
           std::int64_t const row = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
@@ -332,11 +419,16 @@ struct Emulator {
             ASSERT_EQ(covered[static_cast<std::size_t>(r)], 1) << what << ", chunk " << ch << ", row " << r;
         }
       }
+      if (nccl)
+        combine_send[static_cast<std::size_t>(d)].assign(static_cast<std::size_t>(world * m * n), nan_value);
       for (auto const &list : w.chunk_reduces)
         for (auto const &it : list)
-          reduce(d, it, y, written);
+          reduce(d, it, y, written, nccl ? &combine_send[static_cast<std::size_t>(d)] : nullptr);
     }
-    check_written(written, what);
+    if (nccl)
+      nccl_combine(chunks, work, combine_send);
+    else
+      check_written(written, what);
     final_sum(out);
   }
 
@@ -439,6 +531,10 @@ void run_case(Case const &c, std::uint64_t seed) {
     Emulator emu(in.config, in.shards, plans, in.tokens);
     emu.baseline(chunks, in.out, base.str() + (chunks == 1 ? " sequential" : " pipelined"));
     verify(emu, base.str() + (chunks == 1 ? " sequential" : " pipelined"));
+    // The same with NcclMoeLayer's messages.
+    Emulator over_nccl(in.config, in.shards, plans, in.tokens);
+    over_nccl.baseline(chunks, in.out, base.str() + (chunks == 1 ? " sequential" : " pipelined") + " (NCCL)", true);
+    verify(over_nccl, base.str() + (chunks == 1 ? " sequential" : " pipelined") + " (NCCL)");
     if (chunks != 1)
       continue;
     std::vector<CometParams> params(4);

@@ -1,6 +1,6 @@
 // CUDA-core aggregation kernels: row-parallel CSR (deterministic) and edge-parallel COO with atomics (baseline).
 // Hot kernels: compiled with -Xptxas -v by the gnn.CudaSpills test, which fails on any register spill.
-#include "Kernels.hpp"
+#include "KernelApi.hpp"
 
 #include <cooperative_groups.h>
 

@@ -4,7 +4,7 @@
 #include <tessel/core/Error.hpp>
 #include <tessel/gnn/cuda/DistSpmm.hpp>
 
-#include "Kernels.hpp"
+#include "KernelApi.hpp"
 
 #include <optional>
 #include <set>

@@ -1,7 +1,7 @@
 // The halo exchange's element-wise kernels (DistSpmm on a device): packing the rows a peer needs and adding a
 // peer's block result. Both are bandwidth-bound copies: one thread per element, rows in blockIdx.y-major order so
 // that consecutive threads touch consecutive features.
-#include "Kernels.hpp"
+#include "KernelApi.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,12 +1,12 @@
 // The CUDA SpmmHandle: host-side preprocessing through the shared decomposition and selection
 // (src/impl/Decomposition.hpp, Selection.hpp), uploads into tessel::cuda::DeviceBuffers, and the kernels of
-// src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin interface of Kernels.hpp. Compiled by the host compiler; no Kokkos
+// src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin interface of KernelApi.hpp. Compiled by the host compiler; no Kokkos
 // in the kernels.
 #include <tessel/gnn/cuda/Spmm.hpp>
 
 #include "../impl/AdaptiveDriver.hpp"
 #include "../impl/Builders.hpp"
-#include "Kernels.hpp"
+#include "KernelApi.hpp"
 
 #include <tessel/core/cuda/Blas.hpp>
 

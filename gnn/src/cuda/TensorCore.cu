@@ -1,7 +1,7 @@
 // Tensor-core aggregation kernels (TF32 WMMA m16n16k8, fp32 accumulation): TC-GNN's condensed row windows and
 // AdaptGear's dense blocks. Hot kernels: compiled with -Xptxas -v by the gnn.CudaSpills test, which fails on any
 // register spill.
-#include "Kernels.hpp"
+#include "KernelApi.hpp"
 
 #include <mma.h>
 

@@ -168,6 +168,10 @@ void prepare_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, 
   TESSEL_CUDA_CHECK(cudaMemsetAsync(rb.grad_w1.data(), 0, rb.grad_w1.bytes(), stream));
   if (in.poison) {
     poison_backward(rb, stream);
+    if (lists.row_slot.empty()) { // the sources send them (NcclMoeLayer)
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(rb.row_slot.data(), 0xff, rb.row_slot.bytes(), stream));
+      TESSEL_CUDA_CHECK(cudaMemsetAsync(rb.row_weight.data(), 0xff, rb.row_weight.bytes(), stream));
+    }
     TESSEL_CUDA_CHECK(
         cudaMemsetAsync(in.sym_base + in.layout->combine, 0xff, in.layout->packed_flag - in.layout->combine, stream));
     TESSEL_CUDA_CHECK(cudaMemsetAsync(rs.combine_send.data(), 0xff, rs.combine_send.bytes(), stream));

@@ -4,7 +4,7 @@
 // One rank's backward state on the device (float32) and its cuBLAS steps: the expert side's backward of one
 // (source, chunk, expert) problem (GEMM0 recomputed, q = g W1^T, the activation's backward, dx = dpre W0^T) and its
 // weight gradients (dW1 += (w act)^T g, dW0 += x^T dpre), and the gate's GEMMs. Host code; the kernels are in
-// Backward.cu (declared in Device.hpp).
+// Backward.cu (declared in KernelApi.hpp).
 #include "Rank.hpp"
 
 #include <tessel/moe/MoeConfig.hpp>
@@ -41,7 +41,7 @@ struct RankBackward {
   DeviceBuffer<std::int32_t> send_slot;
   DeviceBuffer<float> send_weight;
   Event packed, replied, wgrad_done;
-  std::vector<Event> tile_in, tile_out, chunk_done;
+  std::vector<Event> tile_in, tile_out; ///< per tile (comet) or per chunk (pipelined)
 };
 
 /// Sizes the expert-side buffers for \p rows rows and the owner-side ones.

@@ -5,7 +5,7 @@
 // scope, as NCCL's device API and CUTLASS's semaphores use them), bounded spins, element conversions, the
 // activations, the 64 x 64 GEMM tile (WMMA for 16-bit inputs, fp32 accumulation; CUDA cores for fp32) and the
 // top-k reduction of one work item.
-#include "Device.hpp"
+#include "KernelApi.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

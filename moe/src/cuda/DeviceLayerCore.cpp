@@ -20,8 +20,8 @@ DeviceLayerCore::DeviceLayerCore(MoeConfig const &c, int world_size, DeviceOptio
   TESSEL_REQUIRE(options.timeout_seconds > 0, "DeviceOptions.timeout_seconds must be positive");
   world = world_size;
   groups = c.ep;
-  eg = c.experts_per_group();
-  es = size_of(c.dtype);
+  experts_per_group = c.experts_per_group();
+  element_bytes = size_of(c.dtype);
   resolve_comet(host_config, options.comet, options.registry, "cuda");
   pipeline_chunks = options.pipeline_chunks;
   layout = symmetric_layout(c);

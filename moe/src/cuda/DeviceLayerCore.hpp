@@ -20,8 +20,8 @@ namespace tessel::moe::cuda::Impl {
 struct DeviceLayerCore : moe::Impl::LayerCore {
   MoeConfig host_config; // float32 (the host router's view)
   DeviceOptions options; // as given (comet and pipeline_chunks: the core's)
-  int world = 1, groups = 1, eg = 1;
-  std::size_t es = 4; // bytes per element of the device precision
+  int world = 1, groups = 1, experts_per_group = 1;
+  std::size_t element_bytes = 4; // bytes per element of the device precision
   SymmetricLayout layout;
   std::vector<std::int32_t> rank_group;
   DeviceBuffer<std::int32_t> rank_group_device;

@@ -5,7 +5,7 @@
 // NcclMoeLayer: one rank per process and GPU): buffers, weights in the device precision, the baselines' cuBLAS
 // expert FFN, the comet launch (grid sizing from the occupancy API, per-forward control words, the two fused
 // kernels) and the reading of the kernels' error word. Host code.
-#include "Device.hpp"
+#include "KernelApi.hpp"
 #include "WorkPlan.hpp"
 
 #include <tessel/moe/ExpertFfn.hpp>
@@ -40,7 +40,7 @@ template <class T> void upload(DeviceBuffer<T> &buffer, std::vector<T> const &ho
     buffer.copy_from_host(host.data(), host.size(), s);
 }
 
-/// Byte offsets of the symmetric buffers for \p config (identical on every rank; see Device.hpp).
+/// Byte offsets of the symmetric buffers for \p config (identical on every rank; see KernelApi.hpp).
 SymmetricLayout symmetric_layout(MoeConfig const &config);
 
 struct RankState {

@@ -10,15 +10,16 @@
 namespace tessel::moe::cuda::Impl {
 
 WorkPlanner::WorkPlanner(MoeConfig const &config_, std::vector<DispatchPlan> const &plans_, CometParams const &comet_)
-    : config(config_), plans(plans_), comet(comet_), world(config_.world()), groups(config_.ep),
-      eg(config_.experts_per_group()) {
-  TESSEL_REQUIRE(static_cast<int>(plans.size()) == world, "internal: ", plans.size(), " plans for ", world, " ranks");
+    : _config(config_), _plans(plans_), _comet(comet_), _world(config_.world()), _groups(config_.ep),
+      _experts_per_group(config_.experts_per_group()) {
+  TESSEL_REQUIRE(static_cast<int>(_plans.size()) == _world, "internal: ", _plans.size(), " plans for ", _world,
+                 " ranks");
 }
 
 std::vector<std::int64_t> WorkPlanner::table_base(int s) const {
-  auto const &plan = plans[static_cast<std::size_t>(s)];
-  std::vector<std::int64_t> base(static_cast<std::size_t>(groups) + 1, 0);
-  for (int g = 0; g < groups; ++g)
+  auto const &plan = _plans[static_cast<std::size_t>(s)];
+  std::vector<std::int64_t> base(static_cast<std::size_t>(_groups) + 1, 0);
+  for (int g = 0; g < _groups; ++g)
     base[static_cast<std::size_t>(g) + 1] =
         base[static_cast<std::size_t>(g)] + plan.group_slots[static_cast<std::size_t>(g)];
   return base;
@@ -26,16 +27,16 @@ std::vector<std::int64_t> WorkPlanner::table_base(int s) const {
 
 void WorkPlanner::slot_table(int s, std::vector<std::int32_t> &rows, std::vector<float> &weights,
                              std::vector<std::int64_t> &table_base) const {
-  auto const &plan = plans[static_cast<std::size_t>(s)];
-  int const topk = config.topk;
+  auto const &plan = _plans[static_cast<std::size_t>(s)];
+  int const topk = _config.topk;
   table_base = this->table_base(s);
   auto const slots = static_cast<std::size_t>(table_base.back());
-  TESSEL_REQUIRE(slots <= static_cast<std::size_t>(config.tokens * topk), "internal: ", slots, " slots");
+  TESSEL_REQUIRE(slots <= static_cast<std::size_t>(_config.tokens * topk), "internal: ", slots, " slots");
   rows.assign(slots * static_cast<std::size_t>(topk), -1);
   weights.assign(rows.size(), 0.0f);
   std::vector<int> fill(slots, 0);
   for (int ch = 0; ch < plan.chunks; ++ch)
-    for (int g = 0; g < groups; ++g) {
+    for (int g = 0; g < _groups; ++g) {
       auto const begin = plan.block_begin(ch, g), end = plan.block_end(ch, g);
       for (auto i = begin; i < end; ++i) {
         auto const q = static_cast<std::size_t>(table_base[static_cast<std::size_t>(g)] +
@@ -51,20 +52,20 @@ void WorkPlanner::slot_table(int s, std::vector<std::int32_t> &rows, std::vector
 
 RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::int64_t>> const &table_bases) const {
   RankWork w;
-  int const g = config.group_of_rank(d);
-  w.blocks.resize(static_cast<std::size_t>(world));
-  w.row.resize(static_cast<std::size_t>(world));
-  w.table_base.resize(static_cast<std::size_t>(world));
+  int const g = _config.group_of_rank(d);
+  w.blocks.resize(static_cast<std::size_t>(_world));
+  w.row.resize(static_cast<std::size_t>(_world));
+  w.table_base.resize(static_cast<std::size_t>(_world));
   std::int64_t row = 0;
-  for (int s = 0; s < world; ++s) {
-    auto const &plan = plans[static_cast<std::size_t>(s)];
+  for (int s = 0; s < _world; ++s) {
+    auto const &plan = _plans[static_cast<std::size_t>(s)];
     w.table_base[static_cast<std::size_t>(s)] = table_bases[static_cast<std::size_t>(s)][static_cast<std::size_t>(g)];
     for (int ch = 0; ch < chunks; ++ch) {
       Block b;
       b.send_row = plan.block_begin(ch, g);
       b.rows = plan.block_end(ch, g) - b.send_row;
-      b.expert_offset.assign(static_cast<std::size_t>(eg) + 1, 0);
-      for (int e = 0; e < eg; ++e)
+      b.expert_offset.assign(static_cast<std::size_t>(_experts_per_group) + 1, 0);
+      for (int e = 0; e < _experts_per_group; ++e)
         b.expert_offset[static_cast<std::size_t>(e) + 1] =
             b.expert_offset[static_cast<std::size_t>(e)] + plan.expert_rows(ch, g, e);
       b.slot_begin = plan.slot_begin(ch, g);
@@ -78,10 +79,10 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
   w.gemms.resize(static_cast<std::size_t>(chunks));
   for (int ch = 0; ch < chunks; ++ch) {
     auto &gemms = w.gemms[static_cast<std::size_t>(ch)];
-    for (int s = 0; s < world; ++s) {
+    for (int s = 0; s < _world; ++s) {
       auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
       std::int64_t const base = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
-      for (int e = 0; e < eg; ++e) {
+      for (int e = 0; e < _experts_per_group; ++e) {
         std::int64_t const begin = b.expert_offset[static_cast<std::size_t>(e)],
                            end = b.expert_offset[static_cast<std::size_t>(e) + 1];
         if (end > begin)
@@ -100,7 +101,7 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
   }
   w.chunk_reduces.resize(static_cast<std::size_t>(chunks));
   for (int ch = 0; ch < chunks; ++ch)
-    for (int s = 0; s < world; ++s) {
+    for (int s = 0; s < _world; ++s) {
       auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
       for (std::int64_t q = 0; q < b.slots; q += reduce_slots) {
         ReduceItem it;
@@ -109,7 +110,7 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
         it.slot_begin = static_cast<int>(b.slot_begin + q);
         it.slot_end = static_cast<int>(b.slot_begin + std::min<std::int64_t>(q + reduce_slots, b.slots));
         it.col_begin = 0;
-        it.col_end = static_cast<int>(config.hidden);
+        it.col_end = static_cast<int>(_config.hidden);
         it.row_base = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
         it.table_base = w.table_base[static_cast<std::size_t>(s)];
         w.chunk_reduces[static_cast<std::size_t>(ch)].push_back(it);
@@ -121,19 +122,19 @@ RankWork WorkPlanner::work_of(int d, int chunks, std::vector<std::vector<std::in
 BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists) const {
   BackwardWork b;
   auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
-  int const g = config.group_of_rank(d), topk = config.topk;
-  std::int64_t const m = config.tokens;
+  int const g = _config.group_of_rank(d), topk = _config.topk;
+  std::int64_t const m = _config.tokens;
   int const chunks = static_cast<int>(w.gemms.size());
   // Expert side.
-  b.in_off.assign(sz(world) + 1, 0);
-  for (int s = 0; s < world; ++s)
-    b.in_off[sz(s) + 1] = b.in_off[sz(s)] + plans[sz(s)].group_slots[sz(g)];
+  b.in_off.assign(sz(_world) + 1, 0);
+  for (int s = 0; s < _world; ++s)
+    b.in_off[sz(s) + 1] = b.in_off[sz(s)] + _plans[sz(s)].group_slots[sz(g)];
   if (row_lists) {
     b.row_slot.assign(sz(w.rows), 0);
     b.row_weight.assign(sz(w.rows), 0.0f);
   }
-  for (int s = 0; s < world && row_lists; ++s) {
-    auto const &plan = plans[sz(s)];
+  for (int s = 0; s < _world && row_lists; ++s) {
+    auto const &plan = _plans[sz(s)];
     for (int ch = 0; ch < chunks; ++ch) {
       auto const &blk = w.blocks[sz(s)][sz(ch)];
       auto const row0 = w.row[sz(s)][sz(ch)];
@@ -147,12 +148,12 @@ BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatri
     }
   }
   // Owner side.
-  auto const &plan = plans[sz(d)];
-  b.out_off.assign(sz(groups) + 1, 0);
-  for (int q = 0; q < groups; ++q)
+  auto const &plan = _plans[sz(d)];
+  b.out_off.assign(sz(_groups) + 1, 0);
+  for (int q = 0; q < _groups; ++q)
     b.out_off[sz(q) + 1] = b.out_off[sz(q)] + plan.group_slots[sz(q)];
   b.slot_token.assign(sz(b.out_off.back()), -1);
-  for (int q = 0; q < groups; ++q)
+  for (int q = 0; q < _groups; ++q)
     for (std::int64_t t = 0; t < m; ++t) {
       auto const u = plan.token_slot[sz(q * m + t)];
       if (u >= 0)
@@ -162,28 +163,28 @@ BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatri
                  chosen.extent(0), " x ", chosen.extent(1));
   b.choice_row.assign(sz(m * topk), -1);
   for (int ch = 0; ch < plan.chunks; ++ch)
-    for (int q = 0; q < groups; ++q)
-      for (int e = 0; e < eg; ++e) {
-        auto const at = sz((ch * groups + q) * eg + e);
+    for (int q = 0; q < _groups; ++q)
+      for (int e = 0; e < _experts_per_group; ++e) {
+        auto const at = sz((ch * _groups + q) * _experts_per_group + e);
         for (auto i = plan.block_offsets[at]; i < plan.block_offsets[at + 1]; ++i) {
           auto const t = plan.row_token[sz(i)];
           for (int k = 0; k < topk; ++k)
-            if (chosen(sz(t), sz(k)) == q * eg + e)
+            if (chosen(sz(t), sz(k)) == q * _experts_per_group + e)
               b.choice_row[sz(t * topk + k)] = static_cast<std::int32_t>(i);
         }
       }
   for (auto r : b.choice_row)
     TESSEL_REQUIRE(r >= 0, "internal: a choice of rank ", d, " has no row in its dispatch plan");
   // The reduction items per (chunk, source).
-  b.reduce_at.assign(sz(chunks), std::vector<std::int64_t>(sz(world) + 1, 0));
+  b.reduce_at.assign(sz(chunks), std::vector<std::int64_t>(sz(_world) + 1, 0));
   std::int64_t offset = 0;
   for (int ch = 0; ch < chunks; ++ch) {
     auto const &items = w.chunk_reduces[sz(ch)];
     std::size_t i = 0;
-    for (int s = 0; s <= world; ++s) {
-      while (s < world && i < items.size() && items[i].source < s)
+    for (int s = 0; s <= _world; ++s) {
+      while (s < _world && i < items.size() && items[i].source < s)
         ++i;
-      b.reduce_at[sz(ch)][sz(s)] = offset + static_cast<std::int64_t>(s < world ? i : items.size());
+      b.reduce_at[sz(ch)][sz(s)] = offset + static_cast<std::int64_t>(s < _world ? i : items.size());
     }
     offset += static_cast<std::int64_t>(items.size());
   }
@@ -192,18 +193,18 @@ BackwardWork WorkPlanner::backward_work(int d, RankWork const &w, HostIndexMatri
 
 BackwardExchange WorkPlanner::backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const {
   auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
-  auto const &plan = plans[sz(d)];
-  std::size_t const n = sz(config.hidden), stride = sz(config.tokens * config.topk);
+  auto const &plan = _plans[sz(d)];
+  std::size_t const n = sz(_config.hidden), stride = sz(_config.tokens * _config.topk);
   BackwardExchange x;
   for (auto *a : {&x.slots, &x.rows, &x.dw}) {
-    a->send_counts.assign(sz(world), 0);
-    a->send_displs.assign(sz(world), 0);
-    a->recv_counts.assign(sz(world), 0);
-    a->recv_displs.assign(sz(world), 0);
+    a->send_counts.assign(sz(_world), 0);
+    a->send_displs.assign(sz(_world), 0);
+    a->recv_counts.assign(sz(_world), 0);
+    a->recv_displs.assign(sz(_world), 0);
   }
-  for (int p = 0; p < world; ++p) {
+  for (int p = 0; p < _world; ++p) {
     auto const up = sz(p);
-    int const g = config.group_of_rank(p);
+    int const g = _config.group_of_rank(p);
     auto const &b = w.blocks[up][sz(ch)];
     auto const row0 = sz(w.row[up][sz(ch)]);
     auto const own_rows = sz(plan.block_end(ch, g) - plan.block_begin(ch, g)), own_row0 = sz(plan.block_begin(ch, g));
@@ -223,27 +224,80 @@ BackwardExchange WorkPlanner::backward_exchange(int d, int ch, RankWork const &w
   return x;
 }
 
+ForwardExchange WorkPlanner::forward_exchange(int d, int ch, RankWork const &w) const {
+  auto const sz = [](auto v) { return static_cast<std::size_t>(v); };
+  auto const &plan = _plans[sz(d)];
+  std::size_t const m = sz(_config.tokens);
+  ForwardExchange x;
+  for (auto *a : {&x.rows, &x.slots}) {
+    a->send_counts.assign(sz(_world), 0);
+    a->send_displs.assign(sz(_world), 0);
+    a->recv_counts.assign(sz(_world), 0);
+    a->recv_displs.assign(sz(_world), 0);
+  }
+  for (int p = 0; p < _world; ++p) {
+    auto const up = sz(p);
+    int const g = _config.group_of_rank(p);
+    auto const &b = w.blocks[up][sz(ch)];
+    x.rows.send_counts[up] = sz(plan.block_end(ch, g) - plan.block_begin(ch, g));
+    x.rows.send_displs[up] = sz(plan.block_begin(ch, g));
+    x.rows.recv_counts[up] = sz(b.rows);
+    x.rows.recv_displs[up] = sz(w.row[up][sz(ch)]);
+    x.slots.send_counts[up] = sz(b.slots);
+    x.slots.send_displs[up] = up * m + sz(b.slot_begin);
+    x.slots.recv_counts[up] = sz(plan.slot_count(ch, g));
+    x.slots.recv_displs[up] = up * m + sz(plan.slot_begin(ch, g));
+  }
+  return x;
+}
+
+std::size_t plan_summary_words(MoeConfig const &config, int chunks) {
+  auto const groups = static_cast<std::size_t>(config.ep);
+  return static_cast<std::size_t>(chunks * config.experts) + 1 + groups * static_cast<std::size_t>(chunks + 1) + groups;
+}
+
+std::vector<std::int64_t> plan_summary(DispatchPlan const &plan) {
+  std::vector<std::int64_t> words(plan.block_offsets.begin(), plan.block_offsets.end());
+  words.insert(words.end(), plan.chunk_slots.begin(), plan.chunk_slots.end());
+  words.insert(words.end(), plan.group_slots.begin(), plan.group_slots.end());
+  return words;
+}
+
+DispatchPlan plan_from_summary(MoeConfig const &config, int chunks, std::int64_t const *summary) {
+  std::size_t const blocks = static_cast<std::size_t>(chunks * config.experts) + 1;
+  std::size_t const chunk_slots = static_cast<std::size_t>(config.ep * (chunks + 1));
+  std::size_t const groups = static_cast<std::size_t>(config.ep);
+  DispatchPlan plan;
+  plan.chunks = chunks;
+  plan.groups = config.ep;
+  plan.experts_per_group = config.experts_per_group();
+  plan.block_offsets.assign(summary, summary + blocks);
+  plan.chunk_slots.assign(summary + blocks, summary + blocks + chunk_slots);
+  plan.group_slots.assign(summary + blocks + chunk_slots, summary + blocks + chunk_slots + groups);
+  return plan;
+}
+
 void WorkPlanner::comet_work(int d, RankWork &w) const {
-  int const g = config.group_of_rank(d);
-  std::int64_t const kp = config.ffn_per_rank();
+  int const g = _config.group_of_rank(d);
+  std::int64_t const kp = _config.ffn_per_rank();
   PlanShape shape;
   shape.rank = d;
-  shape.world = world;
-  shape.hidden = config.hidden;
-  shape.experts = eg;
+  shape.world = _world;
+  shape.hidden = _config.hidden;
+  shape.experts = _experts_per_group;
   shape.chunks = 1;
-  shape.rows.resize(static_cast<std::size_t>(world));
-  for (int s = 0; s < world; ++s)
-    for (int e = 0; e < eg; ++e)
-      shape.rows[static_cast<std::size_t>(s)].push_back(plans[static_cast<std::size_t>(s)].expert_rows(0, g, e));
-  shape.tile_m = comet.tile_m;
-  shape.n_splits = comet.n_splits;
-  shape.policy = comet.policy;
+  shape.rows.resize(static_cast<std::size_t>(_world));
+  for (int s = 0; s < _world; ++s)
+    for (int e = 0; e < _experts_per_group; ++e)
+      shape.rows[static_cast<std::size_t>(s)].push_back(_plans[static_cast<std::size_t>(s)].expert_rows(0, g, e));
+  shape.tile_m = _comet.tile_m;
+  shape.n_splits = _comet.n_splits;
+  shape.policy = _comet.policy;
   OverlapPlan const plan = OverlapPlan::build(shape);
   auto const &tiles = plan.tiles();
 
   // Messages in the order the plan expects them to land: sources in source_order(), each in message order.
-  std::vector<std::vector<int>> message_id(static_cast<std::size_t>(world));
+  std::vector<std::vector<int>> message_id(static_cast<std::size_t>(_world));
   for (int s : plan.source_order()) {
     auto &ids = message_id[static_cast<std::size_t>(s)];
     auto const &b = w.blocks[static_cast<std::size_t>(s)][0];
@@ -261,8 +315,8 @@ void WorkPlanner::comet_work(int d, RankWork &w) const {
   }
   auto const &own = w.blocks[static_cast<std::size_t>(d)][0];
   std::vector<std::int64_t> const &cols = plan.split_cols();
-  w.split_tiles.assign(static_cast<std::size_t>(comet.n_splits), 0);
-  std::vector<std::int64_t> split_last(static_cast<std::size_t>(comet.n_splits), -1);
+  w.split_tiles.assign(static_cast<std::size_t>(_comet.n_splits), 0);
+  std::vector<std::int64_t> split_last(static_cast<std::size_t>(_comet.n_splits), -1);
   for (auto const &t : tiles) {
     std::int64_t const base = w.row[static_cast<std::size_t>(t.source)][0] + plan.row_offset(t.source, 0, t.expert);
     if (t.kind == PlanTile::Kind::layer0) {
@@ -296,7 +350,7 @@ void WorkPlanner::comet_work(int d, RankWork &w) const {
     }
   }
   // Reductions: splits in the order their last GEMM item comes, remote sources in the plan's order, own last.
-  std::vector<int> split_order(static_cast<std::size_t>(comet.n_splits));
+  std::vector<int> split_order(static_cast<std::size_t>(_comet.n_splits));
   std::iota(split_order.begin(), split_order.end(), 0);
   std::stable_sort(split_order.begin(), split_order.end(), [&](int a, int b) {
     return split_last[static_cast<std::size_t>(a)] < split_last[static_cast<std::size_t>(b)];

@@ -5,7 +5,7 @@
 // symmetric allocation and the work lists of each destination (row index space, dispatch blocks, comet's messages
 // and GEMM items in the order of the host OverlapPlan, top-k reduction items). Host code only (no device calls), so
 // the moe.CudaWorkPlan test checks it on any machine by executing the lists on the host.
-#include "Device.hpp"
+#include "KernelApi.hpp"
 
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/Router.hpp>
@@ -98,6 +98,23 @@ struct BackwardExchange {
   Alltoall dw;
 };
 
+/// NcclMoeLayer's forward messages of one token chunk for one rank.
+struct ForwardExchange {
+  /// Rows of N elements (the device precision): this rank's send rows of each destination's group into the
+  /// destinations' x_recv (their row index space).
+  Alltoall rows;
+  /// Rows of N floats: the reduced rows (combine_send, [world, M, N] by source) into the owners' combine regions
+  /// ([world, M, N] by sender).
+  Alltoall slots;
+};
+
+/// What the peers' work lists need of a rank's DispatchPlan (its block offsets, chunk and group slot counts), as
+/// int64 words to exchange: plan_summary_words() of them.
+std::vector<std::int64_t> plan_summary(DispatchPlan const &plan);
+std::size_t plan_summary_words(MoeConfig const &config, int chunks);
+/// The plan a summary stands for (no rows: row_token, row_slot, ... empty).
+DispatchPlan plan_from_summary(MoeConfig const &config, int chunks, std::int64_t const *summary);
+
 /// Builds the work lists of one forward.
 class WorkPlanner {
 public:
@@ -118,14 +135,16 @@ public:
   /// The backward's lists of rank \p d: \p w is its forward work (work_of), \p chosen its routing's experts [M, topk].
   /// \p row_lists: fill row_slot and row_weight (needs every source's full plan).
   BackwardWork backward_work(int d, RankWork const &w, HostIndexMatrix chosen, bool row_lists = true) const;
+  /// Rank \p d's forward messages of chunk \p ch (NcclMoeLayer): \p w is its work (work_of).
+  ForwardExchange forward_exchange(int d, int ch, RankWork const &w) const;
   /// Rank \p d's backward messages of chunk \p ch (NcclMoeLayer): \p w and \p lists are d's (work_of, backward_work).
   BackwardExchange backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const;
 
 private:
-  MoeConfig const &config;
-  std::vector<DispatchPlan> const &plans;
-  CometParams const &comet;
-  int world = 1, groups = 1, eg = 1;
+  MoeConfig const &_config;
+  std::vector<DispatchPlan> const &_plans;
+  CometParams const &_comet;
+  int _world = 1, _groups = 1, _experts_per_group = 1;
 };
 
 } // namespace tessel::moe::cuda::Impl

@@ -1,5 +1,5 @@
-#ifndef TESSEL_GNN_CUDA_KERNELS_HPP
-#define TESSEL_GNN_CUDA_KERNELS_HPP
+#ifndef TESSEL_GNN_CUDA_KERNELAPI_HPP
+#define TESSEL_GNN_CUDA_KERNELAPI_HPP
 
 // The thin interface between the CUDA handle (src/cuda/Spmm.cpp, host compiler, Kokkos) and the kernels
 // (src/cuda/*.cu, nvcc, no Kokkos): raw device pointers, row-major dense operands with leading dimensions, and a

@@ -1,7 +1,7 @@
-#ifndef TESSEL_MOE_CUDA_DEVICE_HPP
-#define TESSEL_MOE_CUDA_DEVICE_HPP
+#ifndef TESSEL_MOE_CUDA_KERNELAPI_HPP
+#define TESSEL_MOE_CUDA_KERNELAPI_HPP
 
-// The thin interface between the device layer's host driver (src/cuda/VirtualRanksLayer.cpp, host compiler) and its
+// The thin interface between the device layer's host driver (src/cuda/RankDriver.cpp, host compiler) and its
 // kernels (src/cuda/*.cu, nvcc): plain structs of raw device pointers and launchers that only enqueue work on a stream
 // and return the launch status. No Kokkos, no tessel containers.
 //
