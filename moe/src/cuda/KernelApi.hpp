@@ -234,7 +234,7 @@ cudaError_t slot_sum(cudaStream_t stream, RankView const &view, float const *dx,
 /// dw[t, k] = sum over the ranks r of expert experts[t, k]'s group, in rank order, of
 /// dw_recv[r * stride + choice_row[t, k]]; then dL/d logits [m, experts] through the top-k softmax (renormalized
 /// over the top-k when \p normalize) plus \p aux [experts] (the load-balancing loss's dL/dp). As the host's
-/// gate_backward (BackwardSchedule.cpp), in double per token.
+/// gate_backward (BackwardRun.cpp), in double per token.
 struct GateBackwardArgs {
   std::int64_t m = 0;
   int experts = 1, topk = 1, world = 1, experts_per_group = 1;

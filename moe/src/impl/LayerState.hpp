@@ -113,7 +113,7 @@ struct MoeLayer::State : Impl::LayerCore {
   } saved;
   ForwardStats backward_stats;
   FirstUseTuning first_use;
-  // The backward's buffers (BackwardSchedule.cpp): this rank's output gradient per group's slots, the received ones,
+  // The backward's buffers (BackwardRun.cpp): this rank's output gradient per group's slots, the received ones,
   // the rows' gradients kept for the weight-gradient GEMMs, and the combine-weight gradients.
   Kokkos::View<float *, Kokkos::HostSpace> grad_out, grad_in, grad_g, grad_aw, grad_dh, grad_pre, grad_q, grad_dx,
       grad_w_send, grad_w_recv;
