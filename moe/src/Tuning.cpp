@@ -257,6 +257,7 @@ bool key_less(TuningKey const &a, TuningKey const &b) {
 
 TuningRegistry TuningRegistry::parse(std::string const &text, std::string const &origin) {
   TuningRegistry reg;
+  std::vector<TuningEntry> parsed;
   std::istringstream is(text);
   std::string line;
   int number = 0;
@@ -322,17 +323,33 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
             entry.params.m_splits >= 1 && entry.params.tile_m >= 1,
         where, ": parameters out of range (workers >= 0, in_flight >= 0, n_splits >= 1, m_splits >= 1, tile_m >= 1)");
     entry.note = parts.size() == 3 ? parts[2] : std::string();
-    reg.set(entry.key, entry.params, entry.note);
+    parsed.push_back(std::move(entry));
   }
+  reg.add(std::move(parsed));
   return reg;
 }
 
 TuningRegistry TuningRegistry::load(std::string const &path) {
-  std::ifstream in(path);
+  // Checked before it is opened: opening a FIFO blocks until a writer comes, and a device such as /dev/zero or
+  // /dev/full never ends.
+  std::error_code ec;
+  auto const status = std::filesystem::status(path, ec);
+  TESSEL_REQUIRE(!ec && std::filesystem::exists(status), "cannot open tuning registry '", path, "'",
+                 ec ? ": " + ec.message() : std::string());
+  TESSEL_REQUIRE(std::filesystem::is_regular_file(status), "tuning registry '", path,
+                 "' is not a regular file (a directory, FIFO or device is not read)");
+  auto const size = std::filesystem::file_size(path, ec);
+  TESSEL_REQUIRE(!ec && size <= max_registry_bytes, "tuning registry '", path, "' is ", size, " bytes; at most ",
+                 max_registry_bytes, " are read");
+  std::ifstream in(path, std::ios::binary);
   TESSEL_REQUIRE(in.good(), "cannot open tuning registry '", path, "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return parse(os.str(), path);
+  // At most the bound, even if the file grows while it is read.
+  std::string text(max_registry_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  TESSEL_REQUIRE(text.size() <= max_registry_bytes, "tuning registry '", path, "' grew past ", max_registry_bytes,
+                 " bytes while it was read");
+  return parse(text, path);
 }
 
 std::string TuningRegistry::to_string() const {
@@ -349,21 +366,30 @@ std::string TuningRegistry::to_string() const {
 void TuningRegistry::save(std::string const &path) const { write_file(path, to_string()); }
 
 void TuningRegistry::set(TuningKey const &key, CometParams const &params, std::string note) {
-  for (auto &e : _entries)
-    if (e.key == key) {
-      e.params = params;
-      e.note = std::move(note);
-      return;
-    }
-  _entries.push_back({key, params, std::move(note)});
-  std::sort(_entries.begin(), _entries.end(),
-            [](TuningEntry const &a, TuningEntry const &b) { return key_less(a.key, b.key); });
+  auto const less = [](TuningEntry const &e, TuningKey const &k) { return key_less(e.key, k); };
+  auto const at = std::lower_bound(_entries.begin(), _entries.end(), key, less);
+  if (at != _entries.end() && at->key == key) {
+    at->params = params;
+    at->note = std::move(note);
+    return;
+  }
+  _entries.insert(at, {key, params, std::move(note)});
 }
 
-void TuningRegistry::merge(TuningRegistry const &other) {
-  for (auto const &e : other._entries)
-    set(e.key, e.params, e.note);
+void TuningRegistry::add(std::vector<TuningEntry> entries) {
+  // One sort instead of a search per entry: a cache of tens of thousands of entries loads in linear-logarithmic
+  // time. Of equal keys the last one stays (a later line, or the merged registry, replaces an earlier entry).
+  auto all = std::move(_entries);
+  all.insert(all.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+  std::stable_sort(all.begin(), all.end(),
+                   [](TuningEntry const &a, TuningEntry const &b) { return key_less(a.key, b.key); });
+  _entries.clear();
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (i + 1 == all.size() || !(all[i].key == all[i + 1].key))
+      _entries.push_back(std::move(all[i]));
 }
+
+void TuningRegistry::merge(TuningRegistry const &other) { add(other._entries); }
 
 CometParams TuningRegistry::lookup(MoeConfig const &config, std::string const &backend, std::string *how) const {
   auto const key = TuningKey::of(config, backend);

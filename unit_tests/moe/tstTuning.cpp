@@ -8,6 +8,7 @@
 
 #include <TesselTestError.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -388,6 +389,67 @@ TEST(TuningCache, corrupt_cache_is_reported_ignored_and_rewritten) {
   EXPECT_EQ(warning, "");
   EXPECT_EQ(back.entries().size(), 1u);
   EXPECT_EQ(read_text(path).find("garbage"), std::string::npos);
+}
+
+// Registry and cache files are regular files of bounded size: a FIFO (which blocks a reader until a writer comes),
+// a device that never ends (/dev/zero, /dev/full) or a directory is refused before it is opened, with the path named;
+// the per-user cache is then ignored with a warning, never waited for.
+TEST(TuningCache, only_bounded_regular_files_are_read) {
+  TempDir dir;
+  auto const fifo = dir.file("fifo.registry");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (std::string const &path : {fifo, std::string("/dev/full"), std::string("/dev/zero"), dir.path.string()}) {
+    try {
+      (void)TuningRegistry::load(path);
+      ADD_FAILURE() << path << " was read";
+    } catch (tessel::Exception const &e) {
+      EXPECT_NE(std::string(e.what()).find("'" + path + "' is not a regular file"), std::string::npos) << e.what();
+    }
+    std::string warning;
+    EXPECT_TRUE(load_tuning_cache(path, &warning).entries().empty());
+    EXPECT_NE(warning.find("not a regular file"), std::string::npos) << warning;
+  }
+  // A file over the bound is refused with its size, without reading it.
+  auto const big = dir.file("big.registry");
+  { std::ofstream create(big); }
+  fs::resize_file(big, TuningRegistry::max_registry_bytes + 1);
+  try {
+    (void)TuningRegistry::load(big);
+    ADD_FAILURE() << big << " was read";
+  } catch (tessel::Exception const &e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(TuningRegistry::max_registry_bytes + 1) + " bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Loading is linear-logarithmic in the entries (it was quadratic: 10,000 entries took 6.7 s, 40,000 over 2 minutes).
+// 40,000 distinct entries and a second copy of each (the later line wins) load well within a second; the bound is
+// wide (a loaded machine) yet far below what a quadratic load takes.
+TEST(TuningCache, a_large_cache_loads_in_linear_time) {
+  std::ostringstream text;
+  int const entries = 40000;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < entries; ++i)
+      text << "host 1024 " << 64 + i << " 128 8 2 2 1 | 0 4 " << (pass == 0 ? 1 : 2) << " 1 128 critical_path | e" << i
+           << "\n";
+  TempDir dir;
+  auto const path = dir.file("big.registry");
+  std::ofstream(path) << text.str();
+  auto const t0 = std::chrono::steady_clock::now();
+  auto const reg = TuningRegistry::load(path);
+  double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(reg.entries().size(), static_cast<std::size_t>(entries));
+  for (auto const &e : reg.entries())
+    EXPECT_EQ(e.params.n_splits, 2) << "the later line of a key wins: " << e.key.describe();
+  EXPECT_LT(seconds, 1.0) << entries << " entries";
+  // Merging them into another registry is as fast.
+  auto merged = TuningRegistry::parse("host 1024 64 128 8 2 2 1 | 1 4 4 1 128 critical_path | old\n", "inline");
+  auto const t1 = std::chrono::steady_clock::now();
+  merged.merge(reg);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 1.0);
+  EXPECT_EQ(merged.entries().size(), static_cast<std::size_t>(entries));
+  EXPECT_EQ(merged.entries().front().note, "e0");
 }
 
 TEST(TuningCache, unwritable_cache_is_a_warning) {

@@ -18,6 +18,7 @@
 
 #include <tessel/core/Communicator.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -124,7 +125,11 @@ public:
   static TuningRegistry const &builtin();
   /// Parses registry text; errors name \p origin, the line and the field.
   static TuningRegistry parse(std::string const &text, std::string const &origin);
+  /// Reads a registry file: a regular file of at most max_registry_bytes (a FIFO, device or directory is refused
+  /// before it is opened), parsed in linear-logarithmic time.
   static TuningRegistry load(std::string const &path);
+  /// The largest registry file load() reads (64 MiB: about a million entries).
+  static constexpr std::size_t max_registry_bytes = std::size_t{64} << 20;
   /// Writes the registry (entries sorted by key), with a header naming the format.
   void save(std::string const &path) const;
   std::string to_string() const;
@@ -143,7 +148,10 @@ public:
   TuningEntry const *find(TuningKey const &key, MachineKey const &machine) const;
 
 private:
-  std::vector<TuningEntry> _entries;
+  /// Adds \p entries (sorted once; of equal keys the last one stays).
+  void add(std::vector<TuningEntry> entries);
+
+  std::vector<TuningEntry> _entries; ///< sorted by key
 };
 
 /// \brief The comet parameters a layer runs with (host and device layers alike): \p given when set, else the
