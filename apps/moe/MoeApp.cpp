@@ -421,6 +421,7 @@ int run(Options const &o) {
   options.pipeline_chunks = o.chunks;
   options.registry = &registry;
   options.trace = !o.trace.empty();
+  options.tune_on_first_use = true; // the tool tunes and caches on first use (a library user opts in)
   options.tune_budget = o.tune_budget_s;
   MoeLayer layer(in.config, make_communicator(o, world), std::move(in.weights), options);
   say("comet parameters: " + layer.comet_params().describe() + " (" + layer.comet_params_source() + ")");
@@ -508,6 +509,7 @@ int run_train(tessel::CommandLine &cl) {
   checked.tokens /= world.size();
   checked.validate(world.size());
   s.optimizer.validate();
+  s.layer_options.tune_on_first_use = true; // the tool tunes and caches on first use (a library user opts in)
   auto const say = [me = world.rank()](std::string const &line) {
     if (me == 0) {
       std::printf("%s\n", line.c_str());

@@ -393,6 +393,7 @@ Point measure_point(Bench const &b, Model const &model, std::int64_t m, TuningRe
   options.check_finite = false; // checked once below, not inside the timed runs
   options.pipeline_chunks = o.chunks.front();
   options.trace = !o.trace.empty();
+  options.tune_on_first_use = true; // as the tools always did (a library user opts in)
   MoeLayer layer(p.config, b.paced, shard_weights(p.config, me, model.dense), options);
   p.comet = layer.comet_params();
   p.comet_source = layer.comet_params_source();

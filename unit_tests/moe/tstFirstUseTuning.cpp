@@ -73,6 +73,7 @@ struct Fixture {
   }
   LayerOptions options(std::string const &cache, double budget = 3.0) const {
     LayerOptions o;
+    o.tune_on_first_use = true;
     o.registry = &empty;
     o.tuning_cache = cache;
     o.tune_budget = budget;
@@ -175,6 +176,21 @@ TEST(FirstUseTuning, budget_bounds_the_search) {
   auto const &t = bounded.first_use_tuning();
   EXPECT_LE(t.seconds, budget + 3 * one + 0.05) << "budget " << budget << " s, one forward " << one << " s";
   EXPECT_GE(t.forwards, 1);
+}
+
+// A library user who asks for nothing gets no tuning time and no file: the default layer runs the fallback rule and
+// leaves the cache file alone.
+TEST(FirstUseTuning, off_by_default) {
+  Fixture f;
+  CacheDir dir(f.comm);
+  auto o = f.options(dir.file());
+  o.tune_on_first_use = LayerOptions{}.tune_on_first_use;
+  auto plain = f.layer(o);
+  f.forward_and_check(plain);
+  EXPECT_EQ(plain.comet_params_source(), "fallback rule");
+  EXPECT_FALSE(plain.first_use_tuning().ran);
+  EXPECT_EQ(plain.first_use_tuning().forwards, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir.file())) << dir.file();
 }
 
 TEST(FirstUseTuning, off_by_option_or_environment_and_never_over_given_parameters) {

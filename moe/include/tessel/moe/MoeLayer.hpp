@@ -38,11 +38,13 @@ struct LayerOptions {
   bool check_finite = true;
   /// Record a timeline of the overlapped schedules' tiles and messages in ForwardStats::trace (for analysis).
   bool trace = false;
-  /// \brief Where neither \p comet nor the registry gives the comet parameters (the fallback rule would), look
-  /// them up in the per-user cache, else tune them on the first comet forward and cache the result: the rule
-  /// is a guess, and on some machines and links it runs comet behind the pipelined schedule. The environment
-  /// variable TESSEL_MOE_TUNE=off turns it off for a whole job.
-  bool tune_on_first_use = true;
+  /// \brief Opt-in (off by default: a library does nothing behind its user's back). Where neither \p comet nor the
+  /// registry gives the comet parameters (the fallback rule would), look them up in the per-user cache, else tune
+  /// them on the first comet forward (up to \p tune_budget seconds of extra forwards) and write the result to the
+  /// cache file (\p tuning_cache, by default under the home directory): the rule is a guess, and on some machines
+  /// and links it runs comet behind the pipelined schedule. The tools turn it on; the environment variable
+  /// TESSEL_MOE_TUNE=off turns it off for a whole job.
+  bool tune_on_first_use = false;
   /// Seconds the first-use search may take (no candidate is started that would end past it).
   double tune_budget = 3.0;
   /// The cache file; empty: default_tuning_cache_path().
