@@ -1,7 +1,7 @@
 // The CUDA SpmmHandle: host-side preprocessing through the shared decomposition and selection
 // (src/impl/Decomposition.hpp, Selection.hpp), uploads into tessel::cuda::DeviceBuffers, and the kernels of
-// src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin interface of KernelApi.hpp. Compiled by the host compiler; no Kokkos
-// in the kernels.
+// src/cuda/*.cu, cuBLAS and cuSPARSE behind the thin interface of KernelApi.hpp. Compiled by the host compiler; no
+// Kokkos in the kernels.
 #include <tessel/gnn/cuda/Spmm.hpp>
 
 #include "../impl/AdaptiveDriver.hpp"
