@@ -1,7 +1,7 @@
 #include <tessel/core/Error.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
 
-#include "impl/HostCsr.hpp"
+#include "impl/DistSlices.hpp"
 #include "impl/MatrixRef.hpp"
 
 #include <algorithm>
@@ -25,6 +25,12 @@ DistSchedule parse_dist_schedule(std::string const &text) {
   TESSEL_THROW("unknown distributed schedule '", text, "' (expected overlapped or sequential)");
 }
 
+using Impl::message_bounds;
+using Impl::message_part;
+using Impl::rows_slice;
+using Impl::tile_slice;
+using Impl::TilePart;
+
 namespace {
 /// Tag of the halo messages; MPI keeps the order of messages with one tag between two ranks, so consecutive applies
 /// cannot mix.
@@ -32,85 +38,6 @@ constexpr int halo_tag = 0x6a10;
 
 /// Most row tiles of the local block.
 constexpr std::int64_t max_tiles = 8;
-
-/// A peer's rows go in messages of at least this many feature rows and at most max_messages of them (the last
-/// shorter), and the part of its halo block that reads a message's rows runs as soon as that message (and the ones
-/// before it) has landed.
-constexpr std::int64_t message_rows = 1024;
-constexpr std::int64_t max_messages = 8;
-
-/// Which entries of a row tile a slice keeps.
-enum class TilePart {
-  all,    ///< every column, numbered as in the block
-  inside, ///< columns [r0, r1), renumbered from 0: the square diagonal tile
-  outside ///< the other columns, numbered as in the block
-};
-
-/// Rows [r0, r1) of \p a, with the entries \p part keeps.
-Graph<std::int32_t> tile_slice(Graph<std::int32_t> const &a, std::int64_t r0, std::int64_t r1, TilePart part) {
-  Impl::HostCsr<std::int32_t> csr;
-  csr.row_map.push_back(0);
-  for (std::int64_t r = r0; r < r1; ++r) {
-    for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k) {
-      auto const c = static_cast<std::int64_t>(a.entries()(k));
-      bool const in = c >= r0 && c < r1;
-      if (part == TilePart::all || (part == TilePart::inside) == in) {
-        csr.entries.push_back(static_cast<std::int32_t>(part == TilePart::inside ? c - r0 : c));
-        csr.values.push_back(a.values()(k));
-      }
-    }
-    csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
-  }
-  auto const cols = part == TilePart::inside ? static_cast<std::int32_t>(r1 - r0) : a.num_cols();
-  return Impl::to_graph(a.name(), static_cast<std::int32_t>(r1 - r0), cols, std::move(csr));
-}
-
-/// The rows \p rows (increasing) of \p a, renumbered 0, 1, ...: a halo block over the rows that have halo entries.
-Graph<std::int32_t> rows_slice(Graph<std::int32_t> const &a, std::vector<std::int32_t> const &rows) {
-  Impl::HostCsr<std::int32_t> csr;
-  csr.row_map.push_back(0);
-  for (auto const r : rows) {
-    for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k) {
-      csr.entries.push_back(a.entries()(k));
-      csr.values.push_back(a.values()(k));
-    }
-    csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
-  }
-  return Impl::to_graph(a.name(), static_cast<std::int32_t>(rows.size()), a.num_cols(), std::move(csr));
-}
-
-/// The part of a halo block \p a that reads one message's rows (columns [c0, c1), renumbered from 0), over the rows
-/// of \p a that have such entries only; \p rows receives their numbers in \p a.
-Graph<std::int32_t> message_part(Graph<std::int32_t> const &a, std::int64_t c0, std::int64_t c1,
-                                 std::vector<std::int32_t> &rows) {
-  Impl::HostCsr<std::int32_t> csr;
-  csr.row_map.push_back(0);
-  rows.clear();
-  for (std::int64_t r = 0; r < static_cast<std::int64_t>(a.num_rows()); ++r) {
-    auto const before = csr.entries.size();
-    for (offset_type k = a.row_map()(r); k < a.row_map()(r + 1); ++k)
-      if (a.entries()(k) >= c0 && a.entries()(k) < c1) {
-        csr.entries.push_back(static_cast<std::int32_t>(a.entries()(k) - c0));
-        csr.values.push_back(a.values()(k));
-      }
-    if (csr.entries.size() > before) {
-      rows.push_back(static_cast<std::int32_t>(r));
-      csr.row_map.push_back(static_cast<offset_type>(csr.entries.size()));
-    }
-  }
-  return Impl::to_graph(a.name(), static_cast<std::int32_t>(rows.size()), static_cast<std::int32_t>(c1 - c0),
-                        std::move(csr));
-}
-
-/// Message boundaries of \p rows feature rows (the same on both sides of a pair: they depend on the count only).
-std::vector<std::int64_t> message_bounds(std::size_t rows) {
-  auto const r = static_cast<std::int64_t>(rows);
-  auto const per = std::max(message_rows, (r + max_messages - 1) / max_messages);
-  std::vector<std::int64_t> b{0};
-  while (b.back() < r)
-    b.push_back(std::min(r, b.back() + per));
-  return b;
-}
 
 SpmmOptions csr_options() {
   SpmmOptions o;
@@ -318,84 +245,137 @@ void DistSpmm<ExecSpace>::apply_product(ExecSpace const &space, ConstMatrix<memo
   run(space, t, y, &product, nullptr);
 }
 
-template <class ExecSpace>
-void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
-                              Product const *product, Reduction const *reduction) {
-  auto &s = *_s;
-  auto const &g = s.graph;
-  auto const rows = static_cast<std::size_t>(g.local_rows());
-  TESSEL_REQUIRE(x.extent(0) == rows && y.extent(0) == rows && x.extent(1) == y.extent(1), "DistSpmm on '", g.name(),
-                 "', rank ", g.rank(), ": x is ", x.extent(0), " x ", x.extent(1), " and y ", y.extent(0), " x ",
-                 y.extent(1), ", expected ", rows, " rows (this rank's) and equal widths");
-  int const f = static_cast<int>(x.extent(1));
-  // A width that differs between ranks would post messages of different sizes: one clear error on every rank
-  // instead, checked collectively at the first apply of each width (later applies then need no collective, so a
-  // silent peer shows as a timeout of the messages from that peer, naming it).
-  if (s.checked.insert(f).second)
-    s.comm.require_same("DistSpmm on '" + g.name() + "': the feature width", static_cast<std::uint64_t>(f));
-  s.resize(f);
-  DistSpmmTimings t;
-  auto const t0 = std::chrono::steady_clock::now();
-  auto const &halos = g.halos();
-  std::vector<Request> recvs, sends;
-  bool const split_product = product && s.split_product;
-  auto const compute_product = [&] {
+/// One apply, phase by phase: the receives are posted and the peers' rows packed and sent; the local block runs in
+/// row tiles, between which the messages progress and the halos that have landed run; the rest land in arrival
+/// order; the terms are summed in a fixed order. apply_product and apply_reduce add their dense product beside the
+/// local block.
+template <class ExecSpace> class DistSpmm<ExecSpace>::Apply {
+public:
+  using M = memory_space;
+  using BoundaryRows = Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  Apply(State &s, ExecSpace const &space, ConstMatrix<M> const &x, Matrix<M> const &y, Product const *product,
+        Reduction const *reduction)
+      : s(s), g(s.graph), halos(g.halos()), space(space), x(x), y(y), product(product), reduction(reduction),
+        rows(static_cast<std::size_t>(g.local_rows())), overlapped(s.schedule == DistSchedule::overlapped),
+        split_product(product && s.split_product), split_reduce(reduction && overlapped && s.split_reduce) {}
+
+  void run() {
+    check_width();
+    t0 = std::chrono::steady_clock::now();
+    if (product && !split_product) // many of the rows go to peers: the whole product once, before the exchange
+      compute_product();
+    post_receives();
+    pack_and_send();
+    if (!overlapped) { // every halo row first: nothing (not even the rest of the product) overlaps the messages
+      auto const w0 = std::chrono::steady_clock::now();
+      Request::wait_all(recvs, s.comm.timeout());
+      t.wait_seconds += since(w0);
+    }
+    if (split_product) { // the rest of the product (overlapped: while the peers' rows move)
+      compute_product();
+      for (auto &r : sends)
+        r.test();
+    }
+    run_local();
+    if (!overlapped)
+      for (std::size_t m = 0; m < recvs.size(); ++m)
+        run_halo(m);
+    if (split_reduce)
+      reduce_early();
+    while (left > 0) { // the rest in arrival order
+      auto const w0 = std::chrono::steady_clock::now();
+      std::size_t const m = Request::wait_any(recvs, s.comm.timeout());
+      t.wait_seconds += since(w0);
+      run_halo(m);
+    }
+    sum_terms();
+    if (reduction && !split_reduce) // the baseline (and a badly partitioned graph's way): one product after all
+      reduce("Tessel::gnn::DistSpmm::reduce");
+    auto const w1 = std::chrono::steady_clock::now();
+    Request::wait_all(sends, s.comm.timeout());
+    t.wait_seconds += since(w1);
+    t.total_seconds = since(t0);
+    s.last = t;
+  }
+
+private:
+  /// A width that differs between ranks would post messages of different sizes: one clear error on every rank
+  /// instead, checked collectively at the first apply of each width (later applies then need no collective, so a
+  /// silent peer shows as a timeout of the messages from that peer, naming it).
+  void check_width() {
+    TESSEL_REQUIRE(x.extent(0) == rows && y.extent(0) == rows && x.extent(1) == y.extent(1), "DistSpmm on '", g.name(),
+                   "', rank ", g.rank(), ": x is ", x.extent(0), " x ", x.extent(1), " and y ", y.extent(0), " x ",
+                   y.extent(1), ", expected ", rows, " rows (this rank's) and equal widths");
+    f = static_cast<int>(x.extent(1));
+    uf = static_cast<std::size_t>(f);
+    if (s.checked.insert(f).second)
+      s.comm.require_same("DistSpmm on '" + g.name() + "': the feature width", static_cast<std::uint64_t>(f));
+    s.resize(f);
+  }
+
+  void compute_product() {
     auto const p0 = std::chrono::steady_clock::now();
     tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(product->x), Impl::matrix_ref(product->w), 0.0f,
                  Impl::matrix_ref(product->t));
     compat::fence(space, "Tessel::gnn::DistSpmm::product");
     t.product_seconds += since(p0);
-  };
-  if (product && !split_product) // many of the rows go to peers: the whole product once, before the exchange
-    compute_product();
-  // One receive per message: msg_k[m], msg_j[m] are message m's peer (halo index) and number; first_msg[k] is
-  // peer k's first message.
-  std::vector<std::size_t> msg_k, msg_j, first_msg;
-  auto const uf = static_cast<std::size_t>(f);
-  for (std::size_t k = 0; k < halos.size(); ++k) {
-    auto const &buf = s.recv_buf[k];
-    auto const &b = s.recv_bounds[k];
-    first_msg.push_back(recvs.size());
-    for (std::size_t j = 0; j + 1 < b.size(); ++j) {
-      auto const r0 = static_cast<std::size_t>(b[j]), r1 = static_cast<std::size_t>(b[j + 1]);
-      recvs.push_back(s.comm.irecv(buf.data() + r0 * uf, (r1 - r0) * uf, DataType::float32, halos[k].peer, halo_tag));
-      msg_k.push_back(k);
-      msg_j.push_back(j);
-    }
-    t.bytes_received += static_cast<std::int64_t>(buf.size() * sizeof(float));
   }
-  for (std::size_t k = 0; k < halos.size(); ++k) {
-    auto const &buf = s.send_buf[k];
-    if (buf.size() == 0)
-      continue;
-    auto const p0 = std::chrono::steady_clock::now();
-    Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const idx(
-        halos[k].send_rows.data(), halos[k].send_rows.size());
-    // The rows the peer needs: of x, or (apply_product, split) of x op(w), computed here from the gathered rows of x.
-    auto const source = split_product ? product->x : x;
-    auto const gathered = split_product ? s.gathered(k, source.extent(1)) : buf;
-    Kokkos::parallel_for(
-        "Tessel::gnn::DistSpmm::pack",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {gathered.extent(0), gathered.extent(1)}),
-        KOKKOS_LAMBDA(std::size_t r, std::size_t c) { gathered(r, c) = source(static_cast<std::size_t>(idx(r)), c); });
-    if (split_product)
-      tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(ConstMatrix<memory_space>(gathered)),
-                   Impl::matrix_ref(product->w), 0.0f, Impl::matrix_ref(buf));
-    compat::fence(space, "Tessel::gnn::DistSpmm::pack");
-    t.pack_seconds += since(p0);
-    auto const &b = s.send_bounds[k];
-    for (std::size_t j = 0; j + 1 < b.size(); ++j) {
-      auto const r0 = static_cast<std::size_t>(b[j]), r1 = static_cast<std::size_t>(b[j + 1]);
-      sends.push_back(s.comm.isend(buf.data() + r0 * uf, (r1 - r0) * uf, DataType::float32, halos[k].peer, halo_tag));
+
+  /// One receive per message: msg_k[m], msg_j[m] are message m's peer (halo index) and number; first_msg[k] is
+  /// peer k's first message.
+  void post_receives() {
+    for (std::size_t k = 0; k < halos.size(); ++k) {
+      auto const &buf = s.recv_buf[k];
+      auto const &b = s.recv_bounds[k];
+      first_msg.push_back(recvs.size());
+      for (std::size_t j = 0; j + 1 < b.size(); ++j) {
+        auto const r0 = static_cast<std::size_t>(b[j]), r1 = static_cast<std::size_t>(b[j + 1]);
+        recvs.push_back(s.comm.irecv(buf.data() + r0 * uf, (r1 - r0) * uf, DataType::float32, halos[k].peer, halo_tag));
+        msg_k.push_back(k);
+        msg_j.push_back(j);
+      }
+      t.bytes_received += static_cast<std::int64_t>(buf.size() * sizeof(float));
     }
-    t.bytes_sent += static_cast<std::int64_t>(buf.size() * sizeof(float));
+    done.assign(recvs.size(), 0);
+    next.assign(halos.size(), 0);
+    left = recvs.size();
   }
-  // A peer's halo block, into its own buffer, message by message as they land: the part that reads message j runs
-  // once messages 0 .. j have landed, and is added to the peer's term in message order (a fixed order).
-  std::vector<char> done(recvs.size(), 0);
-  std::vector<std::size_t> next(halos.size(), 0); // per peer: the first message whose part has not run
-  std::size_t left = recvs.size();
-  auto const run_halo = [&](std::size_t m) {
+
+  /// The rows each peer needs: of x, or (apply_product, split) of x op(w), computed here from the gathered rows of x.
+  void pack_and_send() {
+    for (std::size_t k = 0; k < halos.size(); ++k) {
+      auto const &buf = s.send_buf[k];
+      if (buf.size() == 0)
+        continue;
+      auto const p0 = std::chrono::steady_clock::now();
+      Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const idx(
+          halos[k].send_rows.data(), halos[k].send_rows.size());
+      auto const source = split_product ? product->x : x;
+      auto const gathered = split_product ? s.gathered(k, source.extent(1)) : buf;
+      Kokkos::parallel_for(
+          "Tessel::gnn::DistSpmm::pack",
+          Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {gathered.extent(0), gathered.extent(1)}),
+          KOKKOS_LAMBDA(std::size_t r, std::size_t c) {
+            gathered(r, c) = source(static_cast<std::size_t>(idx(r)), c);
+          });
+      if (split_product)
+        tessel::gemm(space, Op::none, product->op_w, 1.0f, Impl::matrix_ref(ConstMatrix<M>(gathered)),
+                     Impl::matrix_ref(product->w), 0.0f, Impl::matrix_ref(buf));
+      compat::fence(space, "Tessel::gnn::DistSpmm::pack");
+      t.pack_seconds += since(p0);
+      auto const &b = s.send_bounds[k];
+      for (std::size_t j = 0; j + 1 < b.size(); ++j) {
+        auto const r0 = static_cast<std::size_t>(b[j]), r1 = static_cast<std::size_t>(b[j + 1]);
+        sends.push_back(s.comm.isend(buf.data() + r0 * uf, (r1 - r0) * uf, DataType::float32, halos[k].peer, halo_tag));
+      }
+      t.bytes_sent += static_cast<std::int64_t>(buf.size() * sizeof(float));
+    }
+  }
+
+  /// Message \p m has landed: a peer's halo block runs into its own buffer message by message, the part that reads
+  /// message j once messages 0 .. j have landed, added to the peer's term in message order (a fixed order).
+  void run_halo(std::size_t m) {
     done[m] = 1;
     --left;
     auto const k = msg_k[m];
@@ -425,137 +405,149 @@ void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> 
     }
     compat::fence(space, "Tessel::gnn::DistSpmm::halo");
     t.halo_seconds += since(h0);
-  };
-  bool const overlapped = s.schedule == DistSchedule::overlapped;
-  if (!overlapped) { // every halo row first: nothing (not even the rest of the product) overlaps the messages
-    auto const w0 = std::chrono::steady_clock::now();
-    Request::wait_all(recvs, s.comm.timeout());
-    t.wait_seconds += since(w0);
   }
-  if (split_product) { // the rest of the product (overlapped: while the peers' rows move)
-    compute_product();
-    for (auto &r : sends)
-      r.test();
-  }
-  for (std::size_t tile = 0; tile < s.local.size(); ++tile) {
-    auto const l0 = std::chrono::steady_clock::now();
-    auto const rows_of_tile =
-        std::make_pair(static_cast<std::size_t>(s.tile_rows[tile]), static_cast<std::size_t>(s.tile_rows[tile + 1]));
-    auto const y_tile = Kokkos::subview(y, rows_of_tile, Kokkos::ALL());
-    if (s.rest.empty()) {
-      s.local[tile].apply(space, x, y_tile);
-    } else { // the diagonal tile reads its own rows of X; the rest of the row goes to rest_y
-      s.local[tile].apply(space, Kokkos::subview(x, rows_of_tile, Kokkos::ALL()), y_tile);
-      s.rest[tile].apply(space, x, Kokkos::subview(s.rest_y, rows_of_tile, Kokkos::ALL()));
-    }
-    compat::fence(space, "Tessel::gnn::DistSpmm::local");
-    t.local_seconds += since(l0);
-    if (!overlapped)
-      continue;
-    // Between tiles the messages progress, and the halos that have landed are computed (COMET's order: whatever
-    // is ready, as soon as it is).
+
+  /// The pending messages progress, and the halos that have landed are computed (COMET's order: whatever is ready,
+  /// as soon as it is).
+  void progress() {
     for (auto &r : sends)
       r.test();
     for (std::size_t m = 0; m < recvs.size(); ++m)
       if (!done[m] && recvs[m].test())
         run_halo(m);
   }
-  if (!overlapped) {
-    for (std::size_t m = 0; m < recvs.size(); ++m)
-      run_halo(m);
+
+  /// The local block, tile by tile, the messages progressing between tiles (overlapped schedule).
+  void run_local() {
+    for (std::size_t tile = 0; tile < s.local.size(); ++tile) {
+      auto const l0 = std::chrono::steady_clock::now();
+      auto const rows_of_tile =
+          std::make_pair(static_cast<std::size_t>(s.tile_rows[tile]), static_cast<std::size_t>(s.tile_rows[tile + 1]));
+      auto const y_tile = Kokkos::subview(y, rows_of_tile, Kokkos::ALL());
+      if (s.rest.empty()) {
+        s.local[tile].apply(space, x, y_tile);
+      } else { // the diagonal tile reads its own rows of X; the rest of the row goes to rest_y
+        s.local[tile].apply(space, Kokkos::subview(x, rows_of_tile, Kokkos::ALL()), y_tile);
+        s.rest[tile].apply(space, x, Kokkos::subview(s.rest_y, rows_of_tile, Kokkos::ALL()));
+      }
+      compat::fence(space, "Tessel::gnn::DistSpmm::local");
+      t.local_seconds += since(l0);
+      if (overlapped)
+        progress();
+    }
   }
-  // The adaptive remainder, the first term of the fixed-order sum after the local block (once).
-  bool rest_added = false;
-  auto const add_rest = [&] {
+
+  /// The adaptive remainder, the first term of the fixed-order sum after the local block (once).
+  void add_rest() {
     if (s.rest_y.extent(0) == 0 || rest_added)
       return;
     auto const rest = s.rest_y;
+    auto const yy = y;
+    auto const cols = uf;
     Kokkos::parallel_for(
         "Tessel::gnn::DistSpmm::sum_rest", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
         KOKKOS_LAMBDA(std::size_t r) {
-          for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
-            y(r, c) += rest(r, c);
+          for (std::size_t c = 0; c < cols; ++c)
+            yy(r, c) += rest(r, c);
         });
     rest_added = true;
-  };
-  bool const split_reduce = reduction && overlapped && s.split_reduce;
-  if (split_reduce) {
-    // g = z^T (local + rest) while the messages move: y's first terms of the fixed-order sum are final now.
+  }
+
+  /// g = z^T y (split: y's terms so far; the halo terms follow in reduce_boundary).
+  void reduce(char const *label) {
     auto const p0 = std::chrono::steady_clock::now();
-    add_rest();
     tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(reduction->z),
-                 Impl::matrix_ref(ConstMatrix<memory_space>(y)), 0.0f, Impl::matrix_ref(reduction->g));
-    compat::fence(space, "Tessel::gnn::DistSpmm::reduce");
+                 Impl::matrix_ref(ConstMatrix<M>(y)), 0.0f, Impl::matrix_ref(reduction->g));
+    compat::fence(space, label);
     t.product_seconds += since(p0);
-    for (auto &r : sends)
-      r.test();
-    for (std::size_t m = 0; m < recvs.size(); ++m)
-      if (!done[m] && recvs[m].test())
-        run_halo(m);
   }
-  while (left > 0) { // the rest in arrival order
-    auto const w0 = std::chrono::steady_clock::now();
-    std::size_t const m = Request::wait_any(recvs, s.comm.timeout());
-    t.wait_seconds += since(w0);
-    run_halo(m);
+
+  /// g = z^T (local + rest) while the messages move: y's first terms of the fixed-order sum are final now.
+  void reduce_early() {
+    add_rest();
+    reduce("Tessel::gnn::DistSpmm::reduce");
+    progress();
   }
-  // Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order.
-  auto const a0 = std::chrono::steady_clock::now();
-  // The adaptive remainder (every row) first, then the halo terms (the boundary rows, numbered in their order).
-  add_rest();
-  std::vector<Matrix<memory_space>> parts;
-  for (std::size_t k = 0; k < halos.size(); ++k)
-    if (s.halo_y[k].extent(0) > 0)
-      parts.push_back(s.halo_y[k]);
-  Kokkos::View<std::int32_t const *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const boundary(
-      s.boundary.data(), s.boundary.size());
-  if (split_reduce && !s.boundary.empty() && !parts.empty()) {
-    // g += z_B^T (the halo terms)_B over the rows B with halo entries (the others' halo terms are zero).
+
+  /// g += z_B^T (the halo terms)_B over the rows B with halo entries (the others' halo terms are zero).
+  void reduce_boundary(std::vector<Matrix<M>> const &parts, BoundaryRows const &boundary) {
     auto const p0 = std::chrono::steady_clock::now();
     auto const nb = s.boundary.size();
     auto const &z = reduction->z;
-    auto const zb = s.boundary_buf(0, nb, z.extent(1)), db = s.boundary_buf(1, nb, static_cast<std::size_t>(f));
+    auto const zb = s.boundary_buf(0, nb, z.extent(1)), db = s.boundary_buf(1, nb, uf);
+    auto const cols = uf;
     Kokkos::parallel_for(
         "Tessel::gnn::DistSpmm::boundary", Kokkos::RangePolicy<ExecSpace>(space, 0, nb), KOKKOS_LAMBDA(std::size_t i) {
           auto const r = static_cast<std::size_t>(boundary(i));
           for (std::size_t c = 0; c < z.extent(1); ++c)
             zb(i, c) = z(r, c);
-          for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c) {
+          for (std::size_t c = 0; c < cols; ++c) {
             float sum = 0;
             for (auto const &part : parts)
               sum += part(i, c);
             db(i, c) = sum;
           }
         });
-    tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<memory_space>(zb)),
-                 Impl::matrix_ref(ConstMatrix<memory_space>(db)), 1.0f, Impl::matrix_ref(reduction->g));
+    tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(ConstMatrix<M>(zb)),
+                 Impl::matrix_ref(ConstMatrix<M>(db)), 1.0f, Impl::matrix_ref(reduction->g));
     compat::fence(space, "Tessel::gnn::DistSpmm::reduce_boundary");
     t.product_seconds += since(p0);
   }
-  if (!parts.empty()) {
-    Kokkos::parallel_for(
-        "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, s.boundary.size()),
-        KOKKOS_LAMBDA(std::size_t i) {
-          auto const r = static_cast<std::size_t>(boundary(i));
-          for (auto const &part : parts)
-            for (std::size_t c = 0; c < static_cast<std::size_t>(f); ++c)
-              y(r, c) += part(i, c);
-        });
+
+  /// Fixed order: y = local (+ rest) + halo(peer 0) + halo(peer 1) + ..., whatever the arrival order: the adaptive
+  /// remainder (every row) first, then the halo terms (the boundary rows, numbered in their order).
+  void sum_terms() {
+    auto const a0 = std::chrono::steady_clock::now();
+    add_rest();
+    std::vector<Matrix<M>> parts;
+    for (std::size_t k = 0; k < halos.size(); ++k)
+      if (s.halo_y[k].extent(0) > 0)
+        parts.push_back(s.halo_y[k]);
+    BoundaryRows const boundary(s.boundary.data(), s.boundary.size());
+    if (split_reduce && !s.boundary.empty() && !parts.empty())
+      reduce_boundary(parts, boundary);
+    if (!parts.empty()) {
+      auto const yy = y;
+      auto const cols = uf;
+      Kokkos::parallel_for(
+          "Tessel::gnn::DistSpmm::sum", Kokkos::RangePolicy<ExecSpace>(space, 0, s.boundary.size()),
+          KOKKOS_LAMBDA(std::size_t i) {
+            auto const r = static_cast<std::size_t>(boundary(i));
+            for (auto const &part : parts)
+              for (std::size_t c = 0; c < cols; ++c)
+                yy(r, c) += part(i, c);
+          });
+    }
+    compat::fence(space, "Tessel::gnn::DistSpmm::sum");
+    t.halo_seconds += since(a0);
   }
-  compat::fence(space, "Tessel::gnn::DistSpmm::sum");
-  t.halo_seconds += since(a0);
-  if (reduction && !split_reduce) { // the baseline (and a badly partitioned graph's way): one product after all
-    auto const p0 = std::chrono::steady_clock::now();
-    tessel::gemm(space, Op::transpose, Op::none, 1.0f, Impl::matrix_ref(reduction->z),
-                 Impl::matrix_ref(ConstMatrix<memory_space>(y)), 0.0f, Impl::matrix_ref(reduction->g));
-    compat::fence(space, "Tessel::gnn::DistSpmm::reduce");
-    t.product_seconds += since(p0);
-  }
-  auto const w1 = std::chrono::steady_clock::now();
-  Request::wait_all(sends, s.comm.timeout());
-  t.wait_seconds += since(w1);
-  t.total_seconds = since(t0);
-  s.last = t;
+
+  State &s;
+  DistGraph<std::int32_t> const &g;
+  std::vector<typename DistGraph<std::int32_t>::Halo> const &halos;
+  ExecSpace space;
+  ConstMatrix<M> x;
+  Matrix<M> y;
+  Product const *product;
+  Reduction const *reduction;
+  std::size_t rows;
+  bool overlapped, split_product, split_reduce;
+  int f = 0;
+  std::size_t uf = 0;
+  DistSpmmTimings t;
+  std::chrono::steady_clock::time_point t0;
+  std::vector<Request> recvs, sends;
+  std::vector<std::size_t> msg_k, msg_j, first_msg;
+  std::vector<char> done;        // per message: its part has run
+  std::vector<std::size_t> next; // per peer: the first message whose part has not run
+  std::size_t left = 0;          // messages not yet run
+  bool rest_added = false;
+};
+
+template <class ExecSpace>
+void DistSpmm<ExecSpace>::run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
+                              Product const *product, Reduction const *reduction) {
+  Apply(*_s, space, x, y, product, reduction).run();
 }
 
 template <class ExecSpace> DistSpmmTimings const &DistSpmm<ExecSpace>::last() const { return _s->last; }

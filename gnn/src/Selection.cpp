@@ -6,6 +6,22 @@
 
 namespace tessel::gnn::Impl {
 
+char const *name_of(WholeVariant variant) {
+  switch (variant) {
+  case WholeVariant::all_csr:
+    return "all_csr";
+  case WholeVariant::all_csr_feature_tiled:
+    return "all_csr+feature_tiled";
+  case WholeVariant::plan:
+    return "plan";
+  case WholeVariant::plan_feature_tiled_rest:
+    return "plan+feature_tiled_rest";
+  case WholeVariant::plan_cublas_dense:
+    return "plan+cublas_dense";
+  }
+  return "?";
+}
+
 void check_selection_options(SpmmOptions const &options) {
   TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ", options.tuning_repeats);
   TESSEL_REQUIRE(std::is_sorted(options.class_bounds.begin(), options.class_bounds.end()),
@@ -79,7 +95,7 @@ template <class Index> WidthSelection Selector<Index>::begin(int f) const {
     w.stage = 2;
     w.plan.frozen = true;
     w.plan.reason = "cost model (timing disabled)";
-    w.winner = "plan";
+    w.winner = WholeVariant::plan;
     for (auto &k : w.plan.classes)
       if (k.nnz > 0)
         k.reason += "chosen by the cost model";
@@ -185,13 +201,13 @@ template <class Index> bool Selector<Index>::mixed(WidthSelection const &w) cons
   return false;
 }
 
-template <class Index> void Selector<Index>::start_final(WidthSelection &w, std::vector<std::string> names) const {
+template <class Index> void Selector<Index>::start_final(WidthSelection &w, std::vector<WholeVariant> variants) const {
   bool const is_mixed = mixed(w);
   w.final_levels.clear();
-  for (auto const &name : names)
-    w.final_levels.push_back(is_mixed && name.rfind("all_csr", 0) != 0 ? 1 : 0);
-  w.final_names = std::move(names);
-  w.final_samples.assign(w.final_names.size(), {});
+  for (auto const v : variants)
+    w.final_levels.push_back(is_mixed && !whole_graph_csr(v) ? 1 : 0);
+  w.variants = std::move(variants);
+  w.final_samples.assign(w.variants.size(), {});
   w.final_round = 0;
   w.stage = 1;
 }
@@ -205,21 +221,21 @@ std::size_t mirrored(std::size_t round, std::size_t n) {
 }
 } // namespace
 
-template <class Index> std::string const &Selector<Index>::final_variant(WidthSelection const &w, std::size_t k) const {
-  return w.final_names[mirrored(k, w.final_names.size())];
+template <class Index> WholeVariant Selector<Index>::final_variant(WidthSelection const &w, std::size_t k) const {
+  return w.variants[mirrored(k, w.variants.size())];
 }
 
 template <class Index> std::size_t Selector<Index>::final_applies(WidthSelection const &w) const {
   // tuning_repeats samples per variant at least, in whole mirrored rounds.
-  return 2 * w.final_names.size() * static_cast<std::size_t>(std::max(1, (_d.options.tuning_repeats + 1) / 2));
+  return 2 * w.variants.size() * static_cast<std::size_t>(std::max(1, (_d.options.tuning_repeats + 1) / 2));
 }
 
-template <class Index> std::string const &Selector<Index>::current_final(WidthSelection const &w) const {
+template <class Index> WholeVariant Selector<Index>::current_final(WidthSelection const &w) const {
   return final_variant(w, w.final_round);
 }
 
 template <class Index> bool Selector<Index>::record_final(WidthSelection &w, double seconds) const {
-  w.final_samples[mirrored(w.final_round, w.final_names.size())].push_back(seconds);
+  w.final_samples[mirrored(w.final_round, w.variants.size())].push_back(seconds);
   if (++w.final_round < final_applies(w))
     return false;
   freeze(w);
@@ -230,13 +246,13 @@ template <class Index> void Selector<Index>::freeze(WidthSelection &w) const {
   // Names come simplest first: within a level (csr on the whole graph; the mixed plan) the first variant stays
   // unless another is faster by the switch margin (row-parallel before feature-tiled csr, whose samples in tuning
   // were not always borne out later), and the mixed plan must beat the csr variant by the margin as well.
-  std::size_t const none = w.final_names.size();
+  std::size_t const none = w.variants.size();
   std::size_t best_level[2] = {none, none};
   w.plan.final_measured.clear();
-  for (std::size_t i = 0; i < w.final_names.size(); ++i) {
+  for (std::size_t i = 0; i < w.variants.size(); ++i) {
     double const t = best_of(w.final_samples[i]);
     if (!w.final_samples[i].empty())
-      w.plan.final_measured.emplace_back(w.final_names[i], t);
+      w.plan.final_measured.emplace_back(name_of(w.variants[i]), t);
     auto &b = best_level[w.final_levels[i]];
     if (b == none || t < switch_margin * best_of(w.final_samples[b]))
       b = i;
@@ -245,10 +261,10 @@ template <class Index> void Selector<Index>::freeze(WidthSelection &w) const {
   if (best_level[0] != none && best_level[1] != none &&
       best_of(w.final_samples[best_level[1]]) < switch_margin * best_of(w.final_samples[best_level[0]]))
     best = best_level[1];
-  w.winner = w.final_names[best];
-  w.plan.reason = "timed: per class the fastest candidate, then the fastest of " +
-                  std::to_string(w.final_names.size()) + " whole-apply variants: " + w.winner;
-  if (w.winner.rfind("all_csr", 0) == 0)
+  w.winner = w.variants[best];
+  w.plan.reason = "timed: per class the fastest candidate, then the fastest of " + std::to_string(w.variants.size()) +
+                  " whole-apply variants: " + name_of(w.winner);
+  if (whole_graph_csr(w.winner))
     for (std::size_t c = 0; c < w.choice.size(); ++c)
       if (w.choice[c] != BlockKernel::csr) {
         w.choice[c] = BlockKernel::csr;

@@ -22,6 +22,7 @@ namespace {
 using namespace tessel::gnn;
 using Impl::Decomposition;
 using Impl::Selector;
+using Impl::WholeVariant;
 using Impl::WidthSelection;
 
 /// Seconds per apply = time[order][kernel] * F, except the samples listed in bursts (call number -> factor); with
@@ -201,7 +202,8 @@ struct Mixed {
 std::string freeze_with(Mixed const &m, std::vector<double> const &seconds) {
   auto w = m.mixed_selection();
   EXPECT_TRUE(m.s.mixed(w));
-  m.s.start_final(w, {"all_csr", "all_csr+feature_tiled", "plan", "plan+feature_tiled_rest"});
+  m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::all_csr_feature_tiled, WholeVariant::plan,
+                      WholeVariant::plan_feature_tiled_rest});
   EXPECT_EQ(w.final_levels, (std::vector<int>{0, 0, 1, 1}));
   bool frozen = false;
   for (double s : seconds) {
@@ -210,7 +212,7 @@ std::string freeze_with(Mixed const &m, std::vector<double> const &seconds) {
   }
   EXPECT_TRUE(frozen);
   EXPECT_EQ(w.stage, 2);
-  return w.winner;
+  return Impl::name_of(w.winner);
 }
 
 TEST(gnn_selection, final_variants) {
@@ -231,10 +233,10 @@ TEST(gnn_selection, final_variants) {
   EXPECT_EQ(freeze_with(m, {3.00, 1.10, 1.10, 1.10, 1.10, 1.10, 1.10, 1.00}), "all_csr");
   // The winner overrules the class choices when it is a csr variant.
   auto w = m.mixed_selection();
-  m.s.start_final(w, {"all_csr", "plan"});
+  m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::plan});
   for (double s : {1.0, 1.2, 1.2, 1.0})
     m.s.record_final(w, s);
-  EXPECT_EQ(w.winner, "all_csr");
+  EXPECT_STREQ(Impl::name_of(w.winner), "all_csr");
   for (auto k : w.choice)
     EXPECT_EQ(k, BlockKernel::csr);
   // Not mixed: every variant is csr on the whole graph.
@@ -243,18 +245,18 @@ TEST(gnn_selection, final_variants) {
   w2.plan = plain;
   m.s.predict(w2, 64);
   std::fill(w2.choice.begin(), w2.choice.end(), BlockKernel::csr);
-  m.s.start_final(w2, {"plan", "plan+feature_tiled_rest"});
+  m.s.start_final(w2, {WholeVariant::plan, WholeVariant::plan_feature_tiled_rest});
   EXPECT_EQ(w2.final_levels, (std::vector<int>{0, 0}));
   for (double s : {1.0, 0.9, 0.9, 1.0})
     m.s.record_final(w2, s);
-  EXPECT_EQ(w2.winner, "plan+feature_tiled_rest");
+  EXPECT_STREQ(Impl::name_of(w2.winner), "plan+feature_tiled_rest");
   // A single variant freezes without samples.
   WidthSelection w3;
   w3.plan = plain;
   m.s.predict(w3, 64);
-  m.s.start_final(w3, {"plan"});
+  m.s.start_final(w3, {WholeVariant::plan});
   m.s.freeze(w3);
-  EXPECT_EQ(w3.winner, "plan");
+  EXPECT_STREQ(Impl::name_of(w3.winner), "plan");
   EXPECT_TRUE(w3.plan.frozen);
   EXPECT_TRUE(w3.plan.final_measured.empty());
 }

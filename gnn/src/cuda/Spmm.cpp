@@ -6,6 +6,8 @@
 
 #include "../impl/AdaptiveDriver.hpp"
 #include "../impl/Builders.hpp"
+#include "CusparseSpmm.hpp"
+#include "DeviceStructures.hpp"
 #include "KernelApi.hpp"
 
 #include <tessel/core/cuda/Blas.hpp>
@@ -50,156 +52,7 @@ namespace Impl {
 
 using gnn::BlockKernel;
 using gnn::Impl::Decomposition;
-using gnn::Impl::HostCsrPiece;
-using gnn::Impl::HostDenseBlock;
-using gnn::Impl::HostTileSet;
-using tessel::cuda::DeviceBuffer;
-using tessel::cuda::Event;
-
-namespace {
-
-template <class T> DeviceBuffer<T> upload(std::vector<T> const &v, std::string const &label, cudaStream_t stream) {
-  DeviceBuffer<T> d(v.size(), label);
-  d.copy_from_host(v.data(), v.size(), stream);
-  return d;
-}
-
-bool aligned16(void const *p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-int to_int(std::int64_t v, char const *what) {
-  TESSEL_REQUIRE(v >= 0 && v <= std::numeric_limits<int>::max(), "tessel::gnn::cuda::SpmmHandle: ", what, " = ", v,
-                 " does not fit the 32-bit int of the cuBLAS/cuSPARSE interface");
-  return static_cast<int>(v);
-}
-
-} // namespace
-
-template <class Index> struct DevCsr {
-  DeviceBuffer<offset_type> row_map;
-  DeviceBuffer<Index> entries;
-  DeviceBuffer<float> values;
-  DeviceBuffer<Index> row_ids;
-  std::int64_t rows = 0, nnz = 0;
-
-  DevCsr() = default;
-  DevCsr(HostCsrPiece<Index> const &h, cudaStream_t stream)
-      : row_map(upload(h.row_map, "Tessel::gnn::cuda::row_map", stream)),
-        entries(upload(h.entries, "Tessel::gnn::cuda::entries", stream)),
-        values(upload(h.values, "Tessel::gnn::cuda::values", stream)),
-        row_ids(upload(h.row_ids, "Tessel::gnn::cuda::row_ids", stream)), rows(h.rows()), nnz(h.nnz) {}
-  CsrArgs<Index> args() const {
-    return {rows, row_map.data(), entries.data(), values.data(), row_ids.size() ? row_ids.data() : nullptr};
-  }
-  std::int64_t bytes() const { return row_map.bytes() + entries.bytes() + values.bytes() + row_ids.bytes(); }
-};
-
-template <class Index> struct DevTiles {
-  DeviceBuffer<std::int64_t> row0;
-  DeviceBuffer<int> nrows;
-  DeviceBuffer<std::int64_t> tile_begin;
-  DeviceBuffer<Index> tile_col;
-  DeviceBuffer<float> tile_val;
-
-  DevTiles() = default;
-  DevTiles(HostTileSet<Index> const &h, cudaStream_t stream)
-      : row0(upload(h.row0, "Tessel::gnn::cuda::tile_row0", stream)),
-        nrows(upload(h.nrows, "Tessel::gnn::cuda::tile_nrows", stream)),
-        tile_begin(upload(h.tile_begin, "Tessel::gnn::cuda::tile_begin", stream)),
-        tile_col(upload(h.tile_col, "Tessel::gnn::cuda::tile_col", stream)),
-        tile_val(upload(h.tile_val, "Tessel::gnn::cuda::tile_val", stream)) {}
-  TileArgs<Index> args() const {
-    return {static_cast<std::int64_t>(row0.size()),
-            row0.data(),
-            nrows.data(),
-            tile_begin.data(),
-            tile_col.data(),
-            tile_val.data()};
-  }
-  std::int64_t bytes() const {
-    return row0.bytes() + nrows.bytes() + tile_begin.bytes() + tile_col.bytes() + tile_val.bytes();
-  }
-};
-
-/// Dense blocks in the two engines' layouts: zero-padded blocks with strips for the WMMA kernel, and waves of
-/// problems for grouped cuBLAS GEMMs (a wave never holds two blocks of one row part, so its outputs never overlap).
-struct DevDense {
-  std::int64_t num_strips = 0;
-  DeviceBuffer<float> values;
-  DeviceBuffer<DenseBlockDesc> blocks;
-  DeviceBuffer<DenseStrip> strips;
-  std::vector<gnn::Impl::DenseLayout::Wave> waves;
-  std::int64_t problems = 0;
-  DeviceBuffer<std::int64_t> row0, col0;
-  DeviceBuffer<float const *> block_ptr, x_ptr;
-  DeviceBuffer<float *> y_ptr;
-  // The X and Y the pointer arrays were filled for.
-  float const *filled_x = nullptr;
-  float *filled_y = nullptr;
-  std::int64_t filled_ldx = -1, filled_ldy = -1;
-
-  DevDense() = default;
-  DevDense(std::vector<HostDenseBlock> list, cudaStream_t stream) {
-    if (list.empty())
-      return;
-    auto layout = gnn::Impl::make_dense_layout(std::move(list));
-    num_strips = static_cast<std::int64_t>(layout.strips.size());
-    problems = static_cast<std::int64_t>(layout.problem_row0.size());
-    waves = std::move(layout.waves);
-    values = upload(layout.values, "Tessel::gnn::cuda::dense_values", stream);
-    blocks = upload(layout.blocks, "Tessel::gnn::cuda::dense_blocks", stream);
-    strips = upload(layout.strips, "Tessel::gnn::cuda::dense_strips", stream);
-    row0 = upload(layout.problem_row0, "Tessel::gnn::cuda::gemm_row0", stream);
-    col0 = upload(layout.problem_col0, "Tessel::gnn::cuda::gemm_col0", stream);
-    std::vector<float const *> bptr;
-    for (auto o : layout.problem_offset)
-      bptr.push_back(values.data() + o);
-    block_ptr = upload(bptr, "Tessel::gnn::cuda::gemm_block_ptr", stream);
-    x_ptr = DeviceBuffer<float const *>(static_cast<std::size_t>(problems), "Tessel::gnn::cuda::gemm_x_ptr");
-    y_ptr = DeviceBuffer<float *>(static_cast<std::size_t>(problems), "Tessel::gnn::cuda::gemm_y_ptr");
-  }
-
-  bool empty() const { return num_strips == 0; }
-  DenseArgs args() const { return {num_strips, strips.data(), blocks.data(), values.data()}; }
-  std::int64_t bytes() const {
-    return values.bytes() + blocks.bytes() + strips.bytes() + row0.bytes() + col0.bytes() + block_ptr.bytes() +
-           x_ptr.bytes() + y_ptr.bytes();
-  }
-};
-
-/// The reordering probe on the device: CSR in the original and in the partitioned order, timed with events.
-template <class Index> class DeviceCsrProbe final : public gnn::Impl::CsrProbe<Index> {
-public:
-  DeviceCsrProbe(cudaStream_t stream, Timeout timeout) : _stream(stream), _timeout(timeout) {}
-  void prepare(Graph<Index> const &original, Graph<Index> const &reordered) override {
-    std::vector<char> all(static_cast<std::size_t>(original.nnz()), 1);
-    _graphs[0] = DevCsr<Index>(gnn::Impl::make_csr(original, all, false), _stream);
-    _graphs[1] = DevCsr<Index>(gnn::Impl::make_csr(reordered, all, false), _stream);
-    _rows = original.num_rows();
-  }
-  double seconds(int which, int f, int kernel) override {
-    if (f != _f) {
-      std::vector<float> ones(static_cast<std::size_t>(_rows) * static_cast<std::size_t>(f), 1.0f);
-      _x = upload(ones, "Tessel::gnn::cuda::probe_x", _stream);
-      _y = DeviceBuffer<float>(ones.size(), "Tessel::gnn::cuda::probe_y");
-      _f = f;
-    }
-    _start.record(_stream);
-    TESSEL_CUDA_CHECK(csr_spmm<Index>(_stream, _graphs[which].args(), _x.data(), f, _y.data(), f, f, false,
-                                      kernel == 1 ? CsrSlicing::narrow32 : CsrSlicing::automatic));
-    _stop.record(_stream);
-    _stop.synchronize(_timeout);
-    return 1e-3 * Event::elapsed_ms(_start, _stop);
-  }
-
-private:
-  cudaStream_t _stream;
-  Timeout _timeout;
-  DevCsr<Index> _graphs[2];
-  std::int64_t _rows = 0;
-  int _f = 0;
-  DeviceBuffer<float> _x, _y;
-  Event _start{true}, _stop{true};
-};
+using gnn::Impl::WholeVariant;
 
 /// What the device executor keeps per feature width: the final structure, and the timing events of its tuning
 /// applies.
@@ -250,23 +103,9 @@ template <class Index> struct DeviceSpmmState {
   DeviceBuffer<Index> edge_rows;
   DevTiles<Index> tiles;
   DeviceBuffer<float> dense;
-  // cuSPARSE: offsets and columns of one index type (32-bit when they fit).
-  DeviceBuffer<std::int32_t> sp_off32, sp_col32;
-  DeviceBuffer<std::int64_t> sp_off64, sp_col64;
-  DeviceBuffer<float> sp_values;
-  cusparseSpMatDescr_t sp_matrix = nullptr;
-  struct DenseDescriptors {
-    cusparseDnMatDescr_t x = nullptr, y = nullptr;
-    float const *xp = nullptr;
-    float *yp = nullptr;
-    std::int64_t ldx = -1, ldy = -1;
-    int f = -1;
-    cusparseSpMMAlg_t algorithm = CUSPARSE_SPMM_CSR_ALG2;
-    DeviceBuffer<char> buffer;
-  } sp_dense;
+  std::unique_ptr<CusparseSpmm<Index>> vendor; // the cusparse algorithm
   // Created with the first call that needs them.
   std::optional<tessel::cuda::CublasHandle> cublas;
-  std::optional<tessel::cuda::CusparseHandle> cusparse;
 
   // Adaptive.
   bool structures_ready = false;
@@ -291,14 +130,6 @@ template <class Index> struct DeviceSpmmState {
   }
   DeviceSpmmState(DeviceSpmmState const &) = delete;
   DeviceSpmmState &operator=(DeviceSpmmState const &) = delete;
-  ~DeviceSpmmState() {
-    if (sp_dense.x)
-      cusparseDestroyDnMat(sp_dense.x);
-    if (sp_dense.y)
-      cusparseDestroyDnMat(sp_dense.y);
-    if (sp_matrix)
-      cusparseDestroySpMat(sp_matrix);
-  }
 
   bool dense_available() const { return tensor_cores || cublas_grouped; }
 
@@ -308,13 +139,6 @@ template <class Index> struct DeviceSpmmState {
     else
       cublas.emplace(stream);
     return cublas->get();
-  }
-  cusparseHandle_t sparse(cudaStream_t stream) {
-    if (cusparse)
-      cusparse->set_stream(stream);
-    else
-      cusparse.emplace(stream);
-    return cusparse->get();
   }
   cublasComputeType_t gemm_compute() const {
     return options.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -358,7 +182,7 @@ template <class Index> struct DeviceSpmmState {
       break;
     }
     case SpmmAlgorithm::cusparse:
-      setup_cusparse(stream, g);
+      vendor = std::make_unique<CusparseSpmm<Index>>(stream, g);
       break;
     case SpmmAlgorithm::coo:
     case SpmmAlgorithm::kk:
@@ -370,33 +194,6 @@ template <class Index> struct DeviceSpmmState {
     }
     TESSEL_CUDA_CHECK(cudaStreamSynchronize(stream));
     setup_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
-  void setup_cusparse(cudaStream_t stream, Graph<Index> const &g) {
-    // cuSPARSE wants one index type for offsets and columns; 32-bit when they fit (as DGL does).
-    bool const narrow = sizeof(Index) == 4 && nnz <= std::numeric_limits<std::int32_t>::max();
-    std::vector<float> v(g.values().data(), g.values().data() + nnz);
-    v.resize(std::max<std::size_t>(v.size(), 1)); // never a null pointer, also for an empty graph
-    sp_values = upload(v, "Tessel::gnn::cuda::cusparse_values", stream);
-    if (narrow) {
-      std::vector<std::int32_t> off(g.row_map().data(), g.row_map().data() + rows + 1);
-      std::vector<std::int32_t> col(g.entries().data(), g.entries().data() + nnz);
-      col.resize(std::max<std::size_t>(col.size(), 1));
-      sp_off32 = upload(off, "Tessel::gnn::cuda::cusparse_offsets", stream);
-      sp_col32 = upload(col, "Tessel::gnn::cuda::cusparse_columns", stream);
-      TESSEL_CUSPARSE_CHECK(cusparseCreateCsr(&sp_matrix, rows, cols, nnz, sp_off32.data(), sp_col32.data(),
-                                              sp_values.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                              CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
-    } else {
-      std::vector<std::int64_t> off(g.row_map().data(), g.row_map().data() + rows + 1);
-      std::vector<std::int64_t> col(g.entries().data(), g.entries().data() + nnz);
-      col.resize(std::max<std::size_t>(col.size(), 1));
-      sp_off64 = upload(off, "Tessel::gnn::cuda::cusparse_offsets", stream);
-      sp_col64 = upload(col, "Tessel::gnn::cuda::cusparse_columns", stream);
-      TESSEL_CUSPARSE_CHECK(cusparseCreateCsr(&sp_matrix, rows, cols, nnz, sp_off64.data(), sp_col64.data(),
-                                              sp_values.data(), CUSPARSE_INDEX_64I, CUSPARSE_INDEX_64I,
-                                              CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
-    }
   }
 
   void setup_adaptive(cudaStream_t stream, Graph<Index> const &g, Partition const *given) {
@@ -478,67 +275,6 @@ template <class Index> struct DeviceSpmmState {
 #endif
   }
 
-  void run_cusparse(cudaStream_t stream, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
-    int const f = static_cast<int>(x.cols);
-    if (nnz == 0) {
-      TESSEL_CUDA_CHECK(cudaMemset2DAsync(y.data, static_cast<std::size_t>(y.ld) * sizeof(float), 0,
-                                          static_cast<std::size_t>(f) * sizeof(float), static_cast<std::size_t>(rows),
-                                          stream));
-      return;
-    }
-    auto handle = sparse(stream);
-    auto &dd = sp_dense;
-    if (dd.f != f || dd.ldx != x.ld || dd.ldy != y.ld) {
-      if (dd.x)
-        TESSEL_CUSPARSE_CHECK(cusparseDestroyDnMat(dd.x));
-      if (dd.y)
-        TESSEL_CUSPARSE_CHECK(cusparseDestroyDnMat(dd.y));
-      dd.x = dd.y = nullptr;
-      TESSEL_CUSPARSE_CHECK(
-          cusparseCreateDnMat(&dd.x, cols, f, x.ld, const_cast<float *>(x.data), CUDA_R_32F, CUSPARSE_ORDER_ROW));
-      TESSEL_CUSPARSE_CHECK(cusparseCreateDnMat(&dd.y, rows, f, y.ld, y.data, CUDA_R_32F, CUSPARSE_ORDER_ROW));
-      dd.xp = x.data;
-      dd.yp = y.data;
-      dd.f = f;
-      dd.ldx = x.ld;
-      dd.ldy = y.ld;
-      float const alpha = 1.0f, beta = 0.0f;
-      std::size_t bytes = 0;
-      // CSR_ALG2 (row-major, deterministic) is the baseline; should a cuSPARSE refuse it for these operands, its
-      // default algorithm runs instead (the plan's reason says so).
-      dd.algorithm = CUSPARSE_SPMM_CSR_ALG2;
-      cusparseStatus_t const rc =
-          cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
-                                  sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, dd.algorithm, &bytes);
-      if (rc == CUSPARSE_STATUS_NOT_SUPPORTED) {
-        dd.algorithm = CUSPARSE_SPMM_ALG_DEFAULT;
-        TESSEL_CUSPARSE_CHECK(cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                                      CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, sp_matrix, dd.x, &beta,
-                                                      dd.y, CUDA_R_32F, dd.algorithm, &bytes));
-      } else {
-        TESSEL_CUSPARSE_CHECK(rc);
-      }
-      driver.widths[f].sel.plan.reason =
-          dd.algorithm == CUSPARSE_SPMM_CSR_ALG2
-              ? "cusparseSpMM, CUSPARSE_SPMM_CSR_ALG2, row-major X and Y"
-              : "cusparseSpMM refused CSR_ALG2 for these operands: CUSPARSE_SPMM_ALG_DEFAULT";
-      if (bytes > dd.buffer.size())
-        dd.buffer = DeviceBuffer<char>(bytes, "Tessel::gnn::cuda::cusparse_buffer");
-    }
-    if (dd.xp != x.data) {
-      TESSEL_CUSPARSE_CHECK(cusparseDnMatSetValues(dd.x, const_cast<float *>(x.data)));
-      dd.xp = x.data;
-    }
-    if (dd.yp != y.data) {
-      TESSEL_CUSPARSE_CHECK(cusparseDnMatSetValues(dd.y, y.data));
-      dd.yp = y.data;
-    }
-    float const alpha = 1.0f, beta = 0.0f;
-    TESSEL_CUSPARSE_CHECK(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                       &alpha, sp_matrix, dd.x, &beta, dd.y, CUDA_R_32F, dd.algorithm,
-                                       dd.buffer.data()));
-  }
-
   void run_whole_dense(cudaStream_t stream, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
     // Column-major view: Y^T (F x rows) = X^T (F x cols) * A^T (cols x rows), A row-major with ld = cols.
     float const alpha = 1.0f, beta = 0.0f;
@@ -599,28 +335,28 @@ template <class Index> struct DeviceSpmmState {
     all_csr_ready = true;
   }
 
-  std::vector<std::string> final_variants(Width const &w, bool with_all_csr) const {
-    std::vector<std::string> names;
+  std::vector<WholeVariant> final_variants(Width const &w, bool with_all_csr) const {
+    std::vector<WholeVariant> variants;
     if (with_all_csr)
-      names.push_back("all_csr");
-    names.push_back("plan");
+      variants.push_back(WholeVariant::all_csr);
+    variants.push_back(WholeVariant::plan);
     if (!w.dense.empty() && options.dense_engine == DenseEngine::automatic && tensor_cores && cublas_grouped)
-      names.push_back("plan+cublas_dense");
-    return names;
+      variants.push_back(WholeVariant::plan_cublas_dense);
+    return variants;
   }
 
   static char const *dense_engine_name(bool cublas_engine) { return cublas_engine ? "cublas" : "wmma"; }
 
   void frozen(Width &w) {
-    auto const &winner = w.sel.winner;
+    auto const winner = w.sel.winner;
     w.sel.plan.rest_kernel = SpmmAlgorithm::csr;
-    if (winner == "all_csr") {
+    if (winner == WholeVariant::all_csr) {
       w.use_all_csr = true;
       w.rest = {};
       w.tiles = {};
       w.dense = {};
       w.has_tiles = false;
-    } else if (winner == "plan+cublas_dense") {
+    } else if (winner == WholeVariant::plan_cublas_dense) {
       w.dense_cublas = true;
     } else if (!w.built) { // decided by the cost model: built with the first apply
       w.dense_cublas = default_dense_cublas();
@@ -660,12 +396,12 @@ template <class Index> struct DeviceSpmmState {
     run_dense(stream, w.dense, x, y, dense_cublas);
   }
 
-  void run_variant(cudaStream_t const &stream, Width &w, std::string const &variant, MatrixRef<float const> const &x,
+  void run_variant(cudaStream_t const &stream, Width &w, WholeVariant variant, MatrixRef<float const> const &x,
                    MatrixRef<float> const &y) {
-    if (variant == "all_csr")
+    if (variant == WholeVariant::all_csr)
       run_csr(stream, all_csr, x, y, false);
     else
-      run_final(stream, w, x, y, variant == "plan+cublas_dense" || w.dense_cublas);
+      run_final(stream, w, x, y, variant == WholeVariant::plan_cublas_dense || w.dense_cublas);
   }
 
   void run_frozen(cudaStream_t const &stream, Width &w, MatrixRef<float const> const &x, MatrixRef<float> const &y) {
@@ -752,7 +488,8 @@ template <class Index> struct DeviceSpmmState {
       run_whole_dense(stream, x, y);
       return;
     case SpmmAlgorithm::cusparse:
-      run_cusparse(stream, x, y);
+      if (auto const reason = vendor->run(stream, x, y); !reason.empty())
+        driver.widths[f].sel.plan.reason = reason;
       return;
     case SpmmAlgorithm::coo: // refused at construction
     case SpmmAlgorithm::kk:
@@ -762,9 +499,8 @@ template <class Index> struct DeviceSpmmState {
   }
 
   std::int64_t device_bytes() const {
-    std::int64_t b = graph.bytes() + edge_rows.bytes() + tiles.bytes() + dense.bytes() + sp_off32.bytes() +
-                     sp_col32.bytes() + sp_off64.bytes() + sp_col64.bytes() + sp_values.bytes() +
-                     sp_dense.buffer.bytes() + tuning_rest.bytes() + all_csr.bytes();
+    std::int64_t b = graph.bytes() + edge_rows.bytes() + tiles.bytes() + dense.bytes() +
+                     (vendor ? vendor->bytes() : 0) + tuning_rest.bytes() + all_csr.bytes();
     for (auto const &p : class_csr)
       b += p.bytes();
     for (auto const &t : class_tiles)

@@ -106,7 +106,7 @@ public:
       ex.run_frozen(in, w, x, y);
       return;
     }
-    if (sel.stage == 1 && sel.final_names.empty())
+    if (sel.stage == 1 && sel.variants.empty())
       start_final(ex, in, w);
     if (sel.stage == 0)
       class_round(ex, in, w, x, y);
@@ -161,9 +161,9 @@ private:
     bool const with_all_csr = _selector->mixed(w.sel) && _dec->force_kernel < 0;
     if (with_all_csr)
       timed_build([&] { ex.build_all_csr(in); });
-    auto names = ex.final_variants(w, with_all_csr);
-    bool const single = names.size() == 1 && !Executor::time_single_variant;
-    _selector->start_final(w.sel, std::move(names));
+    auto variants = ex.final_variants(w, with_all_csr);
+    bool const single = variants.size() == 1 && !Executor::time_single_variant;
+    _selector->start_final(w.sel, std::move(variants));
     if (single) { // nothing to compare
       _selector->freeze(w.sel);
       ex.frozen(w);
@@ -183,7 +183,7 @@ private:
           for (auto kernel : d.candidates[static_cast<std::size_t>(c)])
             ex.run_class(in, c, kernel, x, y);
     } else {
-      for (auto const &variant : w.sel.final_names)
+      for (auto const variant : w.sel.variants)
         ex.run_variant(in, w, variant, x, y);
     }
     w.warmed_stage = w.sel.stage;
@@ -230,7 +230,7 @@ private:
                    typename Executor::input_type const &x, typename Executor::output_type const &y) {
     if constexpr (Executor::warm_up)
       warm_up(ex, in, w, x, y);
-    std::string const variant = _selector->final_variant(w.sel, w.issued);
+    WholeVariant const variant = _selector->final_variant(w.sel, w.issued);
     std::size_t const s0 = ex.stamp(in, w);
     ex.run_variant(in, w, variant, x, y);
     w.pending.push_back({-1, BlockKernel::csr, s0, ex.stamp(in, w)});

@@ -17,6 +17,26 @@ inline constexpr double switch_margin = 0.95;
 /// A class candidate slower than this factor times the class's fastest after one sample each is not timed again.
 inline constexpr double drop_factor = 2.5;
 
+/// The whole-apply variants of the final tuning stage. A list of them runs simplest first: within csr on the whole
+/// graph and within the mixed plan, a later variant must beat an earlier one by the switch margin.
+enum class WholeVariant {
+  all_csr,                 ///< row-parallel csr on the whole graph in the handle's order
+  all_csr_feature_tiled,   ///< feature-tiled csr on the whole graph in the handle's order
+  plan,                    ///< the mixed plan (csr remainder, then the tile and dense classes)
+  plan_feature_tiled_rest, ///< the mixed plan with a feature-tiled remainder
+  plan_cublas_dense        ///< the mixed plan with its dense blocks through cuBLAS (device handle)
+};
+/// The variant's name in plans (SpmmPlan::final_measured): all_csr, all_csr+feature_tiled, plan, ...
+char const *name_of(WholeVariant variant);
+/// True for the variants that run csr on the whole graph.
+constexpr bool whole_graph_csr(WholeVariant v) {
+  return v == WholeVariant::all_csr || v == WholeVariant::all_csr_feature_tiled;
+}
+/// True for the variants whose csr part is feature-tiled.
+constexpr bool feature_tiled(WholeVariant v) {
+  return v == WholeVariant::all_csr_feature_tiled || v == WholeVariant::plan_feature_tiled_rest;
+}
+
 /// The selection state of one feature width.
 struct WidthSelection {
   SpmmPlan plan;
@@ -27,11 +47,11 @@ struct WidthSelection {
   std::vector<std::vector<std::vector<double>>> class_samples; ///< [class][kernel] -> seconds
   std::vector<std::vector<char>> dropped; ///< [class][kernel]: no longer timed (see Selector::after_round)
   std::vector<BlockKernel> choice;        ///< kernel of each class
-  std::vector<std::string> final_names;   ///< whole-apply variants, the simplest first
+  std::vector<WholeVariant> variants;     ///< whole-apply variants, the simplest first
   std::vector<int> final_levels;          ///< 0: csr on the whole graph, 1: the mixed plan (must win by switch_margin)
   std::vector<std::vector<double>> final_samples;
   std::size_t final_round = 0;
-  std::string winner; ///< the frozen variant
+  WholeVariant winner = WholeVariant::plan; ///< the frozen variant
 };
 
 /// The selection rules of the adaptive algorithm on one decomposition (see gnn/README.md, "The adaptive
@@ -58,19 +78,19 @@ public:
   void choose(WidthSelection &w) const;
   /// True when some nonempty class runs a kernel other than csr.
   bool mixed(WidthSelection const &w) const;
-  /// Starts the whole-apply stage with \p names (the simplest first). Names starting with "all_csr", and every
-  /// name when the plan is not mixed, run csr on the whole graph (level 0); the others run the mixed plan (level 1).
-  void start_final(WidthSelection &w, std::vector<std::string> names) const;
-  /// Records one whole-apply sample of the current variant (final_round runs through final_names in mirrored
+  /// Starts the whole-apply stage with \p variants (the simplest first). The whole-graph csr variants, and every
+  /// variant when the plan is not mixed, run csr on the whole graph (level 0); the others the mixed plan (level 1).
+  void start_final(WidthSelection &w, std::vector<WholeVariant> variants) const;
+  /// Records one whole-apply sample of the current variant (final_round runs through the variants in mirrored
   /// rounds); freezes the plan after tuning_repeats samples per variant and returns true then: per level the first
   /// variant unless another beats it by switch_margin, and the mixed plan only when it beats the csr variant by
   /// switch_margin.
   bool record_final(WidthSelection &w, double seconds) const;
   /// The variant the next stage-1 apply runs.
-  std::string const &current_final(WidthSelection const &w) const;
+  WholeVariant current_final(WidthSelection const &w) const;
   /// The variant of the k-th whole apply of stage 1 (backends that issue several before recording), and how many
   /// whole applies stage 1 takes.
-  std::string const &final_variant(WidthSelection const &w, std::size_t k) const;
+  WholeVariant final_variant(WidthSelection const &w, std::size_t k) const;
   std::size_t final_applies(WidthSelection const &w) const;
   /// The cost model's kernel per class for width \p f (w.choice and the class plans' predictions).
   void predict(WidthSelection &w, int f) const;

@@ -85,6 +85,7 @@ private:
   struct State;
   struct Product;
   struct Reduction;
+  class Apply;
   void run(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
            Product const *product, Reduction const *reduction);
   std::unique_ptr<State> _s;

@@ -156,6 +156,8 @@ public:
 
 private:
   GnnModel(ExecSpace const &space, Communicator const *comm, Dataset const &data, TrainOptions const &options);
+  EpochRecord train_epoch(int epoch);
+  void fill_result(TrainResult &result, std::int64_t epochs_here, std::int64_t halo_bytes_here);
   void write_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const;
   std::vector<EpochRecord> read_checkpoint(std::string const &path);
   std::unique_ptr<Impl::ModelState<ExecSpace>> _state;
