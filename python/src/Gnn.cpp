@@ -389,7 +389,11 @@ nb::dict train(PyDataset const &data, std::string const &model, int hidden, int 
     check_signals();
     if (callback != nullptr) {
       nb::gil_scoped_acquire gil;
-      nb::handle(callback)(epoch_dict(e));
+      nb::object record = epoch_dict(e);
+      PyObject *result = PyObject_CallOneArg(callback, record.ptr());
+      if (result == nullptr)
+        throw nb::python_error();
+      Py_DECREF(result);
     }
   };
   auto const &d = data.data();

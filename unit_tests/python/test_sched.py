@@ -1,0 +1,87 @@
+"""tessel.sched: the simulator reproduces `tessel-sched simulate` exactly on the shared philly trace; loaders,
+estimator, best plan and best Cell."""
+import json
+import subprocess
+
+import pytest
+
+import tessel.sched as ts
+from conftest import build_dir, data_dir
+
+TIMING = {"sched_seconds", "sched_ms_per_round", "sched_ms_max", "wall_seconds"}
+
+
+def crius_dir():
+    d = data_dir() / "traces" / "crius"
+    if not (d / "simulate_trace_philly.csv").exists():
+        pytest.skip(f"data set not found: {d} (set TESSEL_DATA_DIR)")
+    return d
+
+
+def cli():
+    found = sorted(build_dir().glob("apps/**/tessel-sched"))
+    if not found:
+        pytest.skip(f"tessel-sched not built under {build_dir()}")
+    return found[0]
+
+
+@pytest.mark.parametrize("extra", [[], ["--arena-compat", "--rounds", "2000"]], ids=["exact", "arena-compat"])
+def test_simulate_reproduces_the_cli(tmp_path, extra):
+    d = crius_dir()
+    trace, out = d / "simulate_trace_philly.csv", tmp_path / "cli.json"
+    subprocess.run([str(cli()), "simulate", "--trace", str(trace), "--profile", str(d), "--policy", "all", "--quiet",
+                    "--json", str(out)] + extra, check=True, stdout=subprocess.DEVNULL)
+    expected = json.loads(out.read_text())
+    options = {"arena_compat": True, "max_rounds": 2000} if extra else {}
+    got = ts.simulate(trace, cluster="crius", profile=d, policies="all", **options)
+    assert sorted(got) == sorted(expected["policies"])
+    for policy, want in expected["policies"].items():
+        r = got[policy]
+        m = r.metrics
+        for key, value in want.items():
+            if key in TIMING or key in ("jct", "rejected", "jobs", "stalls", "round_time", "throughput", "running",
+                                        "pending", "sched_ms"):
+                continue
+            assert m[key] == value, (policy, key, m[key], value)
+        jobs = r.jobs.to_dict("records") if hasattr(r.jobs, "to_dict") else r.jobs
+        assert [j["jct"] for j in jobs if j["state"] == "completed"] == want["jct"], policy
+        for mine, theirs in zip(jobs, want["jobs"], strict=True):
+            for key in ("id", "state", "submit_time", "start_time", "finish_time", "jct", "gpu_type", "num_gpus",
+                        "reschedules", "failures"):
+                assert mine[key] == theirs[key], (policy, mine["id"], key)
+        rounds = r.rounds.to_dict("list") if hasattr(r.rounds, "to_dict") else r.rounds
+        for key in ("round_time", "throughput", "running", "pending"):
+            assert list(rounds[key]) == want[key], (policy, key)
+        assert r.stalls == want["stalls"]
+
+
+def test_loaders_return_plain_objects():
+    d = crius_dir()
+    cluster = ts.load_cluster("crius")
+    assert cluster.num_gpus == 1280 and [t["name"] for t in cluster.types] == ["a100", "v100", "a40", "a10"]
+    trace = ts.load_trace(d / "simulate_trace_philly.csv", cluster)
+    jobs = ts.trace_jobs(trace)
+    assert len(jobs) == len(trace) > 1000
+    pandas = pytest.importorskip("pandas")
+    assert isinstance(jobs, pandas.DataFrame) and {"id", "model", "num_gpus", "gpu_type"} <= set(jobs.columns)
+    profile = ts.load_profile(d)
+    assert len(profile) > 0 and {"model", "iter_time"} <= set(profile.entries[0])
+
+
+def test_estimate_best_and_best_cell():
+    cluster = ts.Cluster.from_groups([("a100", (2, 4)), ("v100", (1, 8))])
+    assert cluster.num_gpus == 16
+    e = ts.estimate("gpt__1.3B", 16, "a100", 1, 4, [(4, 1)], cluster=cluster)
+    assert e["valid"] and e["e2e"] == pytest.approx(e["comp"] + e["intra"] + e["inter"])
+    b = ts.best("gpt__1.3B", 16, "a100", 2, 4, cluster=cluster)
+    assert b["feasible"] and b["cell"]["num_gpus"] == 8
+    cell = ts.best_cell("gpt__1.3B", 16, 8, cluster=cluster)
+    assert cell["feasible"]
+    # The best over types, layouts and both strategies is no slower than any one of them.
+    for t, layout in (("a100", (2, 4)), ("v100", (1, 8))):
+        for s in ("greedy", "uniform"):
+            other = ts.best("gpt__1.3B", 16, t, *layout, strategy=s, cluster=cluster)
+            if other["feasible"]:
+                assert cell["estimate"]["e2e"] <= other["estimate"]["e2e"]
+    none = ts.best_cell("gpt__1.3B", 16, 64, cluster=cluster)
+    assert not none["feasible"] and "a100: the cluster has 8 GPUs" in none["why"]
