@@ -7,6 +7,7 @@
 #include <tessel/core/Config.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/Version.hpp>
 
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -46,7 +47,7 @@ void bind_core(nb::module_ &m) {
       },
       nb::arg("code"), "Ends every rank of the job at once (MPI_Abort), or this process without MPI.");
   m.attr("__version__") = TESSEL_VERSION_STRING;
-  m.attr("git_hash") = TESSEL_GIT_HASH;
+  m.attr("git_hash") = tessel::git_hash();
 #ifdef TESSEL_ENABLE_CUDA
   m.attr("has_cuda") = true;
 #else
