@@ -74,37 +74,55 @@ int Estimator::micro_batches(Cell const &cell, ParallelPlan const &plan) const {
   return std::max(1, std::min(kMaxMicroBatches, floor_power_of_two(double(cell.batch_size) / max_dp)));
 }
 
+namespace {
+
+// Why \p plan is not a well-formed plan of \p cell for model \p m (empty when it is).
+std::string plan_error(Cell const &cell, ParallelPlan const &plan, ModelSpec const &m) {
+  int const N = cell.num_gpus();
+  int const S = plan.pp();
+  if (S != cell.stages || S < 1 || N % S != 0)
+    return "plan has " + std::to_string(S) + " stages, the Cell " + std::to_string(cell.stages);
+  if (S > m.layers)
+    return "more stages than layers";
+  int const G = N / S;
+  int const M = plan.micro_batches;
+  if (M < 1)
+    return "micro-batch count must be >= 1";
+  for (auto const &s : plan.stages) {
+    if (!is_power_of_two(s.dp) || !is_power_of_two(s.tp) || s.dp * s.tp != G)
+      return "stage shape " + std::to_string(s.dp) + "x" + std::to_string(s.tp) + " does not cover " +
+             std::to_string(G) + " GPUs";
+    if (double(cell.batch_size) / M < s.dp)
+      return "dp " + std::to_string(s.dp) + " exceeds the micro-batch of " + std::to_string(cell.batch_size / M) +
+             " samples";
+    if (m.heads > 0 && (s.tp > m.heads || m.heads % s.tp != 0))
+      return "tp " + std::to_string(s.tp) + " does not divide the " + std::to_string(m.heads) + " heads";
+    if (m.heads == 0 && (s.tp > 8 || m.hidden % s.tp != 0))
+      return "tp " + std::to_string(s.tp) + " is not a channel split of the convolutions";
+  }
+  return {};
+}
+
+std::string memory_error(double gb, GpuSpec const &g) {
+  std::ostringstream os;
+  os << "needs " << gb << " GB per GPU; " << g.name << " allows " << kMemoryFraction * g.memory_gb / kMemoryMargin;
+  return os.str();
+}
+
+} // namespace
+
 PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, Efficiency const &eff) const {
   PlanEstimate out;
   auto const &m = ModelCatalog::builtin()[cell.model];
   auto const &g = _cluster.type(cell.gpu_type);
-  int const N = cell.num_gpus();
-  int const S = plan.pp();
-  auto invalid = [&](std::string why) {
+  out.why = plan_error(cell, plan, m);
+  if (!out.why.empty()) {
     out.valid = false;
-    out.why = std::move(why);
     return out;
-  };
-  if (S != cell.stages || S < 1 || N % S != 0)
-    return invalid("plan has " + std::to_string(S) + " stages, the Cell " + std::to_string(cell.stages));
-  if (S > m.layers)
-    return invalid("more stages than layers");
-  int const G = N / S;
-  int const M = plan.micro_batches;
-  if (M < 1)
-    return invalid("micro-batch count must be >= 1");
-  for (auto const &s : plan.stages) {
-    if (!is_power_of_two(s.dp) || !is_power_of_two(s.tp) || s.dp * s.tp != G)
-      return invalid("stage shape " + std::to_string(s.dp) + "x" + std::to_string(s.tp) + " does not cover " +
-                     std::to_string(G) + " GPUs");
-    if (double(cell.batch_size) / M < s.dp)
-      return invalid("dp " + std::to_string(s.dp) + " exceeds the micro-batch of " +
-                     std::to_string(cell.batch_size / M) + " samples");
-    if (m.heads > 0 && (s.tp > m.heads || m.heads % s.tp != 0))
-      return invalid("tp " + std::to_string(s.tp) + " does not divide the " + std::to_string(m.heads) + " heads");
-    if (m.heads == 0 && (s.tp > 8 || m.hidden % s.tp != 0))
-      return invalid("tp " + std::to_string(s.tp) + " is not a channel split of the convolutions");
   }
+  int const S = plan.pp();
+  int const G = cell.num_gpus() / S;
+  int const M = plan.micro_batches;
   out.valid = true;
 
   double const peak = g.peak_tflops * 1e12 * eff.compute;
@@ -169,12 +187,8 @@ PlanEstimate Estimator::evaluate(Cell const &cell, ParallelPlan const &plan, Eff
   out.dp_sync = gs_sum;
   out.memory_gb = mem_peak;
   out.fits = kMemoryMargin * mem_peak <= kMemoryFraction * g.memory_gb;
-  if (!out.fits) {
-    std::ostringstream os;
-    os << "needs " << mem_peak << " GB per GPU; " << g.name << " allows "
-       << kMemoryFraction * g.memory_gb / kMemoryMargin;
-    out.why = os.str();
-  }
+  if (!out.fits)
+    out.why = memory_error(mem_peak, g);
   return out;
 }
 

@@ -11,26 +11,6 @@
 
 namespace tessel::sched {
 
-char const *state_name(JobState state) {
-  switch (state) {
-  case JobState::waiting:
-    return "waiting";
-  case JobState::pending:
-    return "pending";
-  case JobState::running:
-    return "running";
-  case JobState::completed:
-    return "completed";
-  case JobState::rejected:
-    return "rejected";
-  }
-  return "?";
-}
-
-double ReschedCost::of(int gpus) const {
-  return std::min(tune_per_gpu * gpus, tune_max) + std::min(restore_per_gpu * gpus, restore_max);
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Simulator
 // ---------------------------------------------------------------------------------------------------------------
@@ -70,7 +50,8 @@ bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 Simulator::Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracle const &oracle, Policy &policy,
                      SimOptions options)
-    : _cluster(cluster), _trace(trace), _oracle(oracle), _policy(policy), _opt(std::move(options)), _alloc(cluster) {
+    : _cluster(cluster), _trace(trace), _oracle(oracle), _policy(policy), _opt(std::move(options)),
+      _table(cluster, this) {
   TESSEL_REQUIRE(!trace.jobs.empty(), "the trace has no jobs");
   TESSEL_REQUIRE(_opt.interval > 0, "scheduling interval must be positive, got ", _opt.interval);
   TESSEL_REQUIRE(_opt.iteration_divisor >= 1, "iteration divisor must be >= 1, got ", _opt.iteration_divisor);
@@ -86,21 +67,10 @@ Simulator::Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracl
   _stall_bound = static_cast<int>(std::ceil(
                      (cost.tune_max + cost.restore_max + _opt.restart_cost + _opt.start_latency) / _opt.interval)) +
                  1;
-  _jobs.resize(trace.jobs.size());
-  for (std::size_t i = 0; i < trace.jobs.size(); ++i) {
-    auto &j = _jobs[i];
-    j.spec = &trace.jobs[i];
-    j.id = static_cast<int>(i);
-    j.quota_type = j.spec->gpu_type;
-    j.quota_gpus = j.spec->num_gpus;
-    int const cap = cluster.type_capacity(j.quota_type);
-    j.quota_per_host = cap > 0 ? std::min(j.quota_gpus, cap) : j.quota_gpus;
-    j.quota_hosts = std::max(1, j.quota_gpus / std::max(1, j.quota_per_host));
+  for (auto const &spec : trace.jobs) {
     // Arena: iter_num // ITER_NUM_SCALE_FACTOR_SIM (integer division).
-    double const iters = std::max(1.0, std::floor(double(j.spec->iterations) / _opt.iteration_divisor));
-    j.arena_iter_num = iters;
-    j.remaining = iters;
-    j.checkpoint_remaining = iters;
+    double const iters = std::max(1.0, std::floor(double(spec.iterations) / _opt.iteration_divisor));
+    _table.job(_table.add(&spec, iters)).arena_iter_num = iters;
   }
   _t0 = trace.jobs.front().submit_time;
   _node_down_until.assign(static_cast<std::size_t>(cluster.num_nodes()), -1);
@@ -119,35 +89,37 @@ double Simulator::iter_time_of(JobRecord const &j) const {
   return _oracle.iter_time(j.spec->model, j.spec->batch_size, j.quota_type, j.quota_hosts, j.quota_per_host);
 }
 
-void Simulator::submit_arrivals(std::vector<int> &arrived) {
-  while (_next_arrival < _jobs.size() && round_of(_jobs[_next_arrival].spec->submit_time) <= _round) {
-    auto &j = _jobs[_next_arrival++];
-    j.state = JobState::pending;
-    j.submit_round = _round;
-    j.submit_time = _opt.arena_compat ? _now : j.spec->submit_time;
+void Simulator::submit_arrivals() {
+  auto &jobs = _table.jobs();
+  while (_next_arrival < jobs.size() && round_of(jobs[_next_arrival].spec->submit_time) <= _table.round()) {
+    auto &j = jobs[_next_arrival++];
+    double const submitted = _opt.arena_compat ? _table.now() : j.spec->submit_time;
     int const avail = _cluster.type_gpus(j.spec->gpu_type);
-    if (j.spec->num_gpus > avail) {
-      reject_job(j.id, "requests " + std::to_string(j.spec->num_gpus) + " GPUs of type " +
-                           _cluster.type(j.spec->gpu_type).name + "; the cluster has " + std::to_string(avail));
-      continue;
+    std::string refusal;
+    if (j.spec->num_gpus > avail)
+      refusal = "requests " + std::to_string(j.spec->num_gpus) + " GPUs of type " +
+                _cluster.type(j.spec->gpu_type).name + "; the cluster has " + std::to_string(avail);
+    else if (!is_power_of_two(j.spec->num_gpus))
+      refusal =
+          "requests " + std::to_string(j.spec->num_gpus) + " GPUs; placement supports power-of-two GPU counts only";
+    if (refusal.empty()) {
+      _table.admit(j.id, submitted);
+    } else {
+      _table.enter(j.id, submitted, _table.round());
+      _table.reject(j.id, std::move(refusal));
     }
-    if (!is_power_of_two(j.spec->num_gpus)) {
-      reject_job(j.id, "requests " + std::to_string(j.spec->num_gpus) +
-                           " GPUs; placement supports power-of-two GPU counts only");
-      continue;
-    }
-    arrived.push_back(j.id);
   }
 }
 
-void Simulator::advance(std::vector<int> &ended) {
+void Simulator::advance() {
   double const I = _opt.interval;
-  for (auto &j : _jobs) {
+  double const now = _table.now();
+  for (auto &j : _table.jobs()) {
     if (j.state != JobState::running)
       continue;
     double const it = iter_time_of(j);
     bool done = false;
-    double finish = _now;
+    double finish = now;
     double const before = j.remaining;
     if (_opt.arena_compat) {
       if (j.arena_debt > 0) {
@@ -167,7 +139,7 @@ void Simulator::advance(std::vector<int> &ended) {
       double const need = j.remaining * it;
       if (need <= avail) {
         done = true;
-        finish = _now - I + use + need;
+        finish = now - I + use + need;
         j.remaining = 0;
       } else {
         j.remaining -= avail / it;
@@ -180,30 +152,21 @@ void Simulator::advance(std::vector<int> &ended) {
     }
     // Progress is work done at a throughput above zero (an infeasible placement's iteration time is finite, 1e9 s).
     watch_progress(j, done || (j.throughput > 0 && j.remaining < before));
-    if (done) {
-      j.state = JobState::completed;
-      j.finish_time = finish;
-      _alloc.release(j.id);
-      ended.push_back(j.id);
-    }
+    if (done)
+      _table.complete(j.id, finish);
   }
 }
 
-void Simulator::evict(int job, bool lose_progress) {
-  auto &j = _jobs[static_cast<std::size_t>(job)];
-  _alloc.release(job);
-  j.state = JobState::pending;
-  j.stalled_rounds = j.stalled_moves = 0;
+void Simulator::suspended(JobRecord &j) {
+  // Arena sets iter_num to the remaining iterations but keeps the executed time.
   j.arena_debt = 0;
-  if (lose_progress) {
-    ++j.failures;
-    j.remaining = j.checkpoint_remaining;
-    j.since_checkpoint = 0;
-    j.arena_exec_time = j.arena_checkpoint_exec;
-    j.overhead = 0;
-  }
-  _evicted.push_back(job);
+  j.arena_iter_num = j.remaining;
+  j.arena_checkpoint_exec = j.arena_exec_time;
 }
+
+void Simulator::rolled_back(JobRecord &j) { j.arena_exec_time = j.arena_checkpoint_exec; }
+
+void Simulator::evicted(JobRecord &j) { j.arena_debt = 0; }
 
 void Simulator::inject_failures() {
   double const I = _opt.interval;
@@ -211,85 +174,45 @@ void Simulator::inject_failures() {
     double const p = 1.0 - std::exp(-I / (_opt.node_mtbf_hours * 3600.0));
     for (int n = 0; n < _cluster.num_nodes(); ++n) {
       double const u = next_uniform(_rng_state);
-      if (_alloc.node_down(n) || u >= p)
+      if (_table.alloc().node_down(n) || u >= p)
         continue;
       // Every job with a GPU on the node loses its GPUs (all of them) and restarts from its checkpoint.
       int const first = _cluster.node_first_gpu(n), cap = _cluster.node_capacity(n);
       std::vector<int> victims;
       for (int g = first; g < first + cap; ++g) {
-        int const o = _alloc.owner(g);
+        int const o = _table.alloc().owner(g);
         if (o >= 0 && std::find(victims.begin(), victims.end(), o) == victims.end())
           victims.push_back(o);
       }
       for (int v : victims)
-        evict(v, true);
-      _alloc.set_node_down(n, true);
-      _node_down_until[static_cast<std::size_t>(n)] = _round + std::max(1, _opt.node_repair_rounds);
+        _table.fail(v);
+      _table.alloc().set_node_down(n, true);
+      _node_down_until[static_cast<std::size_t>(n)] = _table.round() + std::max(1, _opt.node_repair_rounds);
     }
   }
   if (_opt.job_mtbf_hours > 0) {
     double const p = 1.0 - std::exp(-I / (_opt.job_mtbf_hours * 3600.0));
-    for (auto &j : _jobs) {
+    for (auto &j : _table.jobs()) {
       if (j.state != JobState::running)
         continue;
       if (next_uniform(_rng_state) >= p)
         continue;
       // A crashed job restarts in place from its last checkpoint.
-      ++j.failures;
-      j.remaining = j.checkpoint_remaining;
-      j.since_checkpoint = 0;
-      j.arena_exec_time = j.arena_checkpoint_exec;
+      _table.roll_back(j.id);
       if (!_opt.arena_compat)
         j.overhead += _opt.restart_cost;
     }
   }
 }
 
-void Simulator::start_job(int job) {
-  auto &j = _jobs.at(static_cast<std::size_t>(job));
-  TESSEL_REQUIRE(j.state == JobState::pending, "round ", _round, ": cannot start job ", j.spec->id, " in state ",
-                 state_name(j.state));
-  Placement const p = placement_of(_alloc, job);
-  TESSEL_REQUIRE(p.num_gpus > 0, "round ", _round, ": job ", j.spec->id, " started without GPUs");
-  j.state = JobState::running;
-  if (j.start_time < 0)
-    j.start_time = _now;
-}
-
-void Simulator::suspend_job(int job) {
-  auto &j = _jobs.at(static_cast<std::size_t>(job));
-  TESSEL_REQUIRE(j.state == JobState::running, "round ", _round, ": cannot suspend job ", j.spec->id, " in state ",
-                 state_name(j.state));
-  _alloc.release(job);
-  j.state = JobState::pending;
-  j.stalled_rounds = j.stalled_moves = 0;
-  ++j.suspensions;
-  j.arena_debt = 0;
-  // Suspension checkpoints the job. Arena sets iter_num to the remaining iterations but keeps the executed time.
-  j.checkpoint_remaining = j.remaining;
-  j.since_checkpoint = 0;
-  j.arena_iter_num = j.remaining;
-  j.arena_checkpoint_exec = j.arena_exec_time;
-}
-
-void Simulator::reject_job(int job, std::string reason) {
-  auto &j = _jobs.at(static_cast<std::size_t>(job));
-  TESSEL_REQUIRE(j.state == JobState::pending, "round ", _round, ": cannot reject job ", j.spec->id, " in state ",
-                 state_name(j.state));
-  TESSEL_REQUIRE(placement_of(_alloc, job).num_gpus == 0, "round ", _round, ": rejected job ", j.spec->id,
-                 " still holds GPUs");
-  j.state = JobState::rejected;
-  j.reject_reason = std::move(reason);
-}
-
 void Simulator::account_round(std::vector<int> const &before) {
   double const I = _opt.interval;
-  auto const &owners = _alloc.owners();
+  auto const &owners = _table.alloc().owners();
   int const T = _cluster.num_types();
   // Quotas of running jobs from the allocation, and the jobs that gained a GPU they did not hold (Arena attributes
   // every changed GPU to its new holder).
-  std::vector<int> count(_jobs.size(), 0), nodes(_jobs.size(), 0), last_node(_jobs.size(), -1);
-  std::vector<char> gained(_jobs.size(), 0), lost(_jobs.size(), 0);
+  std::vector<int> count(_table.jobs().size(), 0), nodes(_table.jobs().size(), 0), last_node(_table.jobs().size(), -1);
+  std::vector<char> gained(_table.jobs().size(), 0), lost(_table.jobs().size(), 0);
   for (std::size_t g = 0; g < owners.size(); ++g)
     if (before[g] >= 0 && owners[g] != before[g])
       lost[static_cast<std::size_t>(before[g])] = 1;
@@ -305,7 +228,7 @@ void Simulator::account_round(std::vector<int> const &before) {
       last_node[oi] = node;
       ++nodes[oi];
     }
-    _jobs[oi].quota_type = _cluster.node_type(node);
+    _table.jobs()[oi].quota_type = _cluster.node_type(node);
     ++used[static_cast<std::size_t>(_cluster.node_type(node))];
     if (before[g] != o)
       gained[oi] = 1;
@@ -313,7 +236,7 @@ void Simulator::account_round(std::vector<int> const &before) {
   ReschedCost const cost = _policy.resched_cost();
   double thr_sum = 0;
   int running = 0, pending = 0;
-  for (auto &j : _jobs) {
+  for (auto &j : _table.jobs()) {
     auto const ji = static_cast<std::size_t>(j.id);
     if (j.state == JobState::pending) {
       ++pending;
@@ -330,42 +253,47 @@ void Simulator::account_round(std::vector<int> const &before) {
     if (thr < 0)
       thr = 0;
     j.throughput = thr;
-    double const tune = gained[ji] ? cost.of(j.quota_gpus) : 0;
     j.stalled_moves += gained[ji] ? 1 : 0;
     if (gained[ji])
       ++j.reschedules;
-    if (_opt.arena_compat) {
-      // Arena's _get_cluster_perf: tuning within the round scales this round's throughput; longer tuning becomes
-      // a time debt that zeroes throughput and stalls progress until paid.
-      if (gained[ji]) {
-        if (tune <= I) {
-          thr *= (I - tune) / I;
-          j.arena_debt = 0;
-        } else {
-          j.arena_debt = tune;
-        }
-      }
-      if (j.arena_debt > 0) {
-        if (j.arena_debt <= I) {
-          thr *= (I - j.arena_debt) / I;
-          j.arena_debt = 0;
-        } else {
-          thr = 0;
-          j.arena_debt -= I;
-        }
-      }
-    } else {
-      // Every new attempt (start, move, shrink) waits for the cluster manager to launch it.
-      j.overhead += tune + (gained[ji] || lost[ji] ? _opt.start_latency : 0.0);
-      thr *= std::max(0.0, I - j.overhead) / I;
-    }
+    thr = charge_retuning(j, thr, gained[ji] ? cost.of(j.quota_gpus) : 0, gained[ji], lost[ji]);
     thr_sum += thr;
   }
-  _result.round_time.push_back(_now);
+  _result.round_time.push_back(_table.now());
   _result.throughput.push_back(thr_sum);
   _result.running.push_back(running);
   _result.pending.push_back(pending);
   _result.used_gpus.push_back(used);
+}
+
+// The round's throughput of a running job that is paying \p tune seconds of re-tuning for GPUs it gained.
+double Simulator::charge_retuning(JobRecord &j, double thr, double tune, bool gained, bool lost) const {
+  double const I = _opt.interval;
+  if (!_opt.arena_compat) {
+    // Every new attempt (start, move, shrink) waits for the cluster manager to launch it.
+    j.overhead += tune + (gained || lost ? _opt.start_latency : 0.0);
+    return thr * (std::max(0.0, I - j.overhead) / I);
+  }
+  // Arena's _get_cluster_perf: tuning within the round scales this round's throughput; longer tuning becomes a time
+  // debt that zeroes throughput and stalls progress until paid.
+  if (gained) {
+    if (tune <= I) {
+      thr *= (I - tune) / I;
+      j.arena_debt = 0;
+    } else {
+      j.arena_debt = tune;
+    }
+  }
+  if (j.arena_debt > 0) {
+    if (j.arena_debt <= I) {
+      thr *= (I - j.arena_debt) / I;
+      j.arena_debt = 0;
+    } else {
+      thr = 0;
+      j.arena_debt -= I;
+    }
+  }
+  return thr;
 }
 
 std::string Simulator::stall_reason(JobRecord const &j) const {
@@ -385,8 +313,8 @@ void Simulator::watch_progress(JobRecord &j, bool progressed) {
   if (j.stalled_rounds != _stall_bound + 1)
     return;
   std::string const stall =
-      tessel::Impl::concat("round ", _round, ": running job ", j.spec->id, " made no progress in ", j.stalled_rounds,
-                           " rounds (at most ", _stall_bound, " allowed): ", stall_reason(j));
+      tessel::Impl::concat("round ", _table.round(), ": running job ", j.spec->id, " made no progress in ",
+                           j.stalled_rounds, " rounds (at most ", _stall_bound, " allowed): ", stall_reason(j));
   _result.stalls.push_back(stall);
   // Arena's own accounting starves jobs its policies move faster than they re-tune; --arena-compat reproduces
   // that and reports it. Anything else is a defect of the policy.
@@ -397,43 +325,45 @@ void Simulator::watch_progress(JobRecord &j, bool progressed) {
 void Simulator::check_invariants() const {
   std::vector<int> free_node(static_cast<std::size_t>(_cluster.num_nodes()), 0);
   std::vector<int> free_type(static_cast<std::size_t>(_cluster.num_types()), 0);
-  std::vector<int> held(_jobs.size(), 0);
+  std::vector<int> held(_table.jobs().size(), 0);
   for (int g = 0; g < _cluster.num_gpus(); ++g) {
-    int const o = _alloc.owner(g);
+    int const o = _table.alloc().owner(g);
     int const node = _cluster.gpu_node(g);
     if (o == kFree) {
       ++free_node[static_cast<std::size_t>(node)];
       ++free_type[static_cast<std::size_t>(_cluster.node_type(node))];
     } else if (o >= 0) {
-      TESSEL_REQUIRE(o < static_cast<int>(_jobs.size()), "round ", _round, ": GPU ", g, " held by unknown job ", o);
-      TESSEL_REQUIRE(_jobs[static_cast<std::size_t>(o)].state == JobState::running, "round ", _round, ": GPU ", g,
-                     " held by job ", _jobs[static_cast<std::size_t>(o)].spec->id, " in state ",
-                     state_name(_jobs[static_cast<std::size_t>(o)].state));
+      TESSEL_REQUIRE(o < static_cast<int>(_table.jobs().size()), "round ", _table.round(), ": GPU ", g,
+                     " held by unknown job ", o);
+      TESSEL_REQUIRE(_table.jobs()[static_cast<std::size_t>(o)].state == JobState::running, "round ", _table.round(),
+                     ": GPU ", g, " held by job ", _table.jobs()[static_cast<std::size_t>(o)].spec->id, " in state ",
+                     state_name(_table.jobs()[static_cast<std::size_t>(o)].state));
       ++held[static_cast<std::size_t>(o)];
     } else {
-      TESSEL_REQUIRE(o == kDown, "round ", _round, ": GPU ", g, " has invalid owner ", o);
+      TESSEL_REQUIRE(o == kDown, "round ", _table.round(), ": GPU ", g, " has invalid owner ", o);
     }
   }
   for (int n = 0; n < _cluster.num_nodes(); ++n)
-    TESSEL_REQUIRE(free_node[static_cast<std::size_t>(n)] == _alloc.free_on_node(n), "round ", _round,
-                   ": free count of node ", n, " is ", _alloc.free_on_node(n), ", the GPUs say ",
+    TESSEL_REQUIRE(free_node[static_cast<std::size_t>(n)] == _table.alloc().free_on_node(n), "round ", _table.round(),
+                   ": free count of node ", n, " is ", _table.alloc().free_on_node(n), ", the GPUs say ",
                    free_node[static_cast<std::size_t>(n)]);
   for (int t = 0; t < _cluster.num_types(); ++t)
-    TESSEL_REQUIRE(free_type[static_cast<std::size_t>(t)] == _alloc.free_of_type(t), "round ", _round,
+    TESSEL_REQUIRE(free_type[static_cast<std::size_t>(t)] == _table.alloc().free_of_type(t), "round ", _table.round(),
                    ": free count of type ", _cluster.type(t).name, " is off");
-  for (auto const &j : _jobs) {
+  for (auto const &j : _table.jobs()) {
     int const h = held[static_cast<std::size_t>(j.id)];
     if (j.state != JobState::running) {
-      TESSEL_REQUIRE(h == 0, "round ", _round, ": job ", j.spec->id, " in state ", state_name(j.state), " holds ", h,
-                     " GPUs");
+      TESSEL_REQUIRE(h == 0, "round ", _table.round(), ": job ", j.spec->id, " in state ", state_name(j.state),
+                     " holds ", h, " GPUs");
       continue;
     }
-    Placement const p = placement_of(_alloc, j.id); // throws on mixed GPU types
+    Placement const p = placement_of(_table.alloc(), j.id); // throws on mixed GPU types
     TESSEL_REQUIRE(p.num_gpus > 0 && p.uniform() && is_power_of_two(p.num_gpus) && is_power_of_two(p.per_host()),
-                   "round ", _round, ": running job ", j.spec->id, " has a non-uniform or non-power-of-two layout (",
-                   p.num_gpus, " GPUs on ", p.nodes.size(), " nodes)");
+                   "round ", _table.round(), ": running job ", j.spec->id,
+                   " has a non-uniform or non-power-of-two layout (", p.num_gpus, " GPUs on ", p.nodes.size(),
+                   " nodes)");
     TESSEL_REQUIRE(p.num_gpus == j.quota_gpus && p.gpu_type == j.quota_type && p.hosts() == j.quota_hosts, "round ",
-                   _round, ": job ", j.spec->id, " quota differs from its GPUs");
+                   _table.round(), ": job ", j.spec->id, " quota differs from its GPUs");
   }
 }
 
@@ -441,72 +371,30 @@ SimResult Simulator::run() {
   using clock = std::chrono::steady_clock;
   auto const wall0 = clock::now();
   SchedContext ctx(static_cast<SchedWorld &>(*this));
-  double const I = _opt.interval;
-  int idle_stall = 0;
-  for (_round = 0;; ++_round) {
-    _now = _t0 + _round * I;
-    _arrived.clear();
-    _ended.clear();
-    _evicted.clear();
-    _repaired.clear();
+  int idle_rounds = 0;
+  for (int round = 0;; ++round) {
+    _table.begin_round(round, _t0 + round * _opt.interval);
     for (int n = 0; n < _cluster.num_nodes(); ++n)
       if (_node_down_until[static_cast<std::size_t>(n)] >= 0 &&
-          _node_down_until[static_cast<std::size_t>(n)] <= _round) {
-        _alloc.set_node_down(n, false);
+          _node_down_until[static_cast<std::size_t>(n)] <= round) {
+        _table.alloc().set_node_down(n, false);
         _node_down_until[static_cast<std::size_t>(n)] = -1;
-        _repaired.push_back(n);
+        _table.node_repaired(n);
       }
-    submit_arrivals(_arrived);
-    advance(_ended);
+    submit_arrivals();
+    advance();
     inject_failures();
-    std::vector<int> const before = _alloc.owners();
+    std::vector<int> const before = _table.alloc().owners();
     auto const t0 = clock::now();
     _policy.schedule(ctx);
-    double const ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    _result.sched_ms.push_back(ms);
+    _result.sched_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     account_round(before);
     if (_opt.check_invariants)
       check_invariants();
     if (_opt.observer)
-      _opt.observer(_round, _alloc, _jobs);
-
-    int running = 0, pending = 0, done = 0;
-    for (auto const &j : _jobs) {
-      running += j.state == JobState::running;
-      pending += j.state == JobState::pending;
-      done += j.state == JobState::completed || j.state == JobState::rejected;
-    }
-    if (_opt.progress)
-      _opt.progress(_round, running, pending, done);
-    bool const all_submitted = _next_arrival == _jobs.size();
-    if (_opt.max_rounds > 0 && _round + 1 >= _opt.max_rounds)
+      _opt.observer(round, _table.alloc(), _table.jobs());
+    if (finished_or_stuck(idle_rounds))
       break;
-    if (_opt.max_rounds <= 0) {
-      if (all_submitted && running == 0 && pending == 0)
-        break;
-      // Nothing can ever run again: every remaining job is pending on an idle cluster with no node down.
-      bool any_down = false;
-      for (int n = 0; n < _cluster.num_nodes() && !any_down; ++n)
-        any_down = _alloc.node_down(n);
-      idle_stall = all_submitted && running == 0 && pending > 0 && !any_down ? idle_stall + 1 : 0;
-      if (idle_stall >= 3 || _round + 1 >= _opt.safety_rounds) {
-        for (auto &j : _jobs) {
-          std::string stalled;
-          if (j.state == JobState::running) {
-            if (j.stalled_rounds > _stall_bound)
-              stalled = " (running, no progress in its last " + std::to_string(j.stalled_rounds) +
-                        " rounds: " + stall_reason(j) + ")";
-            _alloc.release(j.id);
-            j.state = JobState::pending;
-          }
-          if (j.state == JobState::pending)
-            reject_job(j.id, idle_stall >= 3
-                                 ? "never placed: " + _policy.name() + " found no allocation for it on an idle cluster"
-                                 : "safety round limit reached" + stalled);
-        }
-        break;
-      }
-    }
   }
   _result.metrics = summarize(_result);
   _result.metrics.wall_seconds = std::chrono::duration<double>(clock::now() - wall0).count();
@@ -515,12 +403,52 @@ SimResult Simulator::run() {
   return std::move(_result);
 }
 
+// End of a round: reports progress and says whether the run is over (the round limit, every job ended, or nothing
+// can run again: then the jobs left are rejected with why).
+bool Simulator::finished_or_stuck(int &idle_rounds) {
+  int const round = _table.round();
+  int running = 0, pending = 0, done = 0;
+  for (auto const &j : _table.jobs()) {
+    running += j.state == JobState::running;
+    pending += j.state == JobState::pending;
+    done += j.state == JobState::completed || j.state == JobState::rejected;
+  }
+  if (_opt.progress)
+    _opt.progress(round, running, pending, done);
+  bool const all_submitted = _next_arrival == _table.jobs().size();
+  if (_opt.max_rounds > 0)
+    return round + 1 >= _opt.max_rounds;
+  if (all_submitted && running == 0 && pending == 0)
+    return true;
+  // Nothing can ever run again: every remaining job is pending on an idle cluster with no node down.
+  bool any_down = false;
+  for (int n = 0; n < _cluster.num_nodes() && !any_down; ++n)
+    any_down = _table.alloc().node_down(n);
+  idle_rounds = all_submitted && running == 0 && pending > 0 && !any_down ? idle_rounds + 1 : 0;
+  if (idle_rounds < 3 && round + 1 < _opt.safety_rounds)
+    return false;
+  for (auto &j : _table.jobs()) {
+    std::string stalled;
+    if (j.state == JobState::running) {
+      if (j.stalled_rounds > _stall_bound)
+        stalled = " (running, no progress in its last " + std::to_string(j.stalled_rounds) +
+                  " rounds: " + stall_reason(j) + ")";
+      _table.unplace(j.id);
+    }
+    if (j.state == JobState::pending)
+      _table.reject(j.id, idle_rounds >= 3
+                              ? "never placed: " + _policy.name() + " found no allocation for it on an idle cluster"
+                              : "safety round limit reached" + stalled);
+  }
+  return true;
+}
+
 SimMetrics Simulator::summarize(SimResult &result) const {
   SimMetrics m;
-  m.rounds = _round + 1;
+  m.rounds = _table.round() + 1;
   std::vector<double> jcts, queues;
   double first_submit = std::numeric_limits<double>::infinity(), last_finish = 0;
-  for (auto const &j : _jobs) {
+  for (auto const &j : _table.jobs()) {
     JobResult r;
     r.id = j.spec->id;
     r.state = j.state;

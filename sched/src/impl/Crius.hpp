@@ -13,7 +13,7 @@
 
 #include "PolicyHelpers.hpp"
 
-#include <tessel/sched/Simulator.hpp>
+#include <tessel/sched/SchedContext.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -228,6 +228,7 @@ private:
                       std::vector<ShrinkChoice> &out) const;
   MoveResult shrink_one(int target, Quota &tq, int cur_type, int target_type, bool target_placed,
                         ShrinkChoice const &choice, Crs const &src, Crs &c, double gain, int gm, int lm) const;
+  class HtcSearch;
   MoveResult htc_one(int target, Quota &tq, std::vector<int> const &cand, StatIndex const &idx, Crs const &src, Crs &c,
                      double gain, int gm, int lm) const;
   double reachable_thr(int job, int type, int num) const;

@@ -3,7 +3,7 @@
 
 // Constructors of the built-in policies (one translation unit each).
 
-#include <tessel/sched/Simulator.hpp>
+#include <tessel/sched/SchedContext.hpp>
 
 #include <memory>
 

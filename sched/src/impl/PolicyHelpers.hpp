@@ -3,7 +3,7 @@
 
 // Helpers shared by the policies: layouts, scatter placement, and queue ordering.
 
-#include <tessel/sched/Simulator.hpp>
+#include <tessel/sched/SchedContext.hpp>
 
 #include <algorithm>
 #include <string>

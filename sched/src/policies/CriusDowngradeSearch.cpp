@@ -205,6 +205,124 @@ MigResult const &Crius::mig_internal_memo(MigMemo::Snapshot &snap, Crs const &c,
   return snap.entries.back().result;
 }
 
+// The search of htc_one: the best type change found so far over the candidates, and the memoized searches.
+class Crius::HtcSearch {
+public:
+  HtcSearch(Crius const &crius, int target, Quota &tq, StatIndex const &idx, Crs const &src, int gm, int lm)
+      : _c(crius), _target(target), _idx(idx), _src(src), _gm(gm), _lm(lm), _memo(!idx.multi_type) {
+    new_gm = gm;
+    Stat fallback;
+    _target_type = crius.stat_from(idx, target, tq, fallback).type;
+    int const ntypes = crius._cluster->num_types();
+    // sufficient(src, t, n) for every t at once: the type has nodes and at least n idle GPUs.
+    _idle_of.assign(static_cast<std::size_t>(ntypes), 0);
+    for (int t = 0; t < ntypes; ++t)
+      for (int node : crius._cluster->type_nodes(t))
+        _idle_of[static_cast<std::size_t>(t)] += src.bubbles[static_cast<std::size_t>(node)];
+    if (crius._mig_memo.by_type.size() != static_cast<std::size_t>(ntypes))
+      crius._mig_memo.by_type.assign(static_cast<std::size_t>(ntypes), {});
+    _snaps.assign(static_cast<std::size_t>(ntypes), nullptr);
+  }
+
+  // The candidates in Arena's order; the target first when it comes last in \p cand (it wins whenever feasible).
+  void run(std::vector<int> const &cand) {
+    bool const target_last =
+        !cand.empty() && cand.back() == _target && std::find(cand.begin(), cand.end() - 1, _target) == cand.end() - 1;
+    if (target_last)
+      try_target();
+    if (hid < 0)
+      for (int jid : cand) {
+        if (jid != _target)
+          try_other(jid);
+        else if (!target_last)
+          try_target();
+      }
+  }
+
+  double max_gain = kInfeasible, max_gain_mgrt = kInfeasible;
+  int hid = -1, new_type = -1, prev_num = 0, new_gm = 0;
+  std::vector<int> prev_nodes;
+
+private:
+  bool enough(int t, int num) const {
+    return !_c._cluster->type_nodes(t).empty() && _idle_of[static_cast<std::size_t>(t)] >= num;
+  }
+  MigMemo::Snapshot &snapshot(int t) {
+    auto &s = _snaps[static_cast<std::size_t>(t)];
+    if (!s)
+      s = &_c.mig_snapshot(_src, t);
+    return *s;
+  }
+  // The migration search of \p job on \p num GPUs of type \p t (memoized when every job holds one type).
+  MigResult search(int job, Stat const &s, int t) {
+    if (_memo)
+      return _c.mig_internal_memo(snapshot(t), _src, job, s.nodes, t, s.num, _gm, _lm);
+    _c._trial = _src;
+    return _c.migration_search(_c._trial, job, Quota{t, s.num}, _gm, _lm, true);
+  }
+  void choose(int job, int t, Stat const &s, int gm_after) {
+    hid = job;
+    new_type = t;
+    prev_num = s.num;
+    prev_nodes = s.nodes;
+    new_gm = gm_after;
+  }
+  void try_target() {
+    Stat tmp;
+    Stat const &s = _c.stat_from(_idx, _target, _c.registered(_target), tmp);
+    if (s.type != _target_type)
+      return;
+    for (int t = 0; t < static_cast<int>(_idle_of.size()); ++t) {
+      if (t == _target_type || !enough(t, s.num))
+        continue;
+      Layout const b = _c.best(s.num, t);
+      double const g = _c.delta(_target, t, b.hosts, b.per_host, s.type, s.hosts, s.per_host);
+      if (!(g > max_gain) || !(_c.reachable_thr(_target, t, s.num) > 0))
+        continue;
+      MigResult const ms = search(_target, s, t);
+      if (ms.feasible) {
+        max_gain = g;
+        choose(_target, t, s, ms.gm);
+      }
+    }
+  }
+  void try_other(int jid) {
+    Stat tmp;
+    Stat const *found = _idx.find(jid);
+    Stat const &s = found ? *found : _c.stat_from(_idx, jid, _c.registered(jid), tmp);
+    if (s.type != _target_type)
+      return;
+    // Arena's migration search first takes the gain of the job's current placement (none when it holds no GPU).
+    double const prev_gain = s.nodes.empty() ? 0 : _c.delta(jid, s.type, s.hosts, s.per_host);
+    for (int t = 0; t < static_cast<int>(_idle_of.size()); ++t) {
+      if (t == _target_type || !enough(t, s.num))
+        continue;
+      Layout const b = _c.best(s.num, t);
+      double const g = _c.delta(jid, t, b.hosts, b.per_host, s.type, s.hosts, s.per_host);
+      double const reach = _c.reachable_thr(jid, t, s.num);
+      if (!(reach > 0) || !(g + (reach - prev_gain) > max_gain_mgrt))
+        continue;
+      MigResult ms = search(jid, s, t);
+      if (_memo)
+        ms.gain -= prev_gain;
+      double const gm_total = g + ms.gain;
+      if (gm_total > max_gain_mgrt && ms.feasible) {
+        max_gain_mgrt = gm_total;
+        choose(jid, t, s, ms.gm);
+      }
+    }
+  }
+
+  Crius const &_c;
+  int _target, _target_type = -1;
+  StatIndex const &_idx;
+  Crs const &_src;
+  int _gm, _lm;
+  bool _memo;
+  std::vector<int> _idle_of;
+  std::vector<MigMemo::Snapshot *> _snaps;
+};
+
 // Arena's _htc_one_job_and_migration_search in \p src (indexed by \p idx); \p c becomes the state after the move
 // when there is one. Arena tries every job of the target's type on every other type with enough idle GPUs, each with
 // a migration search in a copy of the state; the same choice is made here with less work:
@@ -221,130 +339,28 @@ MoveResult Crius::htc_one(int target, Quota &tq, std::vector<int> const &cand, S
   r.gain = gain;
   r.gm = gm;
   r.gm_with_mgrt = gm;
-  Stat fallback;
-  int const target_type = stat_from(idx, target, tq, fallback).type;
-  int const ntypes = _cluster->num_types();
-  // sufficient(src, t, n) for every t at once: the type has nodes and at least n idle GPUs.
-  std::vector<int> idle_of(static_cast<std::size_t>(ntypes), 0);
-  for (int t = 0; t < ntypes; ++t)
-    for (int node : _cluster->type_nodes(t))
-      idle_of[static_cast<std::size_t>(t)] += src.bubbles[static_cast<std::size_t>(node)];
-  auto enough = [&](int t, int num) {
-    return !_cluster->type_nodes(t).empty() && idle_of[static_cast<std::size_t>(t)] >= num;
-  };
-  if (_mig_memo.by_type.size() != static_cast<std::size_t>(ntypes))
-    _mig_memo.by_type.assign(static_cast<std::size_t>(ntypes), {});
-  std::vector<MigMemo::Snapshot *> snaps(static_cast<std::size_t>(ntypes), nullptr);
-  auto snapshot = [&](int t) -> MigMemo::Snapshot & {
-    auto &s = snaps[static_cast<std::size_t>(t)];
-    if (!s)
-      s = &mig_snapshot(src, t);
-    return *s;
-  };
-  bool const memo = !idx.multi_type;
-  double max_gain = kInfeasible, max_gain_mgrt = kInfeasible;
-  int hid = -1, new_type = -1, prev_num = 0, new_gm = gm;
-  std::vector<int> prev_nodes;
-  auto try_target = [&] {
-    Stat tmp;
-    Stat const &s = stat_from(idx, target, registered(target), tmp);
-    if (s.type != target_type)
-      return;
-    for (int t = 0; t < ntypes; ++t) {
-      if (t == target_type || !enough(t, s.num))
-        continue;
-      Layout const b = best(s.num, t);
-      double const g = delta(target, t, b.hosts, b.per_host, s.type, s.hosts, s.per_host);
-      if (!(g > max_gain) || !(reachable_thr(target, t, s.num) > 0))
-        continue;
-      bool feasible_move = false;
-      int gm_after = gm;
-      if (memo) {
-        MigResult const &ms = mig_internal_memo(snapshot(t), src, target, s.nodes, t, s.num, gm, lm);
-        feasible_move = ms.feasible;
-        gm_after = ms.gm;
-      } else {
-        _trial = src;
-        MigResult const ms = migration_search(_trial, target, Quota{t, s.num}, gm, lm, true);
-        feasible_move = ms.feasible;
-        gm_after = ms.gm;
-      }
-      if (feasible_move) {
-        max_gain = g;
-        hid = target;
-        new_type = t;
-        prev_num = s.num;
-        prev_nodes = s.nodes;
-        new_gm = gm_after;
-      }
-    }
-  };
-  auto try_other = [&](int jid) {
-    Stat tmp;
-    Stat const *found = idx.find(jid);
-    Stat const &s = found ? *found : stat_from(idx, jid, registered(jid), tmp);
-    if (s.type != target_type)
-      return;
-    // Arena's migration search first takes the gain of the job's current placement (none when it holds no GPU).
-    double const prev_gain = s.nodes.empty() ? 0 : delta(jid, s.type, s.hosts, s.per_host);
-    for (int t = 0; t < ntypes; ++t) {
-      if (t == target_type || !enough(t, s.num))
-        continue;
-      Layout const b = best(s.num, t);
-      double const g = delta(jid, t, b.hosts, b.per_host, s.type, s.hosts, s.per_host);
-      double const reach = reachable_thr(jid, t, s.num);
-      if (!(reach > 0) || !(g + (reach - prev_gain) > max_gain_mgrt))
-        continue;
-      MigResult ms;
-      if (memo) {
-        ms = mig_internal_memo(snapshot(t), src, jid, s.nodes, t, s.num, gm, lm);
-        ms.gain -= prev_gain;
-      } else {
-        _trial = src;
-        ms = migration_search(_trial, jid, Quota{t, s.num}, gm, lm, true);
-      }
-      double const gm_total = g + ms.gain;
-      if (gm_total > max_gain_mgrt && ms.feasible) {
-        max_gain_mgrt = gm_total;
-        hid = jid;
-        new_type = t;
-        prev_num = s.num;
-        prev_nodes = s.nodes;
-        new_gm = ms.gm;
-      }
-    }
-  };
-  bool const target_last =
-      !cand.empty() && cand.back() == target && std::find(cand.begin(), cand.end() - 1, target) == cand.end() - 1;
-  if (target_last)
-    try_target();
-  if (hid < 0)
-    for (int jid : cand) {
-      if (jid != target)
-        try_other(jid);
-      else if (!target_last)
-        try_target();
-    }
-  if (hid < 0)
+  HtcSearch h(*this, target, tq, idx, src, gm, lm);
+  h.run(cand);
+  if (h.hid < 0)
     return r;
   r.moved = true;
   c = src;
-  if (hid != target) {
+  if (h.hid != target) {
     // The chosen job's migration search again, for its state.
-    MigResult const ms = migration_search(c, hid, Quota{new_type, prev_num}, gm, lm, true);
-    TESSEL_REQUIRE(ms.feasible && ms.gm == new_gm, "crius: repeated migration search disagrees");
-    r.gain += max_gain_mgrt;
-    r.gm = new_gm;
+    MigResult const ms = migration_search(c, h.hid, Quota{h.new_type, h.prev_num}, gm, lm, true);
+    TESSEL_REQUIRE(ms.feasible && ms.gm == h.new_gm, "crius: repeated migration search disagrees");
+    r.gain += h.max_gain_mgrt;
+    r.gm = h.new_gm;
   } else {
-    tq.type = new_type;
-    tq.num = prev_num;
-    if (!prev_nodes.empty())
+    tq.type = h.new_type;
+    tq.num = h.prev_num;
+    if (!h.prev_nodes.empty())
       clear_placement(c, target);
-    r.gain += max_gain;
+    r.gain += h.max_gain;
   }
   r.crs = c;
   // The target holds no GPU in c: it held none in src, or was cleared (a type change of its own).
-  search_after_move(r, target, tq, hid != target && idx.find(target), hid, Mod::htc, new_type, r.gm, lm);
+  search_after_move(r, target, tq, h.hid != target && idx.find(target), h.hid, Mod::htc, h.new_type, r.gm, lm);
   return r;
 }
 

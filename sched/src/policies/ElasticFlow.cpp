@@ -79,27 +79,44 @@ private:
         total += cluster.node_capacity(n);
     for (std::size_t k = 1; k < jobs.size(); ++k)
       settled[k] = still_settling(ctx, ctx.job(jobs[k]));
-    // Admission: every job's minimum satisfactory share must fit (deadlines are loose, so in admission order).
     std::vector<int> share(jobs.size());
-    {
-      int left = total;
-      // Arena sorts by deadline; loosened deadlines equal submission + 1e9, i.e. submission order.
-      std::vector<std::size_t> order(jobs.size());
-      for (std::size_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return ctx.job(jobs[a]).submit_time < ctx.job(jobs[b]).submit_time;
-      });
-      for (std::size_t k : order) {
-        int const m = settled[k] ? ctx.job(jobs[k]).quota_gpus : min_share(ctx, jobs[k]);
-        if (m == 0 || m > left)
-          return false;
-        left -= m;
-        share[k] = m;
-      }
-      total = left;
+    if (!admit(ctx, jobs, settled, total, share))
+      return false;
+    fill(ctx, jobs, settled, total, share);
+    if (!place(ctx, alloc, type, jobs, settled, share))
+      return false;
+    ctx.alloc() = alloc;
+    _running.erase(std::remove_if(_running.begin(), _running.end(),
+                                  [&](int id) { return ctx.job(id).state != JobState::running || id == target; }),
+                   _running.end());
+    _running.push_back(target);
+    return true;
+  }
+
+  // Admission: every job's minimum satisfactory share must fit (deadlines are loose, so in admission order);
+  // \p total becomes the GPUs left after the shares.
+  bool admit(SchedContext &ctx, std::vector<int> const &jobs, std::vector<char> const &settled, int &total,
+             std::vector<int> &share) {
+    // Arena sorts by deadline; loosened deadlines equal submission + 1e9, i.e. submission order.
+    std::vector<std::size_t> order(jobs.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return ctx.job(jobs[a]).submit_time < ctx.job(jobs[b]).submit_time;
+    });
+    for (std::size_t k : order) {
+      int const m = settled[k] ? ctx.job(jobs[k]).quota_gpus : min_share(ctx, jobs[k]);
+      if (m == 0 || m > total)
+        return false;
+      total -= m;
+      share[k] = m;
     }
-    // Progressive filling: double the job with the largest throughput gain while GPUs remain.
+    return true;
+  }
+
+  // Progressive filling: double the job with the largest throughput gain while GPUs remain.
+  void fill(SchedContext &ctx, std::vector<int> const &jobs, std::vector<char> const &settled, int total,
+            std::vector<int> &share) {
     while (total > 0) {
       double best = kInfeasible;
       int pick = -1;
@@ -117,8 +134,13 @@ private:
       total -= share[static_cast<std::size_t>(pick)];
       share[static_cast<std::size_t>(pick)] *= 2;
     }
-    // Re-place every job of the type: largest first; multi-node jobs take whole nodes in node order, the rest are
-    // packed into the remaining nodes in order.
+  }
+
+  // Re-places every job of the type that is not settled: largest first; multi-node jobs take whole nodes in node
+  // order, the rest are packed into the remaining nodes in order. False when a settled job's GPUs left no room.
+  bool place(SchedContext &ctx, Allocation &alloc, int type, std::vector<int> const &jobs,
+             std::vector<char> const &settled, std::vector<int> const &share) {
+    auto const &cluster = ctx.cluster();
     std::vector<std::size_t> order(jobs.size());
     for (std::size_t i = 0; i < order.size(); ++i)
       order[i] = i;
@@ -161,14 +183,11 @@ private:
     for (std::size_t ni = 0; ni < nodes.size(); ++ni) {
       if (whole[ni])
         continue;
-      int const node = nodes[ni];
       for (std::size_t k : order) {
-        if (alloc.free_on_node(node) == 0)
+        if (alloc.free_on_node(nodes[ni]) == 0)
           break;
-        if (placed[k])
-          continue;
-        if (share[k] <= alloc.free_on_node(node)) {
-          take(node, jobs[k], share[k]);
+        if (!placed[k] && share[k] <= alloc.free_on_node(nodes[ni])) {
+          take(nodes[ni], jobs[k], share[k]);
           placed[k] = 1;
         }
       }
@@ -179,11 +198,6 @@ private:
         return false; // the settled jobs' GPUs left no room of this shape: the target waits
       TESSEL_REQUIRE(placed[k], "elasticflow: buddy placement left job ", ctx.job(jobs[k]).spec->id, " unplaced");
     }
-    ctx.alloc() = alloc;
-    _running.erase(std::remove_if(_running.begin(), _running.end(),
-                                  [&](int id) { return ctx.job(id).state != JobState::running || id == target; }),
-                   _running.end());
-    _running.push_back(target);
     return true;
   }
 

@@ -2,7 +2,13 @@
 
 #include <tessel/core/Error.hpp>
 
+#include <algorithm>
+
 namespace tessel::sched {
+
+double ReschedCost::of(int gpus) const {
+  return std::min(tune_per_gpu * gpus, tune_max) + std::min(restore_per_gpu * gpus, restore_max);
+}
 
 std::vector<std::string> policy_names() { return {"crius", "fcfs", "elasticflow", "gavel", "sia"}; }
 

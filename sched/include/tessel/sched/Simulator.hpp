@@ -83,8 +83,9 @@ struct SimResult {
   std::size_t oracle_lookups = 0, oracle_computed = 0;
 };
 
-/// \brief The simulator: the reference world the policies act on (SchedWorld), round by round on a trace.
-class Simulator : private SchedWorld {
+/// \brief The simulator: the reference world the policies act on (SchedWorld), round by round on a trace. Its jobs
+/// live in a JobTable, to which it adds Arena's accounting (JobTable::Hooks).
+class Simulator : private SchedWorld, private JobTable::Hooks {
 public:
   Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracle const &oracle, Policy &policy,
             SimOptions options);
@@ -94,31 +95,23 @@ private:
   // SchedWorld
   Cluster const &cluster() const override { return _cluster; }
   ThroughputOracle const &oracle() const override { return _oracle; }
-  Allocation &alloc() override { return _alloc; }
-  std::vector<JobRecord> &jobs() override { return _jobs; }
-  int round() const override { return _round; }
-  double now() const override { return _now; }
+  JobTable &table() override { return _table; }
   double interval() const override { return _opt.interval; }
   bool arena_compat() const override { return _opt.arena_compat; }
-  std::vector<int> const &arrived() const override { return _arrived; }
-  std::vector<int> const &ended() const override { return _ended; }
-  std::vector<int> const &evicted() const override { return _evicted; }
-  std::vector<int> const &repaired() const override { return _repaired; }
-  void start(int job) override { start_job(job); }
-  void suspend(int job) override { suspend_job(job); }
-  void reject(int job, std::string reason) override { reject_job(job, std::move(reason)); }
+  // JobTable::Hooks: Arena's accounting (iter_num, executed time, time debt) follows every suspension and failure.
+  void suspended(JobRecord &j) override;
+  void rolled_back(JobRecord &j) override;
+  void evicted(JobRecord &j) override;
 
-  void submit_arrivals(std::vector<int> &arrived);
-  void advance(std::vector<int> &ended);
+  void submit_arrivals();
+  void advance();
   void inject_failures();
-  void evict(int job, bool lose_progress);
   void account_round(std::vector<int> const &before);
+  double charge_retuning(JobRecord &j, double thr, double tune, bool gained, bool lost) const;
   std::string stall_reason(JobRecord const &j) const;
   void watch_progress(JobRecord &j, bool progressed);
   void check_invariants() const;
-  void start_job(int job);
-  void suspend_job(int job);
-  void reject_job(int job, std::string reason);
+  bool finished_or_stuck(int &idle_rounds);
   double iter_time_of(JobRecord const &j) const;
   int round_of(double submit_time) const;
   SimMetrics summarize(SimResult &result) const;
@@ -128,14 +121,11 @@ private:
   ThroughputOracle const &_oracle;
   Policy &_policy;
   SimOptions _opt;
-  Allocation _alloc;
-  std::vector<JobRecord> _jobs;
-  std::vector<int> _arrived, _ended, _evicted, _repaired;
+  JobTable _table;
   std::vector<int> _node_down_until;
   std::size_t _next_arrival = 0;
-  int _round = 0;
   int _stall_bound = 0; ///< rounds a running job may go without progress (re-tuning, restore and restart)
-  double _t0 = 0, _now = 0;
+  double _t0 = 0;
   std::uint64_t _rng_state = 0;
   SimResult _result;
 };

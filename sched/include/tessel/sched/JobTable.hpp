@@ -1,0 +1,145 @@
+#ifndef TESSEL_SCHED_JOBTABLE_HPP
+#define TESSEL_SCHED_JOBTABLE_HPP
+
+/// \file JobTable.hpp
+/// \brief The jobs of a world and their one life cycle — arrival, start, suspension, rejection, completion, failure —
+/// over the world's GPU allocation. The simulator and the Slurm controller both keep their jobs in a JobTable; what
+/// a world adds to a transition (the simulator's Arena accounting) is a JobTable::Hooks.
+
+#include <tessel/sched/Allocation.hpp>
+#include <tessel/sched/Cluster.hpp>
+#include <tessel/sched/Trace.hpp>
+
+#include <string>
+#include <vector>
+
+namespace tessel::sched {
+
+/// \brief Life of a job.
+enum class JobState { waiting, pending, running, completed, rejected };
+char const *state_name(JobState state);
+
+/// \brief A job as the policies see it: its spec, where it stands and what it has accumulated.
+struct JobRecord {
+  JobSpec const *spec = nullptr;
+  int id = 0; ///< index in the table (the trace order in the simulator, the submission order live)
+  JobState state = JobState::waiting;
+  int submit_round = -1;
+  double submit_time = 0; ///< time the scheduler saw the job (Arena: the round's start)
+  // Resource quota: the allocation while running; the request (or last allocation) while pending.
+  int quota_type = -1, quota_gpus = 0, quota_hosts = 0, quota_per_host = 0;
+  // Progress. Exact accounting: remaining iterations; Arena accounting: iter_num and exec_time as in Arena.
+  double remaining = 0, checkpoint_remaining = 0, since_checkpoint = 0;
+  double arena_iter_num = 0, arena_exec_time = 0, arena_checkpoint_exec = 0;
+  double overhead = 0;   ///< re-tuning / restore seconds still to pay before making progress
+  double arena_debt = 0; ///< Arena's reschedule time debt (> interval skips progress)
+  // Accounting.
+  double start_time = -1, finish_time = -1, queue_time = 0;
+  int reschedules = 0, failures = 0, suspensions = 0;
+  // Starvation watch: rounds this job has run since it last progressed, the times it was given new GPUs (and
+  // re-tuned) in them, and its throughput on its current allocation.
+  int stalled_rounds = 0, stalled_moves = 0;
+  double throughput = 0;
+  std::string reject_reason;
+  // Flags for policies (Crius's decision queue).
+  bool blocker = false, opportunism = false;
+};
+
+/// \brief The jobs of a world, its GPU allocation, the round's clock and the events a policy sees, and every
+/// transition of a job's life. Transitions check the state they leave and name the job and round when it is wrong.
+class JobTable {
+public:
+  /// \brief What a world adds to the common transitions; each hook runs after the common part.
+  class Hooks {
+  public:
+    virtual ~Hooks() = default;
+    /// A running job was suspended by its policy (it is pending, and checkpointed at its progress).
+    virtual void suspended(JobRecord &) {}
+    /// A job lost its progress since its last checkpoint (a failure).
+    virtual void rolled_back(JobRecord &) {}
+    /// A running job was sent back to pending by the world (a failed node or job).
+    virtual void evicted(JobRecord &) {}
+  };
+
+  JobTable() = default;
+  /// An empty table on \p cluster (which must outlive it); \p hooks may be null.
+  explicit JobTable(Cluster const &cluster, Hooks *hooks = nullptr);
+
+  /// Starts a round: sets the clock and clears the events of the last round.
+  void begin_round(int round, double now) {
+    set_clock(round, now);
+    clear_events();
+  }
+  void set_clock(int round, double now) {
+    _round = round;
+    _now = now;
+  }
+  void clear_events();
+  int round() const { return _round; }
+  double now() const { return _now; }
+
+  /// Adds a waiting job of \p iterations iterations; its quota is its request (one node when the GPUs fit on one,
+  /// else full nodes). \p spec must outlive the table. Returns its id.
+  int add(JobSpec const *spec, double iterations);
+  /// Waiting -> pending, submitted at \p submit_time in round \p submit_round; not yet announced to the policy.
+  void enter(int job, double submit_time, int submit_round);
+  /// Appends a pending job to this round's arrivals (a new submission, or a restarted world's queue).
+  void announce(int job);
+  /// Waiting -> pending and announced: a job submitted in this round.
+  void admit(int job, double submit_time);
+
+  // The policy's transitions (SchedContext).
+  /// Pending -> running; the job must already hold its GPUs.
+  void start(int job);
+  /// Running -> pending, checkpointed at its progress; frees its GPUs.
+  void suspend(int job);
+  /// Pending -> rejected with \p reason; the job must hold no GPUs.
+  void reject(int job, std::string reason);
+
+  // The world's transitions.
+  /// Running -> completed at \p finish_time; frees its GPUs and announces it in ended().
+  void complete(int job, double finish_time);
+  /// Running -> pending after a failure of its node or of itself: counts the failure, rolls the job back to its
+  /// last checkpoint, frees its GPUs and announces it in evicted().
+  void fail(int job);
+  /// A running job restarts where it is after a failure: counts it and rolls back to the last checkpoint.
+  void roll_back(int job);
+  /// Running -> rejected after its last failure (counted): frees its GPUs, announces it in ended().
+  void give_up(int job, std::string reason);
+  /// Running -> pending without a policy's decision or a checkpoint (a restarted world re-deciding its jobs).
+  void unplace(int job);
+  /// A restarted world's records say the job ended: waiting or pending -> \p state (completed or rejected) at
+  /// \p finish_time, with \p reason for a rejection; no event.
+  void restore_end(int job, JobState state, double finish_time, std::string reason = {});
+  /// A node came back: announced in repaired().
+  void node_repaired(int node) { _repaired.push_back(node); }
+
+  std::vector<JobRecord> &jobs() { return _jobs; }
+  std::vector<JobRecord> const &jobs() const { return _jobs; }
+  /// The job of id \p job; an id out of range is an error naming it.
+  JobRecord &job(int job);
+  JobRecord const &job(int job) const;
+  Allocation &alloc() { return _alloc; }
+  Allocation const &alloc() const { return _alloc; }
+
+  std::vector<int> const &arrived() const { return _arrived; }
+  std::vector<int> const &ended() const { return _ended; }
+  std::vector<int> const &evicted() const { return _evicted; }
+  std::vector<int> const &repaired() const { return _repaired; }
+
+private:
+  JobRecord &in_state(int job, JobState state, char const *action);
+  void release(JobRecord &j);
+
+  Cluster const *_cluster = nullptr;
+  Hooks *_hooks = nullptr;
+  Allocation _alloc;
+  std::vector<JobRecord> _jobs;
+  std::vector<int> _arrived, _ended, _evicted, _repaired;
+  int _round = 0;
+  double _now = 0;
+};
+
+} // namespace tessel::sched
+
+#endif
