@@ -8,6 +8,7 @@
 #include <tessel/core/Gemm.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/core/ShareDirectory.hpp>
 #include <tessel/core/Version.hpp>
 #ifdef TESSEL_ENABLE_HDF5
 #include <tessel/core/H5File.hpp>
@@ -26,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +51,15 @@ TEST(Consumer, version_of_headers_and_library) {
   EXPECT_EQ(tessel::version_number(), TESSEL_VERSION);
   EXPECT_EQ(TESSEL_VERSION, TESSEL_VERSION_MAJOR * 10000 + TESSEL_VERSION_MINOR * 100 + TESSEL_VERSION_PATCH);
   EXPECT_EQ(tessel::git_hash(), CONSUMER_EXPECT_GIT_HASH);
+}
+
+// The installed library finds the installed data files beside itself (not the build tree's copy).
+TEST(Consumer, share_directory_of_the_installation) {
+  EXPECT_EQ(std::filesystem::canonical(tessel::share_directory()),
+            std::filesystem::canonical(CONSUMER_EXPECT_SHARE_DIR));
+#ifdef CONSUMER_HAS_SCHED
+  EXPECT_TRUE(std::filesystem::is_regular_file(tessel::share_file("sched/clusters/crius_1280.csv")));
+#endif
 }
 
 TEST(Consumer, allreduce_of_a_kokkos_reduction) {
