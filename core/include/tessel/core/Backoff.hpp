@@ -18,11 +18,14 @@ namespace tessel {
 /// under 1% of a core.
 class Backoff {
 public:
+  /// Unit of the pauses.
   using Duration = std::chrono::microseconds;
 
   /// Poll interval while bytes are moving: MPI progresses a transfer only inside its calls.
   static constexpr Duration brisk{20};
+  /// The default first pause.
   static constexpr Duration default_first{20};
+  /// The default longest pause.
   static constexpr Duration default_limit{1280};
 
   /// \p first: the first pause; \p limit: the longest one.

@@ -22,15 +22,19 @@ namespace tessel {
 
 /// \brief Reduction operators of allreduce and reduce_scatter.
 enum class ReduceOp : int { sum, prod, min, max };
+/// \brief "sum", "prod", "min" or "max".
 char const *name_of(ReduceOp op);
 
 /// \brief Which engine moves the bytes.
 enum class CommBackend : int { self, mpi, nccl };
+/// \brief "self", "mpi" or "nccl".
 char const *name_of(CommBackend backend);
 
-/// \brief Values of Request::Impl::not_before() other than a time: unknown (poll with a growing backoff) and
-/// bytes moving now (poll briskly). Both lie before any real time point.
+/// \brief Value of Request::Impl::not_before() when the completion time is unknown (waits poll with a growing
+/// backoff). It lies before any real time point.
 inline constexpr std::chrono::steady_clock::time_point not_before_unknown{};
+/// \brief Value of Request::Impl::not_before() while bytes are moving (waits poll briskly). It lies before any real
+/// time point.
 inline constexpr std::chrono::steady_clock::time_point not_before_moving{std::chrono::steady_clock::duration(1)};
 
 /// \brief Handle of one non-blocking message. Move-only; a default-constructed (null) request is complete.
@@ -55,11 +59,18 @@ public:
     virtual std::chrono::steady_clock::time_point not_before() const { return not_before_unknown; }
   };
 
+  /// A null request (complete).
   Request() = default;
+  /// The request of a backend's operation; wait() without an argument waits at most \p default_timeout.
   Request(std::unique_ptr<Impl> impl, Timeout default_timeout)
       : _impl(std::move(impl)), _default_timeout(default_timeout) {}
+  /// \name Move-only; the moved-from request is null
+  //@{
+  /// Move-only; the moved-from request is null.
   Request(Request &&) noexcept = default;
   Request &operator=(Request &&) noexcept = default;
+  //@}
+  /// Cancels an operation still pending (best effort), so that no message lands in a buffer after its owner left.
   ~Request();
 
   /// True when the request is null or its operation has completed (progresses the operation).
@@ -98,12 +109,19 @@ private:
 class CommunicatorBackend {
 public:
   virtual ~CommunicatorBackend() = default;
+  /// The engine that moves the bytes.
   virtual CommBackend kind() const = 0;
+  /// This process's rank, in [0, size()).
   virtual int rank() const = 0;
+  /// The number of ranks.
   virtual int size() const = 0;
   /// True when buffers must be device memory.
   virtual bool device_memory() const { return false; }
 
+  /// \name Operations
+  //@{
+  /// The operations behind Communicator's (which validates the arguments first); each gives up after \p timeout
+  /// with TimeoutError. Counts are in elements of \p type.
   virtual void barrier(Timeout timeout) = 0;
   virtual void broadcast(void *buffer, std::size_t count, DataType type, int root, Timeout timeout, void *stream) = 0;
   virtual void allreduce(void const *send, void *recv, std::size_t count, DataType type, ReduceOp op, Timeout timeout,
@@ -119,6 +137,7 @@ public:
                         void *stream) = 0;
   virtual Request irecv(void *buffer, std::size_t count, DataType type, int peer, int tag, Timeout timeout,
                         void *stream) = 0;
+  //@}
   /// Gathers \p bytes of host memory from every rank (for argument checks; device backends use their bootstrap).
   virtual void host_allgather(void const *send, void *recv, std::size_t bytes, Timeout timeout) = 0;
   /// Ranks with the same \p color form a new communicator, ordered by \p key.
@@ -134,6 +153,7 @@ public:
 /// every rank naming the first disagreement; set_validation(false) removes that extra exchange from hot loops.
 class Communicator {
 public:
+  /// A handle on \p backend (for example a PacedBackend around another communicator's backend).
   explicit Communicator(std::shared_ptr<CommunicatorBackend> backend);
 
   /// MPI_COMM_WORLD when MPI is initialized (see ScopeGuard), otherwise a one-rank Self communicator.
@@ -141,18 +161,37 @@ public:
   /// A one-rank communicator that needs no MPI.
   static Communicator self();
 
+  /// This process's rank, in [0, size()).
   int rank() const { return _backend->rank(); }
+  /// The number of ranks.
   int size() const { return _backend->size(); }
+  /// The engine that moves the bytes.
   CommBackend kind() const { return _backend->kind(); }
+  /// True when buffers must be device memory (NCCL).
   bool device_memory() const { return _backend->device_memory(); }
+  /// \name The backend this handle shares
+  //@{
+  /// The backend this handle shares.
   CommunicatorBackend &backend() const { return *_backend; }
   std::shared_ptr<CommunicatorBackend> const &backend_ptr() const { return _backend; }
+  //@}
 
+  /// The longest any call or wait of this handle waits before it throws TimeoutError.
   Timeout timeout() const { return _timeout; }
+  /// Sets timeout() for this handle (copies made before keep theirs).
   void set_timeout(Timeout timeout) { _timeout = timeout; }
+  /// Whether collectives first check on every rank that the arguments agree.
   bool validation() const { return _validate; }
+  /// Sets validation().
   void set_validation(bool on) { _validate = on; }
 
+  /// \name Collectives and messages
+  //@{
+  /// Every rank of the communicator calls a collective with arguments that agree (checked when validation() is
+  /// on). Counts are in elements of \p type. \p stream is the cudaStream_t of a device backend (nullptr: the
+  /// communicator's own stream), ignored by host backends, which return when the operation is complete; device
+  /// backends return once it is enqueued. isend/irecv return a Request to wait on; \p tag tells messages between
+  /// the same ranks apart.
   void barrier() const { _backend->barrier(_timeout); }
   void broadcast(void *buffer, std::size_t count, DataType type, int root, void *stream = nullptr) const;
   void allreduce(void const *send, void *recv, std::size_t count, DataType type, ReduceOp op,
@@ -166,6 +205,8 @@ public:
   Request isend(void const *buffer, std::size_t count, DataType type, int peer, int tag, void *stream = nullptr) const;
   Request irecv(void *buffer, std::size_t count, DataType type, int peer, int tag, void *stream = nullptr) const;
   void host_allgather(void const *send, void *recv, std::size_t bytes) const;
+  //@}
+  /// Ranks with the same \p color form a new communicator, ordered by \p key (collective).
   Communicator split(int color, int key) const;
 
   /// \brief Checks that \p value is the same on every rank; otherwise throws on every rank an error naming
@@ -186,7 +227,9 @@ public:
   /// \brief Throws on every rank when \p problem is not empty on some rank (see all_or_none).
   void raise_if_any(std::string const &problem, std::string const &elsewhere) const;
 
-  // Typed conveniences (element type deduced).
+  /// \name Typed conveniences (the element type deduced from the pointers)
+  //@{
+  /// Typed conveniences (the element type deduced from the pointers).
   template <class T> void allreduce(T const *send, T *recv, std::size_t count, ReduceOp op) const {
     allreduce(send, recv, count, data_type_of<T>, op);
   }
@@ -199,6 +242,7 @@ public:
   template <class T> Request irecv(T *buffer, std::size_t count, int peer, int tag) const {
     return irecv(buffer, count, data_type_of<T>, peer, tag);
   }
+  //@}
   /// Sum (or another op) of one scalar over all ranks.
   template <class T> T allreduce_value(T value, ReduceOp op) const {
     T result{};

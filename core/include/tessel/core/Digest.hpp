@@ -8,6 +8,7 @@
 
 namespace tessel {
 
+/// The FNV-1a offset basis: the digest of no bytes, where a digest starts.
 inline constexpr std::uint64_t fnv1a_basis = 0xcbf29ce484222325ull;
 
 /// FNV-1a over the \p bytes at \p data, continuing from \p h.

@@ -19,6 +19,7 @@ namespace tessel {
 /// place in Tessel's sources that raised it, for developers (tools print it with --debug or TESSEL_DEBUG=1).
 class Exception : public std::runtime_error {
 public:
+  /// An error with the message \p what and the place in Tessel's sources \p where that raised it.
   explicit Exception(std::string const &what, std::string where = {})
       : std::runtime_error(what), _where(std::move(where)) {}
   /// "tessel::function (file:line)", or empty when the raiser did not say.
@@ -48,6 +49,7 @@ using Timeout = std::chrono::milliseconds;
 /// \brief A wait that ran past its deadline; the message names the operation and the peer waited for.
 class TimeoutError : public CommunicationError {
 public:
+  /// A timeout described by \p what, waiting for \p peer (-1 when unknown).
   TimeoutError(std::string const &what, int peer) : CommunicationError(what), _peer(peer) {}
   /// The rank that did not answer, or -1 when a collective cannot tell which one.
   int peer() const noexcept { return _peer; }

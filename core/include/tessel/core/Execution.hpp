@@ -13,9 +13,7 @@
 #include <string>
 #include <vector>
 
-/// \brief Calls \p MACRO(Space) once for every host execution space enabled in the Kokkos Tessel is built with
-/// (Serial, OpenMP, Threads): the list from which the libraries instantiate their templates on an execution
-/// space. Derived from Kokkos's own configuration macros, so it cannot disagree with the Kokkos in use.
+// One per host backend, empty where Kokkos lacks it (for TESSEL_FOR_EACH_HOST_EXECUTION_SPACE).
 #ifdef KOKKOS_ENABLE_SERIAL
 #define TESSEL_IMPL_HOST_SPACE_SERIAL(MACRO) MACRO(Kokkos::Serial)
 #else
@@ -31,6 +29,9 @@
 #else
 #define TESSEL_IMPL_HOST_SPACE_THREADS(MACRO)
 #endif
+/// \brief Calls \p MACRO(Space) once for every host execution space enabled in the Kokkos Tessel is built with
+/// (Serial, OpenMP, Threads): the list from which the libraries instantiate their templates on an execution
+/// space. Derived from Kokkos's own configuration macros, so it cannot disagree with the Kokkos in use.
 #define TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(MACRO)                                                                    \
   TESSEL_IMPL_HOST_SPACE_SERIAL(MACRO) TESSEL_IMPL_HOST_SPACE_OPENMP(MACRO) TESSEL_IMPL_HOST_SPACE_THREADS(MACRO)
 
@@ -73,6 +74,7 @@ template <class ExecSpace> std::vector<ExecSpace> make_instances(ExecSpace const
 /// time covers the work enqueued on the instance, not just its launch.
 template <class ExecSpace = Kokkos::DefaultExecutionSpace> class Timer {
 public:
+  /// Fences \p space and starts; \p label names the fences for Kokkos Tools.
   explicit Timer(ExecSpace const &space = ExecSpace(), std::string label = "Tessel::Timer")
       : _space(space), _label(std::move(label)) {
     reset();

@@ -14,9 +14,12 @@ namespace tessel {
 
 /// \brief A non-owning row-major matrix in any memory space: element (i, j) at data[i * ld + j], ld >= cols.
 template <class T> struct MatrixRef {
-  T *data = nullptr;
-  std::int64_t rows = 0, cols = 0, ld = 0;
+  T *data = nullptr;     ///< element (0, 0)
+  std::int64_t rows = 0; ///< number of rows
+  std::int64_t cols = 0; ///< number of columns
+  std::int64_t ld = 0;   ///< distance between the starts of two rows, in elements (>= cols)
 
+  /// An empty matrix.
   MatrixRef() = default;
   /// \p ld < 0 means cols (contiguous rows).
   KOKKOS_INLINE_FUNCTION MatrixRef(T *data_, std::int64_t rows_, std::int64_t cols_, std::int64_t ld_ = -1)
@@ -25,6 +28,7 @@ template <class T> struct MatrixRef {
   template <class U, class = std::enable_if_t<std::is_same_v<T, U const>>>
   KOKKOS_INLINE_FUNCTION MatrixRef(MatrixRef<U> const &m) : data(m.data), rows(m.rows), cols(m.cols), ld(m.ld) {}
 
+  /// Element (i, j).
   KOKKOS_INLINE_FUNCTION T &operator()(std::int64_t i, std::int64_t j) const { return data[i * ld + j]; }
   /// Rows [begin, end).
   KOKKOS_INLINE_FUNCTION MatrixRef rows_range(std::int64_t begin, std::int64_t end) const {

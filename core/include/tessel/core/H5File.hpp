@@ -40,9 +40,11 @@ inline constexpr std::size_t any = std::numeric_limits<std::size_t>::max();
 
 /// \brief A dataset read into host memory: row-major values and the dataset's shape (empty for a scalar).
 template <class T> struct Array {
-  std::vector<T> data;
-  std::vector<std::size_t> shape;
+  std::vector<T> data;            ///< the values, row-major
+  std::vector<std::size_t> shape; ///< the dataset's extents
+  /// The first extent (1 for a scalar).
   std::size_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  /// The second extent (1 for fewer than two dimensions).
   std::size_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
 };
 
@@ -60,13 +62,20 @@ std::string to_string(std::vector<std::size_t> const &shape);
 /// type (and unsigned to a wider signed type). Anything else is an error naming the found and expected types.
 class File {
 public:
+  /// Opens (or, for Mode::truncate, starts) \p path; throws naming the file when that fails.
   File(std::string path, Mode mode = Mode::read);
+  /// Closes a file opened for reading or appending; discards one opened with Mode::truncate and not closed.
   ~File();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   File(File &&other) noexcept;
   File &operator=(File &&other) noexcept;
   File(File const &) = delete;
   File &operator=(File const &) = delete;
+  //@}
 
+  /// The path the file was opened with.
   std::string const &path() const { return _path; }
 
   /// True when \p name (a path such as "graph/indptr") names a dataset or group.
@@ -132,6 +141,7 @@ public:
   template <class T> void write(std::string const &dataset, T const *data, std::vector<std::size_t> const &shape) {
     write_raw(dataset, data_type_of<T>, data, shape);
   }
+  /// \brief Writes (or replaces) a 1-D numeric dataset.
   template <class T> void write(std::string const &dataset, std::vector<T> const &data) {
     write_raw(dataset, data_type_of<T>, data.data(), {data.size()});
   }
@@ -167,8 +177,12 @@ public:
     read_attribute_raw(object, name, data_type_of<T>, values.data(), values.size());
     return values;
   }
+  /// \brief Reads a string attribute.
   std::string read_string_attribute(std::string const &object, std::string const &name) const;
 
+  /// \name Write (or replace) an attribute of \p object ("/" for the file): a scalar, a 1-D array or a string
+  //@{
+  /// Write (or replace) an attribute of \p object ("/" for the file): a scalar, a 1-D array or a string.
   template <class T> void write_attribute(std::string const &object, std::string const &name, T value) {
     write_attribute_raw(object, name, data_type_of<T>, &value, 1, /*scalar=*/true);
   }
@@ -180,6 +194,7 @@ public:
   void write_attribute(std::string const &object, std::string const &name, char const *value) {
     write_attribute(object, name, std::string(value));
   }
+  //@}
 
   /// Flushes buffered data to the file; throws naming the file when that fails.
   void flush();

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+/// True when the Kokkos in use is at least major.minor.patch.
 // FIXME: remove when Kokkos 4.0 is required (KOKKOS_VERSION_GREATER_EQUAL appeared in 4.0).
 #define TESSEL_KOKKOS_AT_LEAST(major, minor, patch) (KOKKOS_VERSION >= ((major)*10000 + (minor)*100 + (patch)))
 
@@ -99,6 +100,7 @@ template <class ExecSpace> std::vector<ExecSpace> partition_space(ExecSpace cons
 // FIXME: remove when Kokkos 4.1 is required.
 class ScopedRegion {
 public:
+  /// Opens the region \p name; it closes when the object is destroyed.
   explicit ScopedRegion(std::string const &name) { Kokkos::Profiling::pushRegion(name); }
   ~ScopedRegion() { Kokkos::Profiling::popRegion(); }
   ScopedRegion(ScopedRegion const &) = delete;

@@ -10,12 +10,12 @@
 namespace tessel {
 
 /// \name Exit statuses of run_main and of every Tessel tool
+//@{
 /// Plain `int`s, so that a body may return them and other statuses alike.
-/// @{
 inline constexpr int exit_success = 0; ///< success
 inline constexpr int exit_failure = 1; ///< a runtime error, a failed check of the results, or a communication fault
 inline constexpr int exit_usage = 2;   ///< a malformed or out-of-range option, argument or environment variable
-/// @}
+//@}
 
 /// \brief Runs an application's main body under MPI and Kokkos and ends the job cleanly on every rank.
 ///

@@ -33,6 +33,7 @@ public:
   std::ostream &stream() { return _text; }
   /// Writes, syncs, closes and renames into place; throws naming the target on any failure.
   void commit();
+  /// True once commit() succeeded.
   bool committed() const { return _committed; }
 
 private:

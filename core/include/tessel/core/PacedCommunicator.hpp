@@ -41,10 +41,10 @@ struct LinkModel {
 
 /// \brief Counters of the traffic a paced backend has carried (this rank only).
 struct PacedStats {
-  std::uint64_t messages_sent = 0;
-  std::uint64_t bytes_sent = 0;
-  std::uint64_t messages_received = 0;
-  std::uint64_t bytes_received = 0;
+  std::uint64_t messages_sent = 0;     ///< point-to-point messages sent
+  std::uint64_t bytes_sent = 0;        ///< their bytes
+  std::uint64_t messages_received = 0; ///< point-to-point messages received
+  std::uint64_t bytes_received = 0;    ///< their bytes
 };
 
 /// \brief A CommunicatorBackend that wraps another and paces every message (see the file comment).
@@ -54,12 +54,17 @@ struct PacedStats {
 /// which calibration uses; it must be changed identically on every rank.
 class PacedBackend final : public CommunicatorBackend {
 public:
+  /// Paces the messages of \p inner over the link \p link (collective over \p inner).
   PacedBackend(std::shared_ptr<CommunicatorBackend> inner, LinkModel link);
   ~PacedBackend() override;
 
+  /// The link messages are paced over.
   LinkModel link() const;
+  /// Changes the link (identically on every rank, between operations).
   void set_link(LinkModel link);
+  /// The traffic carried so far.
   PacedStats stats() const;
+  /// The wrapped backend.
   CommunicatorBackend &inner() const { return *_inner; }
 
   CommBackend kind() const override { return _inner->kind(); }

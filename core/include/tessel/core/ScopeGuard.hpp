@@ -17,7 +17,10 @@ namespace tessel {
 /// left alone and not finalized.
 class ScopeGuard {
 public:
+  /// Initializes MPI (see above) and Kokkos with main()'s arguments, from which Kokkos removes its flags.
+  /// \throws tessel::UsageError for a malformed `--kokkos-*` option.
   ScopeGuard(int &argc, char **&argv, bool force_mpi = false);
+  /// Finalizes Kokkos, then MPI, where this guard initialized them.
   ~ScopeGuard();
   ScopeGuard(ScopeGuard const &) = delete;
   ScopeGuard &operator=(ScopeGuard const &) = delete;

@@ -32,11 +32,16 @@ public:
   /// Creates the handle and binds its calls to \p stream.
   explicit CublasHandle(cudaStream_t stream);
   ~CublasHandle();
+  /// \name Move-only: the moved-from object owns nothing
+  //@{
+  /// Move-only: the moved-from object owns nothing.
   CublasHandle(CublasHandle &&other) noexcept : _handle(std::exchange(other._handle, nullptr)) {}
   CublasHandle &operator=(CublasHandle &&other) noexcept;
   CublasHandle(CublasHandle const &) = delete;
   CublasHandle &operator=(CublasHandle const &) = delete;
+  //@}
 
+  /// The cuBLAS handle.
   cublasHandle_t get() const noexcept { return _handle; }
   /// Binds the calls that follow to \p stream.
   void set_stream(cudaStream_t stream);
@@ -51,11 +56,16 @@ public:
   /// Creates the handle and binds its calls to \p stream.
   explicit CusparseHandle(cudaStream_t stream);
   ~CusparseHandle();
+  /// \name Move-only: the moved-from object owns nothing
+  //@{
+  /// Move-only: the moved-from object owns nothing.
   CusparseHandle(CusparseHandle &&other) noexcept : _handle(std::exchange(other._handle, nullptr)) {}
   CusparseHandle &operator=(CusparseHandle &&other) noexcept;
   CusparseHandle(CusparseHandle const &) = delete;
   CusparseHandle &operator=(CusparseHandle const &) = delete;
+  //@}
 
+  /// The cuSPARSE handle.
   cusparseHandle_t get() const noexcept { return _handle; }
   /// Binds the calls that follow to \p stream.
   void set_stream(cudaStream_t stream);

@@ -41,12 +41,18 @@ public:
   /// it is clamped to the device's range (see priority_range()).
   explicit Stream(int priority = 0);
   ~Stream();
+  /// \name Move-only: the moved-from object owns nothing
+  //@{
+  /// Move-only: the moved-from object owns nothing.
   Stream(Stream &&other) noexcept : _stream(std::exchange(other._stream, nullptr)), _priority(other._priority) {}
   Stream &operator=(Stream &&other) noexcept;
   Stream(Stream const &) = delete;
   Stream &operator=(Stream const &) = delete;
+  //@}
 
+  /// The CUDA stream.
   cudaStream_t get() const noexcept { return _stream; }
+  /// The priority it was created with (after clamping).
   int priority() const noexcept { return _priority; }
   /// True when all work enqueued so far has completed.
   bool query() const;
@@ -71,11 +77,16 @@ public:
   /// \p timing enables elapsed_ms (timing events are slightly more expensive to record).
   explicit Event(bool timing = false);
   ~Event();
+  /// \name Move-only: the moved-from object owns nothing
+  //@{
+  /// Move-only: the moved-from object owns nothing.
   Event(Event &&other) noexcept : _event(std::exchange(other._event, nullptr)) {}
   Event &operator=(Event &&other) noexcept;
   Event(Event const &) = delete;
   Event &operator=(Event const &) = delete;
+  //@}
 
+  /// The CUDA event.
   cudaEvent_t get() const noexcept { return _event; }
   /// Captures the work enqueued on \p stream so far.
   void record(cudaStream_t stream);
@@ -101,11 +112,15 @@ void copy(void *dst, void const *src, std::size_t bytes, cudaStream_t stream);
 /// \brief An owned device allocation of \p n elements of T. Move-only; freed with the object.
 template <class T> class DeviceBuffer {
 public:
+  /// An empty buffer.
   DeviceBuffer() = default;
   /// \p label names the allocation in out-of-memory errors ("Tessel::moe::dispatch").
   explicit DeviceBuffer(std::size_t n, std::string const &label = "Tessel::DeviceBuffer")
       : _data(static_cast<T *>(Impl::device_allocate(n * sizeof(T), label))), _size(n) {}
   ~DeviceBuffer() { Impl::device_free(_data); }
+  /// \name Move-only: the moved-from object owns nothing
+  //@{
+  /// Move-only: the moved-from object owns nothing.
   DeviceBuffer(DeviceBuffer &&other) noexcept
       : _data(std::exchange(other._data, nullptr)), _size(std::exchange(other._size, 0)) {}
   DeviceBuffer &operator=(DeviceBuffer &&other) noexcept {
@@ -118,9 +133,13 @@ public:
   }
   DeviceBuffer(DeviceBuffer const &) = delete;
   DeviceBuffer &operator=(DeviceBuffer const &) = delete;
+  //@}
 
+  /// Device pointer to the first element.
   T *data() const noexcept { return _data; }
+  /// Number of elements.
   std::size_t size() const noexcept { return _size; }
+  /// Size in bytes.
   std::size_t bytes() const noexcept { return _size * sizeof(T); }
 
   /// Stream-ordered copy of \p n host elements into the buffer (n <= size()).

@@ -1,0 +1,15 @@
+# Runs Doxygen and fails on any warning: cmake -DDOXYGEN=<doxygen> -DDOXYFILE=<Doxyfile> -DLOG=<its WARN_LOGFILE>
+#   -P doxygen.cmake
+file(REMOVE "${LOG}")
+execute_process(COMMAND "${DOXYGEN}" "${DOXYFILE}" RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "doxygen failed (${status})")
+endif()
+file(STRINGS "${LOG}" warnings REGEX "warning|error")
+list(LENGTH warnings count)
+if(count GREATER 0)
+  file(READ "${LOG}" text)
+  message(FATAL_ERROR "${text}\n${count} Doxygen warning(s) (every public entity needs a comment; see ${LOG})")
+endif()
+get_filename_component(_dir "${DOXYFILE}" DIRECTORY)
+message(STATUS "API reference without warnings: ${_dir}/html/index.html")
