@@ -17,8 +17,8 @@ namespace tessel::moe {
 /// w0 is [E/EP, N, gemm0_cols]: gated, its columns are [gate shard | up shard] (K/TP each); w1 is
 /// [E/EP, K/TP, N].
 struct ExpertWeights {
-  HostTensor w0;
-  HostTensor w1;
+  HostTensor w0; ///< [E/EP, N, gemm0_cols]: GEMM0's weights ([gate shard | up shard] when gated)
+  HostTensor w1; ///< [E/EP, K/TP, N]: GEMM1's weights
 };
 
 /// \brief Allocates (uninitialized) the weights rank \p rank holds under \p config.

@@ -21,6 +21,7 @@ class LayerControls {
 public:
   /// The configuration, as validated at construction.
   MoeConfig const &config() const;
+  /// The comet schedule's parameters (tiles, splits, communication workers) the layer uses.
   CometParams const &comet_params() const;
   /// Where the comet parameters came from ("given", "registry", "registry (M bucket ...)", "fallback rule"; the host
   /// layer after its first comet forward also "cache" or "tuned on first use", see LayerOptions::tune_on_first_use).
@@ -30,13 +31,18 @@ public:
   void set_comet_params(CometParams const &params);
   /// Token chunks of the pipelined schedule.
   int pipeline_chunks() const;
+  /// Changes pipeline_chunks() (every rank the same).
   void set_pipeline_chunks(int chunks);
 
 protected:
   LayerControls() = default;
   ~LayerControls() = default;
+  /// \name Moved with the layer
+  //@{
+  /// Moved with the layer (the state it points to moves with it).
   LayerControls(LayerControls &&other) noexcept;
   LayerControls &operator=(LayerControls &&other) noexcept;
+  //@}
   LayerControls(LayerControls const &) = delete;
   LayerControls &operator=(LayerControls const &) = delete;
 

@@ -24,20 +24,21 @@ namespace tessel::moe {
 /// \brief What the file describes: the layer's shape (tokens = all tokens of the file; EP = TP = 1) and its
 /// provenance.
 struct MoeFileInfo {
-  MoeConfig config;
-  std::int64_t total_tokens = 0;
-  std::string model;       ///< "mixtral-8x7b", "qwen2-moe", "phi-3.5-moe" or free text
-  double scale = 1.0;      ///< factor N and K were divided by
-  std::string source;      ///< what wrote the file
-  bool has_logits = false; ///< /gate/logits present (else /gate/weight)
-  bool has_bias = false;   ///< /gate/bias present
+  MoeConfig config;              ///< the layer's shape (tokens = all tokens of the file, EP = TP = 1)
+  std::int64_t total_tokens = 0; ///< rows of /tokens
+  std::string model;             ///< "mixtral-8x7b", "qwen2-moe", "phi-3.5-moe" or free text
+  double scale = 1.0;            ///< factor N and K were divided by
+  std::string source;            ///< what wrote the file
+  bool has_logits = false;       ///< /gate/logits present (else /gate/weight)
+  bool has_bias = false;         ///< /gate/bias present
 };
 
 /// \brief The gate's data as read from a file (owns its Views).
 struct GateData {
-  HostMatrix logits;
-  HostMatrix weight;
-  HostVector bias;
+  HostMatrix logits; ///< [tokens, E] precomputed logits, when the file has them
+  HostMatrix weight; ///< [N, E] gate weight, when the file has it
+  HostVector bias;   ///< [E] gate bias, when the file has one
+  /// The gate as a layer takes it: the weight (and bias) when present, else the logits.
   GateInput input() const {
     return weight.data() ? GateInput::from_weight(weight, bias) : GateInput::from_logits(logits);
   }
@@ -46,16 +47,22 @@ struct GateData {
 /// \brief A validated MoE layer file, opened read-only.
 class MoeFile {
 public:
-  static constexpr char const *schema = "tessel.moe.layer";
-  static constexpr int schema_version = 1;
+  static constexpr char const *schema = "tessel.moe.layer"; ///< the file's schema attribute
+  static constexpr int schema_version = 1;                  ///< the schema version read and written
 
   /// Opens \p path and validates the schema and configuration attributes (errors name the file and field).
   explicit MoeFile(std::string const &path);
   ~MoeFile();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   MoeFile(MoeFile &&) noexcept;
   MoeFile &operator=(MoeFile &&) noexcept;
+  //@}
 
+  /// What the file describes.
   MoeFileInfo const &info() const { return _info; }
+  /// The path the file was opened with.
   std::string const &path() const;
 
   /// Rows [first, first + count) of /tokens; a NaN or infinity is an error naming the file, row and column.

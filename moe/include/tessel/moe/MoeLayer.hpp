@@ -64,18 +64,23 @@ struct FirstUseTuning {
 
 /// \brief One interval of a forward's timeline (seconds since the forward started, this rank).
 struct TraceEvent {
-  double begin = 0.0, end = 0.0;
-  std::string what; ///< "layer0 s=1 e=3 rows 0-255", "layer1 s=1 block 2", "landed s=1 m=4", "wait"
+  double begin = 0.0; ///< start (s)
+  double end = 0.0;   ///< end (s)
+  std::string what;   ///< "layer0 s=1 e=3 rows 0-255", "layer1 s=1 block 2", "landed s=1 m=4", "wait"
 };
 
 /// \brief Where the last forward spent its time on this rank (seconds).
 struct ForwardStats {
-  Schedule schedule = Schedule::sequential;
-  double total = 0.0;
-  /// Sequential: the phases in order. Overlapped schedules: route covers routing and packing; the others stay 0.
-  double route = 0.0, dispatch = 0.0, experts = 0.0, combine = 0.0, reduce = 0.0;
-  /// Overlapped schedules: time the compute thread computed, and time it waited for data.
-  double compute_busy = 0.0, compute_wait = 0.0;
+  Schedule schedule = Schedule::sequential; ///< the schedule that ran
+  double total = 0.0;                       ///< the whole forward
+  // Sequential: the phases in order. Overlapped schedules: route covers routing and packing; the others stay 0.
+  double route = 0.0;        ///< routing (and, overlapped, packing)
+  double dispatch = 0.0;     ///< sequential: the dispatch all-to-all
+  double experts = 0.0;      ///< sequential: the expert GEMMs
+  double combine = 0.0;      ///< sequential: the combine all-to-all
+  double reduce = 0.0;       ///< sequential: the final top-k sum
+  double compute_busy = 0.0; ///< overlapped schedules: time the compute thread computed
+  double compute_wait = 0.0; ///< overlapped schedules: time the compute thread waited for data
   /// Overlapped schedules: CPU seconds the communication threads used (they should mostly sleep).
   double comm_cpu = 0.0;
   /// Expert rows this rank computed (sum over sources and local experts).
@@ -87,10 +92,11 @@ struct ForwardStats {
 /// \brief Communication alone and computation alone of one layer (seconds, maximum over ranks, median over
 /// repetitions): the denominators of the hidden-communication fraction (T_sequential - T) / T_comm.
 struct AloneTimes {
-  double comm = 0.0;
-  double comp = 0.0;
-  /// Minimum over the repetitions (of the maximum over ranks): the time least disturbed by other processes.
-  double comm_min = 0.0, comp_min = 0.0;
+  double comm = 0.0; ///< communication alone
+  double comp = 0.0; ///< computation alone
+  // Minimum over the repetitions (of the maximum over ranks): the time least disturbed by other processes.
+  double comm_min = 0.0; ///< communication alone, minimum over the repetitions
+  double comp_min = 0.0; ///< computation alone, minimum over the repetitions
 };
 
 /// \brief Gradients of one backward on this rank (allocated by MoeLayer::backward on first use).
@@ -101,9 +107,10 @@ struct MoeGradients {
   ExpertWeights experts;
   /// [M, E] dL/d logits of this rank (the combine weights' and the load-balancing loss's share).
   HostMatrix logits;
-  /// [N, E] and [E]: dL/d gate weight and bias, summed over all ranks (the gate is replicated); set when the forward
-  /// was given a gate weight (the bias when it had one).
+  /// [N, E] dL/d gate weight, summed over all ranks (the gate is replicated); set when the forward was given a gate
+  /// weight.
   HostMatrix gate_weight;
+  /// [E] dL/d gate bias, summed over all ranks; set when the forward was given a gate with a bias.
   HostVector gate_bias;
 };
 
@@ -115,10 +122,16 @@ struct MoeGradients {
 /// top-k-reduces its outputs per token before the combine in all three).
 class MoeLayer : public LayerControls {
 public:
+  /// The layer of \p config on \p comm (EP x TP ranks) with this rank's expert shards \p weights (the layer keeps
+  /// the Views; an optimizer updates them in place). Collective.
   MoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights weights, LayerOptions options = {});
   ~MoeLayer();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   MoeLayer(MoeLayer &&) noexcept;
   MoeLayer &operator=(MoeLayer &&) noexcept;
+  //@}
 
   /// \brief out = sum over each token's top-k experts of weight x FFN_e(token), for this rank's \p tokens
   /// [M, N]; \p out is [M, N]. Runs on \p space (and, for the overlapped schedules, on communication threads
@@ -141,9 +154,11 @@ public:
   /// This rank's expert shards (views: an optimizer updates them in place).
   ExpertWeights const &weights() const;
 
+  /// The communicator the layer was built on.
   Communicator const &communicator() const;
   /// Routing of the last forward.
   Routing const &routing() const;
+  /// Where the last forward spent its time.
   ForwardStats const &stats() const;
   /// Where the last backward spent its time (the fields of ForwardStats: route is the gate's backward).
   ForwardStats const &backward_stats() const;

@@ -38,13 +38,16 @@ enum class PlanPolicy : int {
   /// nothing).
   critical_path
 };
+/// "local_first" or "critical_path".
 char const *name_of(PlanPolicy policy);
+/// Parses a policy name; throws naming the accepted values.
 PlanPolicy parse_plan_policy(std::string const &name);
 
 /// \brief One unit of work.
 struct PlanTile {
+  /// The two GEMMs of an expert.
   enum class Kind : std::uint8_t { layer0, layer1 };
-  Kind kind = Kind::layer0;
+  Kind kind = Kind::layer0;     ///< which GEMM
   int source = 0;               ///< rank whose tokens the tile computes
   int chunk = 0;                ///< range of the source's tokens
   int expert = -1;              ///< local expert (0-based in the group)
@@ -60,24 +63,27 @@ struct PlanTile {
 
 /// \brief What a plan is built from.
 struct PlanShape {
-  int rank = 0;
-  int world = 1;
-  std::int64_t hidden = 0;
-  int experts = 1; ///< local experts
-  int chunks = 1;  ///< token ranges per source (m_splits)
+  int rank = 0;            ///< the rank the plan is for
+  int world = 1;           ///< ranks of the layer
+  std::int64_t hidden = 0; ///< N
+  int experts = 1;         ///< local experts
+  int chunks = 1;          ///< token ranges per source (m_splits)
   /// [source][chunk * experts + expert]: rows this rank computes for each source's tokens.
   std::vector<std::vector<std::int64_t>> rows;
-  std::int64_t tile_m = 128;
-  int n_splits = 1;
-  PlanPolicy policy = PlanPolicy::critical_path;
+  std::int64_t tile_m = 128;                     ///< rows per layer0 tile (and per message)
+  int n_splits = 1;                              ///< column blocks of layer1
+  PlanPolicy policy = PlanPolicy::critical_path; ///< the order of the tiles
 };
 
 /// \brief The tiles of one rank in static priority order, with their dependencies.
 class OverlapPlan {
 public:
+  /// The plan of \p shape.
   static OverlapPlan build(PlanShape const &shape);
 
+  /// The tiles in priority order.
   std::vector<PlanTile> const &tiles() const { return _tiles; }
+  /// What the plan was built from.
   PlanShape const &shape() const { return _shape; }
   /// Remote sources in the order their data is expected (the reverse ring: senders go in ring order).
   std::vector<int> const &source_order() const { return _source_order; }
@@ -95,12 +101,15 @@ public:
   std::int64_t row_offset(int source, int chunk, int expert) const;
   /// Rows of (\p source, \p chunk) for all experts; source_rows(s) for all chunks.
   std::int64_t chunk_rows(int source, int chunk) const;
+  /// Rows of \p source for all chunks and experts.
   std::int64_t source_rows(int source) const;
 
   /// \brief A message a sender emits for one destination: rows [row_begin, row_end) of (chunk, expert).
   struct Message {
-    int chunk, expert;
-    std::int64_t row_begin, row_end;
+    int chunk;              ///< the source's token range
+    int expert;             ///< local expert
+    std::int64_t row_begin; ///< first row of the (chunk, expert) rows
+    std::int64_t row_end;   ///< end row
   };
   /// \brief The messages for \p rows ([chunk * experts + expert]) cut by \p tile_m, in the order both sides
   /// number them (chunk, expert, row).
@@ -122,6 +131,7 @@ private:
 /// neutral: the caller reports landed messages and finished tiles; next() names the tile to start.
 class PlanScheduler {
 public:
+  /// Schedules \p plan's tiles (the plan must outlive the scheduler); nothing has landed or started.
   explicit PlanScheduler(OverlapPlan const &plan);
   /// Marks message \p message from \p source as landed.
   void landed(int source, int message);
@@ -145,7 +155,9 @@ public:
   bool claim(int tile);
   /// Marks tile \p tile finished.
   void finish(int tile);
+  /// True once every tile has started.
   bool all_started() const { return _started == static_cast<int>(_state.size()); }
+  /// True once every tile has finished.
   bool all_finished() const { return _finished == static_cast<int>(_state.size()); }
   /// True when tile \p tile's inputs are ready: its message landed (layer0); its expert's layer0 rows and the
   /// previous expert's slice of its block are done (layer1).

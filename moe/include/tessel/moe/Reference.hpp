@@ -16,8 +16,8 @@ namespace tessel::moe {
 
 /// \brief All experts' full weights: w0 [E, N, (gated ? 2 : 1) K] (gated: [gate | up]), w1 [E, K, N].
 struct DenseWeights {
-  HostTensor w0;
-  HostTensor w1;
+  HostTensor w0; ///< [E, N, (gated ? 2 : 1) K]
+  HostTensor w1; ///< [E, K, N]
 };
 
 /// \brief Allocates (uninitialized) dense weights for \p config (EP and TP are ignored).
@@ -26,6 +26,7 @@ DenseWeights allocate_dense_weights(MoeConfig const &config);
 /// \brief The shard rank \p rank holds under \p config.
 ExpertWeights shard_weights(MoeConfig const &config, int rank, DenseWeights const &dense);
 
+/// \brief A double-precision host matrix (the references' results).
 using HostMatrix64 = Kokkos::View<double **, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
 /// \brief The reference's output and its check of the router's decisions.
@@ -33,7 +34,7 @@ struct ReferenceResult {
   HostMatrix64 out; ///< [T, N]
   /// Tokens whose chosen experts are not a top-k of the double-precision probabilities (by more than 1e-5).
   std::int64_t routing_violations = 0;
-  std::string first_violation;
+  std::string first_violation; ///< the first such token and its probabilities, for the message of a failed check
 };
 
 /// \brief Dense reference for \p tokens [T, N]: logits (from \p gate, in double), softmax, and for each token the
@@ -45,11 +46,13 @@ ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix token
 
 /// \brief The reference's gradients of L = <d_out, out> + aux_loss_coef x aux_loss (double precision).
 struct ReferenceGradients {
-  HostMatrix64 tokens;                   ///< [T, N]
-  HostMatrix64 logits;                   ///< [T, E]
-  std::vector<double> w0, w1;            ///< [E, N, (gated ? 2 : 1) K] and [E, K, N], as DenseWeights
-  std::vector<double> gate_weight, bias; ///< [N, E] and [E] (gate given as a weight)
-  std::vector<double> combine_weights;   ///< [T, topk] dL/dw of each token's combine weights (as chosen)
+  HostMatrix64 tokens;                 ///< [T, N]
+  HostMatrix64 logits;                 ///< [T, E]
+  std::vector<double> w0;              ///< [E, N, (gated ? 2 : 1) K], as DenseWeights
+  std::vector<double> w1;              ///< [E, K, N], as DenseWeights
+  std::vector<double> gate_weight;     ///< [N, E] (gate given as a weight)
+  std::vector<double> bias;            ///< [E] (gate given as a weight with a bias)
+  std::vector<double> combine_weights; ///< [T, topk] dL/dw of each token's combine weights (as chosen)
 };
 
 /// \brief Dense reference backward for \p tokens [T, N] (all ranks' tokens) and their output gradient \p d_out

@@ -15,12 +15,15 @@ namespace tessel::moe {
 /// \brief What the gate is given: logits [M, E], or a weight [N, E] (and optionally a bias [E]) that the router
 /// applies to the tokens (logits = tokens x weight + bias).
 struct GateInput {
+  /// What the gate was given.
   enum class Kind : int { logits, weight };
-  Kind kind = Kind::logits;
-  ConstHostMatrix logits; ///< [M, E] when kind == logits
-  ConstHostMatrix weight; ///< [N, E] when kind == weight
-  ConstHostVector bias;   ///< optional [E] added to the logits computed from the weight
+  Kind kind = Kind::logits; ///< logits or a weight
+  ConstHostMatrix logits;   ///< [M, E] when kind == logits
+  ConstHostMatrix weight;   ///< [N, E] when kind == weight
+  ConstHostVector bias;     ///< optional [E] added to the logits computed from the weight
+  /// A gate given as precomputed logits [M, E].
   static GateInput from_logits(ConstHostMatrix logits) { return GateInput{Kind::logits, logits, {}, {}}; }
+  /// A gate given as a weight [N, E] and an optional bias [E].
   static GateInput from_weight(ConstHostMatrix weight, ConstHostVector bias = {}) {
     return GateInput{Kind::weight, {}, weight, bias};
   }
@@ -61,9 +64,9 @@ void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix toke
 /// except for the pipelined schedule). Within a group, the distinct tokens sent there are numbered by "slots"
 /// in increasing token order; the expert side top-k-reduces its outputs per slot before sending them back.
 struct DispatchPlan {
-  int chunks = 1;
-  int groups = 1;
-  int experts_per_group = 1;
+  int chunks = 1;                          ///< token ranges
+  int groups = 1;                          ///< expert-parallel groups (destinations)
+  int experts_per_group = 1;               ///< E / EP
   std::vector<std::int64_t> chunk_tokens;  ///< [chunks + 1] token boundaries
   std::vector<std::int64_t> block_offsets; ///< [chunks * E + 1] first row of each (chunk, expert) block
   std::vector<std::int32_t> row_token;     ///< token of each row
@@ -74,11 +77,13 @@ struct DispatchPlan {
   std::vector<std::int64_t> chunk_slots;
   std::vector<std::int32_t> token_slot; ///< [groups * M] slot of token t in group g, or -1
 
+  /// Rows of the dispatch: this rank's (token, expert) assignments.
   std::int64_t rows() const { return static_cast<std::int64_t>(row_token.size()); }
   /// First row of the (chunk, group) block; rows of one block are contiguous.
   std::int64_t block_begin(int chunk, int group) const {
     return block_offsets[static_cast<std::size_t>((chunk * groups + group) * experts_per_group)];
   }
+  /// End row of the (chunk, group) block.
   std::int64_t block_end(int chunk, int group) const {
     return block_offsets[static_cast<std::size_t>((chunk * groups + group + 1) * experts_per_group)];
   }
@@ -87,9 +92,11 @@ struct DispatchPlan {
     auto const i = static_cast<std::size_t>((chunk * groups + group) * experts_per_group + e);
     return block_offsets[i + 1] - block_offsets[i];
   }
+  /// First slot of \p chunk's tokens in \p group.
   std::int64_t slot_begin(int chunk, int group) const {
     return chunk_slots[static_cast<std::size_t>(group * (chunks + 1) + chunk)];
   }
+  /// Slots of \p chunk's tokens in \p group.
   std::int64_t slot_count(int chunk, int group) const {
     return chunk_slots[static_cast<std::size_t>(group * (chunks + 1) + chunk + 1)] - slot_begin(chunk, group);
   }

@@ -17,10 +17,12 @@ namespace tessel::moe {
 
 /// \brief A model's MoE layer shape at full size.
 struct ModelShape {
-  std::string name; ///< "mixtral-8x7b", "qwen2-moe", "phi-3.5-moe"
-  std::int64_t hidden = 0, ffn = 0;
-  int experts = 0, topk = 0;
-  bool normalize_topk = true;
+  std::string name;           ///< "mixtral-8x7b", "qwen2-moe", "phi-3.5-moe"
+  std::int64_t hidden = 0;    ///< N
+  std::int64_t ffn = 0;       ///< K
+  int experts = 0;            ///< E
+  int topk = 0;               ///< experts per token
+  bool normalize_topk = true; ///< as MoeConfig::normalize_topk
 };
 
 /// \brief The three models of COMET's evaluation: Mixtral-8x7B (N=4096, K=14336, E=8, topk=2), Qwen2-MoE-2.7B
@@ -36,10 +38,11 @@ MoeConfig scaled_config(ModelShape const &model, double scale, std::int64_t toke
 /// \brief Gate weight [N, E] and a Zipf bias [E]: expert popularity follows 1 / rank^alpha (a random order of
 /// the experts, from \p seed) through bias_e = -alpha log(rank_e).
 struct SyntheticGate {
-  HostMatrix weight;
-  HostVector bias;
-  double alpha = 0.0;
+  HostMatrix weight;  ///< [N, E]
+  HostVector bias;    ///< [E]
+  double alpha = 0.0; ///< the Zipf exponent (0: uniform popularity)
 };
+/// \brief A synthetic gate for \p config with Zipf exponent \p alpha, deterministic in \p seed.
 SyntheticGate make_gate(MoeConfig const &config, double alpha, std::uint64_t seed);
 
 /// \brief Random tokens [rows, N] (standard normal), deterministic in \p seed.

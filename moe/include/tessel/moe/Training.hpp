@@ -16,35 +16,43 @@ namespace tessel::moe {
 
 /// \brief The gate's trainable parameters: weight [N, E] and optional bias [E], replicated on every rank.
 struct GateParams {
-  HostMatrix weight;
-  HostVector bias;
+  HostMatrix weight; ///< [N, E]
+  HostVector bias;   ///< [E], or empty for a gate without bias
+  /// The gate as a layer's forward takes it.
   GateInput input() const { return GateInput::from_weight(weight, bias); }
 };
 
 /// \brief Optimizer settings (PyTorch's torch.optim.SGD and Adam defaults where they have them).
 struct OptimizerOptions {
+  /// The update rule.
   enum class Kind : int { sgd, adam };
-  Kind kind = Kind::adam;
-  double learning_rate = 1e-3;
-  double momentum = 0.0;                         ///< SGD: heavy-ball momentum (0: plain SGD)
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8; ///< Adam
-  double weight_decay = 0.0;                     ///< L2 penalty added to the gradient
+  Kind kind = Kind::adam;      ///< SGD or Adam
+  double learning_rate = 1e-3; ///< step size
+  double momentum = 0.0;       ///< SGD: heavy-ball momentum (0: plain SGD)
+  double beta1 = 0.9;          ///< Adam: decay of the first moment
+  double beta2 = 0.999;        ///< Adam: decay of the second moment
+  double eps = 1e-8;           ///< Adam: added to the second moment's root
+  double weight_decay = 0.0;   ///< L2 penalty added to the gradient
   /// Throws naming the first field out of range.
   void validate() const;
 };
 /// Parses "sgd" or "adam".
 OptimizerOptions::Kind parse_optimizer(std::string const &name);
+/// "sgd" or "adam".
 char const *name_of(OptimizerOptions::Kind kind);
 
 /// \brief SGD (with momentum) or Adam over any number of parameter tensors, each known by a key that holds its
 /// state (momentum; Adam's moments).
 class Optimizer {
 public:
+  /// An optimizer with \p options (validated); no step begun yet.
   explicit Optimizer(OptimizerOptions options = {});
 
   /// \brief Starts a step: every update() until the next begin_step() belongs to it (Adam's bias correction).
   void begin_step();
+  /// Steps begun so far.
   std::int64_t steps() const { return _step; }
+  /// The settings.
   OptimizerOptions const &options() const { return _options; }
 
   /// \brief param -= the update for \p grad, on \p space (kernel Tessel::moe::optimizer_update). The first call for

@@ -33,7 +33,7 @@ struct CometParams {
   int n_splits = 4;          ///< column blocks of layer1 (N-split)
   int m_splits = 1;          ///< token ranges per source, each with its own layer1 and combine (1: COMET)
   std::int64_t tile_m = 128; ///< rows of a layer0 tile and of a dispatch message
-  PlanPolicy policy = PlanPolicy::critical_path;
+  PlanPolicy policy = PlanPolicy::critical_path; ///< the order of the tiles (OverlapPlan)
 
   /// "workers=1 in_flight=0 n_splits=4 m_splits=1 tile_m=128 policy=critical_path"
   std::string describe() const;
@@ -42,6 +42,7 @@ struct CometParams {
   void validate(MoeConfig const &config, std::string const &backend = "host") const;
   /// Order-independent hash (for checking that all ranks use the same parameters).
   std::uint64_t hash() const;
+  /// True when every knob is the same.
   bool operator==(CometParams const &o) const {
     return comm_workers == o.comm_workers && in_flight == o.in_flight && n_splits == o.n_splits &&
            m_splits == o.m_splits && tile_m == o.tile_m && policy == o.policy;
@@ -53,19 +54,27 @@ std::int64_t m_bucket(std::int64_t m);
 
 /// \brief Registry key.
 struct TuningKey {
-  std::string backend = "host";
-  std::int64_t m_bucket = 1;
-  std::int64_t n = 0, k = 0;
-  int e = 0, topk = 0, ep = 1, tp = 1;
+  std::string backend = "host"; ///< "host" or "cuda"
+  std::int64_t m_bucket = 1;    ///< m_bucket() of the tokens per rank
+  std::int64_t n = 0;           ///< N
+  std::int64_t k = 0;           ///< K
+  int e = 0;                    ///< experts
+  int topk = 0;                 ///< experts per token
+  int ep = 1;                   ///< expert-parallel groups
+  int tp = 1;                   ///< tensor-parallel size
   /// MachineKey::token() of the machine the entry was measured on; empty (committed registries): any machine.
   /// A measurement on one machine says little about another, so entries of a machine match only its own key.
   std::string machine;
+  /// The key of \p config on \p backend (no machine).
   static TuningKey of(MoeConfig const &config, std::string backend = "host");
+  /// True when everything but the M bucket is equal.
   bool same_shape(TuningKey const &o) const {
     return backend == o.backend && n == o.n && k == o.k && e == o.e && topk == o.topk && ep == o.ep && tp == o.tp &&
            machine == o.machine;
   }
+  /// True when every field is equal.
   bool operator==(TuningKey const &o) const { return same_shape(o) && m_bucket == o.m_bucket; }
+  /// The key as written in a registry line.
   std::string describe() const;
 };
 
@@ -101,6 +110,7 @@ struct MachineKey {
   static MachineKey of(Communicator const &comm);
   /// Parses token(); throws naming the field that does not parse.
   static MachineKey parse(std::string const &token);
+  /// The key as one field (see above).
   std::string token() const;
   /// \brief Same machine, rank count, transport and latency, and link bandwidths within a factor (1 +
   /// \p tolerance): a link calibrated to a share of the computation lands apart from run to run as the load of
@@ -108,10 +118,11 @@ struct MachineKey {
   bool matches(MachineKey const &o, double tolerance = 0.5) const;
 };
 
+/// \brief One line of a registry: a shape and its tuned parameters.
 struct TuningEntry {
-  TuningKey key;
-  CometParams params;
-  std::string note; ///< what was measured (free text)
+  TuningKey key;      ///< the shape (and machine)
+  CometParams params; ///< the parameters measured best
+  std::string note;   ///< what was measured (free text)
 };
 
 /// \brief A set of tuned entries, read from and written to a line-based text file.
@@ -132,12 +143,14 @@ public:
   static constexpr std::size_t max_registry_bytes = std::size_t{64} << 20;
   /// Writes the registry (entries sorted by key), with a header naming the format.
   void save(std::string const &path) const;
+  /// The registry as save() writes it.
   std::string to_string() const;
 
   /// Adds or replaces the entry of \p key.
   void set(TuningKey const &key, CometParams const &params, std::string note = {});
   /// Entries of \p other replace entries of this registry with equal keys.
   void merge(TuningRegistry const &other);
+  /// The entries, sorted by key.
   std::vector<TuningEntry> const &entries() const { return _entries; }
 
   /// \brief The parameters for \p config: exact entry, nearest M bucket, or fallback_params(). \p how (when

@@ -60,7 +60,7 @@ struct DeviceOptions {
 
 /// \brief What the last forward did (all virtual ranks).
 struct DeviceStats {
-  Schedule schedule = Schedule::sequential;
+  Schedule schedule = Schedule::sequential; ///< the schedule that ran
   /// CUDA events: from the start of the first rank's packing to the end of the last rank's final sum (excludes
   /// the host's routing and the uploads of tokens and plans).
   double device_ms = 0.0;
@@ -68,9 +68,11 @@ struct DeviceStats {
   double host_seconds = 0.0;
   /// Expert rows computed, all ranks.
   std::int64_t rows = 0;
-  /// comet: communication blocks (n_c) and grid sizes of the fused kernels (per rank; layer0 grids vary by rank,
-  /// the largest is reported).
-  int comm_blocks = 0, grid0 = 0, grid1 = 0;
+  // comet: communication blocks (n_c) and grid sizes of the fused kernels (per rank; layer0 grids vary by rank,
+  // the largest is reported).
+  int comm_blocks = 0; ///< comet: communication blocks (n_c) per fused kernel
+  int grid0 = 0;       ///< comet: grid of the layer0 kernel (the largest rank's)
+  int grid1 = 0;       ///< comet: grid of the layer1 kernel
 };
 
 } // namespace tessel::moe::cuda

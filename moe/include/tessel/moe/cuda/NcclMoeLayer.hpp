@@ -40,8 +40,12 @@ public:
   NcclMoeLayer(MoeConfig const &config, Communicator const &comm, ExpertWeights const &weights,
                DeviceOptions options = {});
   ~NcclMoeLayer();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   NcclMoeLayer(NcclMoeLayer &&) noexcept;
   NcclMoeLayer &operator=(NcclMoeLayer &&) noexcept;
+  //@}
 
   /// \brief Collective: this rank's \p tokens [M, N] through the layer into \p out [M, N] (host memory).
   void forward(ConstHostMatrix tokens, GateInput const &gate, HostMatrix out, Schedule schedule = Schedule::comet);
@@ -56,6 +60,7 @@ public:
   void backward(ConstHostMatrix d_out, MoeGradients &grads, Schedule schedule = Schedule::comet,
                 double aux_loss_coef = 0.0);
 
+  /// Routing of this rank's tokens in the last forward.
   Routing const &routing() const;
   /// This rank's view of the last forward (device_ms: this rank's CUDA events).
   DeviceStats const &stats() const;

@@ -47,8 +47,12 @@ public:
   /// \p weights: the shard of every rank (W entries, as ExpertWeights of rank r under \p config).
   VirtualRanksLayer(MoeConfig const &config, std::vector<ExpertWeights> const &weights, DeviceOptions options = {});
   ~VirtualRanksLayer();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   VirtualRanksLayer(VirtualRanksLayer &&) noexcept;
   VirtualRanksLayer &operator=(VirtualRanksLayer &&) noexcept;
+  //@}
 
   /// \brief out[r] = the layer's output for rank r's \p tokens[r] [M, N] and gate \p gates[r]; \p out[r] is
   /// [M, N]. Throws TimeoutError when a device wait gives up (naming the rank and what it waited for).
@@ -66,9 +70,11 @@ public:
   void backward(std::vector<ConstHostMatrix> const &d_out, std::vector<MoeGradients> &grads,
                 Schedule schedule = Schedule::comet, double aux_loss_coef = 0.0);
 
+  /// The virtual ranks (EP x TP).
   int world() const;
   /// Routing of rank \p rank in the last forward.
   Routing const &routing(int rank) const;
+  /// What the last forward did.
   DeviceStats const &stats() const;
   /// What the last backward did (device_ms: from the first rank's packing to the last rank's gate backward).
   DeviceStats const &backward_stats() const;
