@@ -20,20 +20,20 @@ namespace tessel::sched {
 
 /// \brief The Cell and plan of one attempt of a job, as the controller hands it over.
 struct JobPlan {
-  std::string job;
-  int attempt = 0;
-  std::string model;
-  int batch_size = 0;
-  long long iterations = 0; ///< of the whole job
-  std::string gpu_type;
-  std::vector<std::string> nodes;
-  int gpus_per_node = 0;
-  ParallelPlan plan;          ///< dp / tp per stage and micro-batches
-  double throughput = 0;      ///< samples/s the scheduler expects on this Cell
-  double time_scale = 1;      ///< model seconds per wall-clock second (time-compressed replays)
-  double startup_s = 0;       ///< re-tuning and restore time (model seconds) the job pays before training
-  double checkpoint_s = 1800; ///< model seconds of training between checkpoints
-  std::string dir;            ///< the job's folder (checkpoint.json, progress.json)
+  std::string job;                ///< the job's name
+  int attempt = 0;                ///< the attempt's number (0 for the first)
+  std::string model;              ///< model name ("bert__1.3B")
+  int batch_size = 0;             ///< global batch
+  long long iterations = 0;       ///< of the whole job
+  std::string gpu_type;           ///< GPU type name
+  std::vector<std::string> nodes; ///< the Slurm nodes of the Cell
+  int gpus_per_node = 0;          ///< GPUs on each of them
+  ParallelPlan plan;              ///< dp / tp per stage and micro-batches
+  double throughput = 0;          ///< samples/s the scheduler expects on this Cell
+  double time_scale = 1;          ///< model seconds per wall-clock second (time-compressed replays)
+  double startup_s = 0;           ///< re-tuning and restore time (model seconds) the job pays before training
+  double checkpoint_s = 1800;     ///< model seconds of training between checkpoints
+  std::string dir;                ///< the job's folder (checkpoint.json, progress.json)
 };
 
 /// \brief Reads a plan file; errors name the file and the field.
@@ -44,8 +44,10 @@ class JobContext {
 public:
   /// Reads the plan named by TESSEL_SCHED_PLAN and installs the SIGUSR1 / SIGTERM handlers.
   static JobContext from_environment();
+  /// The context of an attempt that runs \p plan (no signal handler installed).
   explicit JobContext(JobPlan plan);
 
+  /// The attempt's plan.
   JobPlan const &plan() const { return _plan; }
   /// Iterations done at the last checkpoint (0 for a new job).
   long long resume_from() const;

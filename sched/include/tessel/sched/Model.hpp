@@ -19,7 +19,7 @@ std::string_view family_name(ModelFamily family);
 
 /// \brief Architecture of one model size (Alpa benchmark configurations, as in Arena's `configs.py`).
 struct ModelSpec {
-  ModelFamily family;
+  ModelFamily family;        ///< Wide-ResNet, BERT, MoE or GPT
   std::string size;          ///< size label, e.g. "2.4B"
   double params = 0;         ///< parameter count (from the architecture, not the label)
   double active_params = 0;  ///< parameters touched per sample/token (MoE: top-2 experts)
@@ -46,7 +46,9 @@ public:
   /// MoE {690M, 1.3B, 2.4B, 10B, 27B, 70B}, GPT {350M, 760M, 1.3B, 2.6B, 6.7B, 15B, 39B}.
   static ModelCatalog const &builtin();
 
+  /// Number of models.
   int size() const { return static_cast<int>(_models.size()); }
+  /// The model at \p index (throws std::out_of_range outside [0, size())).
   ModelSpec const &operator[](int index) const { return _models.at(static_cast<std::size_t>(index)); }
 
   /// Index of the model named "<family>__<size>" (also accepted: "<family>_<size>"), or -1 when unknown.

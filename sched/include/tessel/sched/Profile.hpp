@@ -16,42 +16,55 @@ namespace tessel::sched {
 
 /// \brief Best-plan (Alpa-searched) iteration time of a model on `hosts x per_host` GPUs of one type.
 struct ProfileEntry {
-  int model = -1;
-  int batch_size = 0;
-  std::string gpu;
-  int hosts = 0;
-  int per_host = 0;
+  int model = -1;       ///< index in the model catalog
+  int batch_size = 0;   ///< global batch
+  std::string gpu;      ///< GPU type name
+  int hosts = 0;        ///< nodes
+  int per_host = 0;     ///< GPUs per node
   double iter_time = 0; ///< seconds; the source's infeasible marker -1 is kept
 };
 
 /// \brief Measured breakdown of one parallel plan (pp, dp, tp) on `hosts x per_host` GPUs.
 struct PlanRecord {
-  int model = -1;
-  int batch_size = 0;
-  std::string gpu;
-  int hosts = 0;
-  int per_host = 0;
-  int pp = 1, dp = 1, tp = 1;
-  double comp = 0, intra = 0, inter = 0, e2e = 0; ///< seconds (finite)
+  int model = -1;     ///< index in the model catalog
+  int batch_size = 0; ///< global batch
+  std::string gpu;    ///< GPU type name
+  int hosts = 0;      ///< nodes
+  int per_host = 0;   ///< GPUs per node
+  int pp = 1;         ///< pipeline stages
+  int dp = 1;         ///< data-parallel degree
+  int tp = 1;         ///< tensor-parallel degree
+  double comp = 0;    ///< pipelined compute (s)
+  double intra = 0;   ///< intra-stage communication (s)
+  double inter = 0;   ///< cross-stage transfers (s)
+  double e2e = 0;     ///< the whole iteration (s)
 };
 
 /// \brief GB per GPU that pure data parallelism needs on 1, 2, 4, 8, 16 GPUs (-1: infeasible, 0: unknown).
 struct DpMemory {
-  int model = -1;
-  int batch_size = 0;
-  std::array<double, 5> gb{};
+  int model = -1;             ///< index in the model catalog
+  int batch_size = 0;         ///< global batch
+  std::array<double, 5> gb{}; ///< GB per GPU on 1, 2, 4, 8, 16 GPUs
 };
 
 /// \brief Profile tables, indexed for constant-time lookup.
 class ProfileTable {
 public:
+  /// \name Adding rows
+  //@{
+  /// Adds a best-plan time, a measured plan or a data-parallel memory row (indexed for lookup).
   void add(ProfileEntry entry);
   void add(PlanRecord record) { _plans.push_back(std::move(record)); }
   void add(DpMemory memory);
+  //@}
 
+  /// True when the table holds nothing.
   bool empty() const { return _entries.empty() && _plans.empty() && _dp.empty(); }
+  /// The best-plan times.
   std::vector<ProfileEntry> const &entries() const { return _entries; }
+  /// The measured plans.
   std::vector<PlanRecord> const &plans() const { return _plans; }
+  /// The data-parallel memory rows.
   std::vector<DpMemory> const &dp_memory() const { return _dp; }
 
   /// Best-plan iteration time (may be the -1 marker), or nothing when the table has no such entry.

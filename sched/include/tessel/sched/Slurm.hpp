@@ -16,17 +16,18 @@ namespace tessel::sched {
 /// \brief Slurm could not be reached or refused a request; the message names the command and Slurm's words.
 class SlurmError : public Exception {
 public:
+  /// An error with the message \p what.
   explicit SlurmError(std::string const &what) : Exception(what) {}
 };
 
 /// \brief A node of the partition with its typed GPUs (GRES `gpu:<type>:<count>`).
 struct SlurmNode {
-  std::string name;
-  std::string gpu_type; ///< empty when the node has no typed GPU GRES
-  int gpus = 0;
-  std::string state; ///< Slurm's base state in lower case: idle, mixed, allocated, down, drained, ...
-  std::vector<std::string> flags;
-  std::string reason;
+  std::string name;               ///< the node's name
+  std::string gpu_type;           ///< empty when the node has no typed GPU GRES
+  int gpus = 0;                   ///< GPUs of that type
+  std::string state;              ///< Slurm's base state in lower case: idle, mixed, allocated, down, drained, ...
+  std::vector<std::string> flags; ///< Slurm's state flags (DRAIN, NOT_RESPONDING, ...)
+  std::string reason;             ///< why an administrator or Slurm took the node out of service
   /// False when Slurm will not start jobs there (DOWN, DRAIN, FAIL, NOT_RESPONDING, ...).
   bool usable = true;
   /// True when Slurm declared the node failed or took it out of service (DOWN, DRAINED, FAIL): its jobs are lost.
@@ -35,32 +36,32 @@ struct SlurmNode {
 
 /// \brief A job as squeue shows it.
 struct SlurmJob {
-  long id = 0;
-  std::string name;
+  long id = 0;        ///< Slurm's job id
+  std::string name;   ///< the job's name
   std::string state;  ///< PENDING, RUNNING, COMPLETED, FAILED, NODE_FAIL, TIMEOUT, PREEMPTED, CANCELLED, ...
   std::string reason; ///< why it is pending (Resources, Dependency, ...)
   std::vector<std::string> nodes; ///< allocated nodes (running or ended)
-  int exit_code = 0;
-  int restarts = 0;    ///< times Slurm requeued it
-  std::string comment; ///< the submitter's note (the controller keeps the attempt number there)
+  int exit_code = 0;              ///< the batch script's exit code (ended jobs)
+  int restarts = 0;               ///< times Slurm requeued it
+  std::string comment;            ///< the submitter's note (the controller keeps the attempt number there)
 };
 
 /// \brief What one sbatch asks for: a job on exact nodes with `gpus_per_node` GPUs of one type on each.
 struct SbatchRequest {
-  std::string name;
-  std::string partition;
-  std::vector<std::string> nodes;
-  std::string gpu_type;
-  int gpus_per_node = 0;
-  std::string script; ///< batch script text
-  std::string output; ///< stdout/stderr file
-  std::string workdir;
+  std::string name;                                     ///< the job's name
+  std::string partition;                                ///< empty: Slurm's default partition
+  std::vector<std::string> nodes;                       ///< the exact nodes (--nodelist)
+  std::string gpu_type;                                 ///< GRES type
+  int gpus_per_node = 0;                                ///< GPUs (and tasks) on each node
+  std::string script;                                   ///< batch script text
+  std::string output;                                   ///< stdout/stderr file
+  std::string workdir;                                  ///< the job's working directory
   std::vector<std::pair<std::string, std::string>> env; ///< exported in addition to the caller's environment
-  std::string comment;
+  std::string comment;                                  ///< kept by Slurm with the job (squeue shows it)
   /// Start only when no other job of this name (and user) runs: Slurm itself then keeps two attempts of a job from
   /// running at once, whatever the controller knew when it submitted (a moved job waits for its checkpoint).
   bool singleton = false;
-  bool requeue = true;
+  bool requeue = true; ///< let Slurm requeue the job after a node failure
 };
 
 /// \brief Options of the client.
@@ -71,6 +72,7 @@ struct SlurmClientOptions {
 /// \brief The Slurm CLIs, parsed with nlohmann-json. Every failure is a SlurmError naming the command.
 class SlurmClient {
 public:
+  /// A client whose every call has the deadline of \p options.
   explicit SlurmClient(SlurmClientOptions options = {}) : _opt(options) {}
 
   /// Nodes of \p partition (all nodes when empty), in Slurm's order.

@@ -27,21 +27,21 @@ namespace tessel::sched {
 
 /// \brief Options of a controller.
 struct ControllerOptions {
-  std::string state_dir;
-  std::string partition; ///< empty: every node Slurm shows
-  std::string policy = "crius";
+  std::string state_dir;        ///< the controller's folder: journals, plans, the jobs' folders, status.json
+  std::string partition;        ///< empty: every node Slurm shows
+  std::string policy = "crius"; ///< crius, fcfs, gavel, sia or elasticflow
   std::string profile; ///< the profile table's path, recorded so that submit judges jobs as the controller does
-  PolicyOptions policy_options;
-  double round_seconds = 10;  ///< wall-clock seconds per round
-  double time_scale = 1;      ///< model seconds per wall-clock second: the policy sees rounds of round_seconds x this
-  int max_failures = 3;       ///< a job failing more often is rejected with its last failure
-  double checkpoint_s = 1800; ///< model seconds of training between a job's checkpoints
-  double restart_cost = 60;   ///< model seconds to restore a job from its checkpoint after a failure
-  int stop_grace_rounds = 3;  ///< rounds a job asked to checkpoint may take before it is cancelled
-  int max_rounds = 0;         ///< stop after this many rounds of this process (0: until stopped)
-  bool until_done = false;    ///< stop once every submitted job completed or was rejected
-  std::string job_prefix = "tessel."; ///< Slurm job names: <prefix><job> (comment: attempt=<n>)
-  SlurmClientOptions slurm;
+  PolicyOptions policy_options; ///< the policy's settings
+  double round_seconds = 10;    ///< wall-clock seconds per round
+  double time_scale = 1;        ///< model seconds per wall-clock second: the policy sees rounds of round_seconds x this
+  int max_failures = 3;         ///< a job failing more often is rejected with its last failure
+  double checkpoint_s = 1800;   ///< model seconds of training between a job's checkpoints
+  double restart_cost = 60;     ///< model seconds to restore a job from its checkpoint after a failure
+  int stop_grace_rounds = 3;    ///< rounds a job asked to checkpoint may take before it is cancelled
+  int max_rounds = 0;           ///< stop after this many rounds of this process (0: until stopped)
+  bool until_done = false;      ///< stop once every submitted job completed or was rejected
+  std::string job_prefix = "tessel.";           ///< Slurm job names: `<prefix><job>` (comment: `attempt=<n>`)
+  SlurmClientOptions slurm;                     ///< the deadline of every Slurm command
   std::function<void(std::string const &)> log; ///< one line per event (default: stdout)
 };
 

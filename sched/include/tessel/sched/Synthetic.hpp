@@ -20,11 +20,12 @@
 
 namespace tessel::sched {
 
+/// \brief A synthetic trace with Crius's job mix: how many jobs, how they arrive and how long they run.
 struct SyntheticOptions {
-  int jobs = 100;
+  int jobs = 100;            ///< jobs in the trace
   double jobs_per_hour = 10; ///< Poisson arrivals
   double start_time = 0;     ///< submission time of the first arrival process step
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;    ///< the trace is deterministic in the seed
   double median_hours = 1.0; ///< median job duration on its requested allocation (log-normal)
   double sigma = 1.0;        ///< log-normal sigma of the duration
   double max_hours = 48;     ///< durations are clipped to [1 min, max_hours]

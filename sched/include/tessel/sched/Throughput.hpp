@@ -27,6 +27,7 @@ enum class ThroughputSource {
   table_then_estimator ///< the table (with fallbacks) first, the estimator for what it lacks
 };
 
+/// "table", "estimator" or "table+estimator".
 char const *source_name(ThroughputSource source);
 /// \brief The source named \p name (as source_name writes it); false when there is none of that name.
 bool parse_source(std::string_view name, ThroughputSource &source);
@@ -40,6 +41,8 @@ bool parse_source(std::string_view name, ThroughputSource &source);
 /// the best-plan times and, when asked, Arena's memory rule (1.2 x the DP replica memory <= 0.8 x GPU memory).
 class ThroughputOracle {
 public:
+  /// An oracle over \p table and/or \p estimator (either may be null when \p source does not use it; both must
+  /// outlive the oracle), for rounds of \p interval_s seconds.
   ThroughputOracle(Cluster const &cluster, ProfileTable const *table, Estimator const *estimator,
                    ThroughputSource source, double interval_s = 300);
 
@@ -50,13 +53,18 @@ public:
   /// round(batch / adaptive, 3) seconds, or kInfeasibleIterTime.
   double iter_time(int model, int batch, int type, int hosts, int per_host) const;
 
+  /// The cluster.
   Cluster const &cluster() const { return *_cluster; }
+  /// What answers.
   ThroughputSource source() const { return _source; }
+  /// The scheduling interval (s): longer iterations are infeasible.
   double interval() const { return _interval; }
 
   /// Switches memoization off (for measuring what it saves).
   void set_memoize(bool on) { _memoize = on; }
+  /// Queries answered so far.
   std::size_t lookups() const { return _lookups; }
+  /// Queries that were computed (not found in the memo).
   std::size_t computed() const { return _computed; }
 
 private:

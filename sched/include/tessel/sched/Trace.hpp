@@ -27,7 +27,7 @@ struct JobSpec {
 
 /// \brief Jobs sorted by submission time (ties keep file order).
 struct Trace {
-  std::vector<JobSpec> jobs;
+  std::vector<JobSpec> jobs;           ///< the jobs
   std::vector<std::string> type_names; ///< GPU type names the jobs' gpu_type indices refer to
   std::string source;                  ///< where the trace came from
 };

@@ -12,6 +12,8 @@
 
 namespace tessel::sched {
 
+/// \brief Gavel's max-sum-throughput assignment of GPU types to jobs when a job arrives: the admitted jobs may
+/// change type (at most \p max_moves of them) to make room.
 struct TypeAssignmentProblem {
   std::vector<int> capacity;              ///< GPUs per type
   std::vector<int> gpus;                  ///< GPUs of each admitted job
@@ -19,12 +21,13 @@ struct TypeAssignmentProblem {
   std::vector<std::vector<double>> value; ///< [job][type] throughput (may hold the -1e9 infeasible value)
   int new_gpus = 0;                       ///< the arriving job
   std::vector<double> new_value;          ///< [type]
-  int max_moves = 3;
+  int max_moves = 3;                      ///< jobs that may change type
 };
 
+/// \brief The solution of a TypeAssignmentProblem.
 struct TypeAssignment {
-  bool feasible = false;
-  int new_type = -1;
+  bool feasible = false;                  ///< the arriving job fits somewhere
+  int new_type = -1;                      ///< its type
   std::vector<std::pair<int, int>> moves; ///< (job, new type)
   double objective = 0;                   ///< total value of the assignment
 };
