@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,13 @@ int cmd_info(tessel::CommandLine &a) {
     }
   }
   return 0;
+}
+
+/// True when the model's first layer aggregates before it transforms (its input is narrower than its output).
+bool first_layer_aggregates_first(Dataset const &data, TrainOptions const &o) {
+  int const in = data.num_features() > 0 ? data.num_features() : o.random_features;
+  int const out = o.layers > 1 ? o.hidden : data.num_classes;
+  return in <= out;
 }
 
 TrainOptions parse_train_options(tessel::CommandLine &a) {
@@ -213,6 +221,9 @@ void write_train_json(std::string const &path, std::string const &data_path, Dat
 int cmd_train(tessel::CommandLine &a) {
   TESSEL_REQUIRE_USAGE(a.has("data"), "train needs --data FILE");
   std::string const data_path = a.get("data", "");
+  // Options that act only in some runs: refused where they would be ignored without a word.
+  bool const distribution_options = a.has("dist-partition") || a.has("dist-schedule");
+  bool const random_features_given = a.has("random-features");
   TrainOptions o = parse_train_options(a);
   bool quiet = a.flag("quiet");
   double const bandwidth_mbps = a.get_double("bandwidth", 0.0, tessel::Range::closed(0, 1e9));
@@ -229,6 +240,11 @@ int cmd_train(tessel::CommandLine &a) {
   bool const emulated = bandwidth_mbps > 0 || latency_us > 0;
   TESSEL_REQUIRE_USAGE(!emulated || world.size() > 1, "--bandwidth and --latency emulate the link between ranks: run "
                                                       "under mpiexec -n W with W > 1");
+  TESSEL_REQUIRE_USAGE(!distribution_options || world.size() > 1, "--dist-partition and --dist-schedule spread the "
+                                                                  "rows over ranks: run under mpiexec -n W with W > 1");
+  TESSEL_REQUIRE_USAGE(!random_features_given || data.num_features() == 0, "--random-features: data set '", data.name,
+                       "' in '", data_path, "' has ", data.num_features(),
+                       " features of its own; random features replace none (drop the option)");
   auto const comm =
       emulated ? tessel::make_paced_communicator(world, tessel::LinkModel{bandwidth_mbps * 1e6, latency_us * 1e-6})
                : world;
@@ -243,6 +259,11 @@ int cmd_train(tessel::CommandLine &a) {
                 name_of(o.distribution.method), name_of(o.schedule), emulated ? "emulated" : "as is (MPI)");
   if (root && random)
     std::printf("note: the features are random, so accuracies are meaningless (timing only)\n");
+  if (root && o.features == FeatureFormat::sparse && first_layer_aggregates_first(data, o))
+    std::printf("note: --feature-format sparse: the first layer aggregates before it transforms (it widens), so it "
+                "reads the features dense\n");
+  if (root && o.resume && !std::ifstream(o.checkpoint).good())
+    std::printf("note: --resume: no checkpoint at '%s' yet; training starts at epoch 1\n", o.checkpoint.c_str());
   o.on_epoch = [quiet](EpochRecord const &r) {
     if (!quiet)
       std::printf("epoch %4d  loss %.4f  train %.4f  val %.4f (loss %.4f)  test %.4f  %.2f ms (aggregation %.2f ms)\n",

@@ -33,6 +33,9 @@ char const *usage_text =
     "        edge list with a header line (first two columns: source, target; undirected unless --directed);\n"
     "        targets: RFC-4180 CSV, one row per node, classes = the sorted distinct values of the target column\n";
 
+/// Node ids must stay below this for 32-bit indices (the node count fits an int32).
+constexpr std::int64_t max_node_id = (std::int64_t{1} << 31) - 1;
+
 /// One CSV record of \p file (see tessel::split_csv_record).
 std::vector<std::string> csv_fields(std::string const &line, std::string const &file, std::size_t line_no) {
   return tessel::split_csv_record(line, tessel::Impl::concat("file '", file, "' line ", line_no));
@@ -67,8 +70,8 @@ std::vector<std::pair<std::int32_t, std::int32_t>> read_edge_list(std::string co
     auto const f = csv_fields(line, path, line_no);
     TESSEL_REQUIRE(f.size() >= 2, "file '", path, "' line ", line_no, ": expected two columns, got ", f.size());
     auto const a = parse_id(f[0], path, line_no), b = parse_id(f[1], path, line_no);
-    TESSEL_REQUIRE(a < (std::int64_t{1} << 31) - 1 && b < (std::int64_t{1} << 31) - 1, "file '", path, "' line ",
-                   line_no, ": node id too large for 32-bit indices");
+    TESSEL_REQUIRE(a < max_node_id && b < max_node_id, "file '", path, "' line ", line_no,
+                   ": node id too large for 32-bit indices");
     max_id = std::max({max_id, a, b});
     edges.emplace_back(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
   }
@@ -92,6 +95,7 @@ std::vector<std::string> read_targets(std::string const &path, std::string const
   std::size_t const id_col = column(id_column);
   std::size_t const target_col = column(target_column);
   std::vector<std::pair<std::int64_t, std::string>> rows;
+  std::vector<std::size_t> row_line; // the line of each row, for the error on a repeated id
   std::size_t line_no = 1;
   while (std::getline(tin, line)) {
     ++line_no;
@@ -100,12 +104,25 @@ std::vector<std::string> read_targets(std::string const &path, std::string const
     auto const f = csv_fields(line, path, line_no);
     TESSEL_REQUIRE(f.size() == header.size(), "file '", path, "' line ", line_no, ": ", f.size(),
                    " fields, the header has ", header.size());
-    rows.emplace_back(parse_id(f[id_col], path, line_no), f[target_col]);
-    n = std::max(n, rows.back().first + 1);
+    auto const id = parse_id(f[id_col], path, line_no);
+    TESSEL_REQUIRE(id < max_node_id, "file '", path, "' line ", line_no, ": node id ", id,
+                   " too large for 32-bit indices");
+    rows.emplace_back(id, f[target_col]);
+    row_line.push_back(line_no);
+    n = std::max(n, id + 1);
   }
+  // One slot per node id up to the largest: a sparse table with a huge id must not take the machine's memory.
+  tessel::require_memory("the node table of '" + path + "' (largest id " + std::to_string(n - 1) + ")",
+                         static_cast<double>(n) * (sizeof(std::string) + sizeof(std::size_t)));
   std::vector<std::string> target_of(static_cast<std::size_t>(n), "");
-  for (auto const &[id, t] : rows)
-    target_of[static_cast<std::size_t>(id)] = t;
+  std::vector<std::size_t> line_of(static_cast<std::size_t>(n), 0);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    auto const id = static_cast<std::size_t>(rows[r].first);
+    TESSEL_REQUIRE(line_of[id] == 0, "file '", path, "': node id ", id, " has a row on line ", line_of[id],
+                   " and again on line ", row_line[r], " (one row per node expected)");
+    line_of[id] = row_line[r];
+    target_of[id] = rows[r].second;
+  }
   return target_of;
 }
 
@@ -129,6 +146,20 @@ std::vector<std::string> label_by_target(Dataset &d, std::vector<std::string> co
   return classes;
 }
 
+/// Prints the split as drawn, and says so where the data had fewer labelled nodes than asked for.
+void report_split(Dataset const &d, std::vector<std::int64_t> const &asked) {
+  auto const count = [](std::vector<std::uint8_t> const &m) {
+    return static_cast<long long>(std::count(m.begin(), m.end(), 1));
+  };
+  long long const train = count(d.train_mask), val = count(d.val_mask), test = count(d.test_mask);
+  std::printf("split: train %lld (up to %lld per class), val %lld, test %lld\n", train,
+              static_cast<long long>(asked[0]), val, test);
+  if (val < asked[1] || test < asked[2])
+    std::printf("note: --split asked for %lld validation and %lld test nodes; the labelled nodes left after the "
+                "training ones gave %lld and %lld\n",
+                static_cast<long long>(asked[1]), static_cast<long long>(asked[2]), val, test);
+}
+
 int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   std::string const edges_path = v.get("edges", "");
   TESSEL_REQUIRE_USAGE(!edges_path.empty(), "csv needs --edges FILE");
@@ -140,6 +171,8 @@ int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   std::string const target_column = v.get("target-column", "target");
   auto const split = v.get_int_list<std::int64_t>("split", {20, 500, 1000}, 0, std::int64_t{1} << 31);
   TESSEL_REQUIRE_USAGE(split.size() == 3, "option --split expects PER_CLASS,VAL,TEST, got ", split.size(), " numbers");
+  TESSEL_REQUIRE_USAGE(split[0] >= 1, "option --split: PER_CLASS = 0 leaves no training node (the file could not be "
+                                      "trained on); at least 1 per class");
   auto const seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
   v.finish();
   tessel::require_writable(out);
@@ -153,12 +186,14 @@ int cmd_csv(tessel::CommandLine &v, std::string const &out) {
   std::vector<std::string> target_of;
   if (!targets.empty())
     target_of = read_targets(targets, id_column, target_column, n);
-  d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(n), edges, !directed,
-                                           /*merge_duplicates=*/true, /*drop_self_loops=*/false);
+  EdgeListOptions read;
+  read.symmetrize = !directed;
+  d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(n), edges, read);
   d.features = Matrix<Kokkos::HostSpace>("Tessel::gnn::features", static_cast<std::size_t>(n), 0);
   if (!targets.empty()) {
     auto const classes = label_by_target(d, target_of, targets);
     make_split(d, static_cast<int>(split[0]), split[1], split[2], seed);
+    report_split(d, split);
     std::printf("classes:");
     for (std::size_t k = 0; k < classes.size(); ++k)
       std::printf(" %zu=%s", k, classes[k].c_str());

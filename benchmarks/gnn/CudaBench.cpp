@@ -271,6 +271,7 @@ int bench_cuda(CudaBenchConfig const &c) {
     return 0;
   }
   auto const data = load_dataset(c.data);
+  require_nodes(data, c.data);
   TESSEL_REQUIRE(c.op_name == "gcn" || c.op_name == "raw", "--operator must be gcn or raw, got '", c.op_name, "'");
   auto const op = c.op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
   int device = 0;

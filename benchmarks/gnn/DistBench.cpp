@@ -172,6 +172,7 @@ int bench_dist(DistBenchConfig const &c) {
                         : world;
   require_same_file(world, "data set", c.data);
   auto const data = load_dataset(c.data);
+  require_nodes(data, c.data);
   auto const op = c.op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
   Exec space;
   DistGraphOptions go;

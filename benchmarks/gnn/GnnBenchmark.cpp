@@ -236,6 +236,8 @@ private:
 
   /// Checks every result once more, prints the table; returns the adaptive plan (null without one).
   tessel::Json results(std::map<std::string, double> &ms, double flops, bool &wrong) {
+    TESSEL_REQUIRE(!_entries.empty(), "F = ", _f, ": none of the kernels asked for (--kernels) could run on graph '",
+                   _op.name(), "' (each was skipped, see above): nothing was timed");
     tessel::Json plan = nullptr;
     for (auto &e : _entries) {
       Kokkos::deep_copy(e.y, 1e30f); // nothing left over from the kernel before
@@ -295,6 +297,7 @@ int bench_host(HostBenchConfig const &c) {
   tessel::require_writable(c.json);
   tessel::require_same_file(tessel::Communicator::world(), "data set", c.data);
   auto const data = load_dataset(c.data);
+  require_nodes(data, c.data);
   auto const op = c.op_name == "gcn" ? gcn_normalize(data.graph) : data.graph;
   Exec space;
   auto const n = static_cast<std::size_t>(op.num_rows());
@@ -339,7 +342,11 @@ int run_host(tessel::CommandLine &a) {
   c.widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
   c.kernels = a.get_list("kernels", {"csr", "csr_feature_tiled", "coo", "tiles", "dense", "kk", "adaptive"});
   for (auto const &k : c.kernels)
-    tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm);
+    TESSEL_REQUIRE_USAGE(tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm) !=
+                             SpmmAlgorithm::cusparse,
+                         "--kernels cusparse: cuSPARSE is a device kernel (--backend cuda)");
+  require_distinct("--kernels", c.kernels);
+  require_distinct("--features", c.widths);
   c.reps = a.get_int("reps", 15, 1, 1000000);
   c.warmup = a.get_int("warmup", 3, 0, 1000000);
   c.options = spmm_options(a, SpmmAlgorithm::adaptive);
@@ -355,6 +362,7 @@ int run_dist(tessel::CommandLine &a) {
   TESSEL_REQUIRE_USAGE(c.op_name == "gcn" || c.op_name == "raw", "--operator must be gcn or raw, got '", c.op_name,
                        "'");
   c.widths = a.get_int_list("features", {16, 64, 256}, 1, 1 << 16);
+  require_distinct("--features", c.widths);
   c.reps = a.get_int("reps", 15, 1, 1000000);
   c.warmup = a.get_int("warmup", 3, 0, 1000000);
   c.options = spmm_options(a, a.get_parsed("kernel", "adaptive", parse_spmm_algorithm));
@@ -375,6 +383,8 @@ int run_cuda(tessel::CommandLine &a) {
   c.kernels = a.get_list("kernels", {});
   for (auto const &k : c.kernels)
     tessel::CommandLine::parse_value("--kernels", k, parse_spmm_algorithm);
+  require_distinct("--features", c.widths);
+  require_distinct("--kernels", c.kernels);
   c.reps = a.get_int("reps", 20, 1, 1000000);
   c.warmup = a.get_int("warmup", 3, 0, 1000000);
   c.options = spmm_options(a, SpmmAlgorithm::adaptive);

@@ -1,5 +1,7 @@
 #include "Report.hpp"
 
+#include <tessel/core/Error.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -41,14 +43,19 @@ Json report_width(int f, double flops, std::map<std::string, double> const &ms,
       std::printf(" vs %s %.2fx", k.c_str(), ratio);
       speedup[k] = ratio;
     }
-    std::printf("\n  best single full-graph kernel: %s (%.4f ms); adaptive / best = %.2fx faster\n", best_name.c_str(),
-                best, best / ad);
     record["adaptive_speedup"] = speedup;
-    record["best_single"] = best_name;
-    record["speedup_vs_best_single"] = best / ad;
-    auto const permute = ms.find("permute_in_out");
-    if (permute != ms.end())
-      record["speedup_vs_best_single_with_permute"] = best / (ad + permute->second);
+    if (best_name.empty()) { // nothing to compare with: no ratio rather than one of nothing
+      std::printf("%s\n  no single full-graph kernel was timed beside adaptive: no ratio\n",
+                  order.empty() ? " none" : "");
+    } else {
+      std::printf("\n  best single full-graph kernel: %s (%.4f ms); adaptive / best = %.2fx faster\n",
+                  best_name.c_str(), best, best / ad);
+      record["best_single"] = best_name;
+      record["speedup_vs_best_single"] = best / ad;
+      auto const permute = ms.find("permute_in_out");
+      if (permute != ms.end())
+        record["speedup_vs_best_single_with_permute"] = best / (ad + permute->second);
+    }
   }
   record["plan"] = std::move(plan);
   std::fflush(stdout);
@@ -63,6 +70,25 @@ void add_run_fields(Json &doc, std::string const &data, std::string const &datas
   doc["nnz"] = op.nnz();
   doc["operator"] = op_name;
   doc["reps"] = reps;
+}
+
+void require_nodes(Dataset const &data, std::string const &path) {
+  TESSEL_REQUIRE(data.num_nodes() > 0, "data set '", data.name, "' in '", path,
+                 "' has no nodes: there is nothing to time");
+}
+
+void require_distinct(char const *option, std::vector<std::string> values) {
+  std::sort(values.begin(), values.end());
+  auto const twice = std::adjacent_find(values.begin(), values.end());
+  TESSEL_REQUIRE_USAGE(twice == values.end(), "option ", option, " lists ", twice == values.end() ? "" : *twice,
+                       " twice");
+}
+
+void require_distinct(char const *option, std::vector<int> const &values) {
+  std::vector<std::string> text;
+  for (int v : values)
+    text.push_back(std::to_string(v));
+  require_distinct(option, std::move(text));
 }
 
 double median(std::vector<double> v) {

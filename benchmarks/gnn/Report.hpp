@@ -3,6 +3,7 @@
 
 // What tessel-gnn-bench reports for one feature width, on either backend (src: Report.cpp).
 #include <tessel/core/Json.hpp>
+#include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Graph.hpp>
 
 #include <map>
@@ -21,6 +22,14 @@ Json report_width(int f, double flops, std::map<std::string, double> const &ms,
 /// Appends what both backends record of the run: data (the file), dataset, nodes, nnz, operator, reps.
 void add_run_fields(Json &doc, std::string const &data, std::string const &dataset, Graph<std::int32_t> const &op,
                     std::string const &op_name, int reps);
+
+/// Refuses a data set without nodes (an empty edge list, a file declaring 0 nodes): there is nothing to time, and
+/// its ratios would be of nothing.
+void require_nodes(Dataset const &data, std::string const &path);
+
+/// A list option naming a value twice (it would be timed twice and reported once) is a usage error.
+void require_distinct(char const *option, std::vector<std::string> values);
+void require_distinct(char const *option, std::vector<int> const &values);
 
 /// The median (the upper one of an even count; NaN when empty).
 double median(std::vector<double> v);

@@ -6,10 +6,19 @@
 
 #include "impl/ModelState.hpp"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessel::gnn {
+
+namespace {
+/// Version 2 added the data set's content digest.
+constexpr int checkpoint_version = 2;
+/// A checkpoint's epochs (and optimizer steps): the tools' --epochs range.
+constexpr std::int64_t max_checkpoint_epochs = 1000000;
+} // namespace
 
 template <class ExecSpace>
 void GnnModel<ExecSpace>::save_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const {
@@ -40,8 +49,10 @@ void GnnModel<ExecSpace>::write_checkpoint(std::string const &path, std::vector<
     // so that neither a full disk nor an interruption can leave a truncated checkpoint behind.
     h5::File file(path, h5::Mode::truncate);
     file.write_attribute("/", "schema", "tessel.gnn.checkpoint");
-    file.write_attribute("/", "schema_version", 1);
+    file.write_attribute("/", "schema_version", checkpoint_version);
     file.write_attribute("/", "dataset", s.data_name);
+    // Kept within int64 for the HDF5 attribute.
+    file.write_attribute("/", "data_digest", static_cast<std::int64_t>(s.data_digest >> 1));
     file.write_attribute("/", "model", name_of(s.options.model));
     file.write_attribute("/", "seed", static_cast<std::int64_t>(s.options.seed));
     file.write_attribute("/", "adam_t", static_cast<std::int64_t>(s.adam_t));
@@ -76,37 +87,21 @@ template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::load_ch
   return history;
 }
 
-template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::read_checkpoint(std::string const &path) {
-  auto &s = *_state;
-  h5::File file(path, h5::Mode::read);
-  TESSEL_REQUIRE(file.has_attribute("/", "schema") &&
-                     file.read_string_attribute("/", "schema") == "tessel.gnn.checkpoint",
-                 "checkpoint '", path, "': root attribute schema is not 'tessel.gnn.checkpoint'");
-  auto const dataset = file.read_string_attribute("/", "dataset");
-  auto const model = file.read_string_attribute("/", "model");
-  TESSEL_REQUIRE(dataset == s.data_name && model == name_of(s.options.model), "checkpoint '", path, "' is for ", model,
-                 " on '", dataset, "', not ", name_of(s.options.model), " on '", s.data_name, "'");
-  auto const dims = file.read<int>("dims").data;
-  TESSEL_REQUIRE(dims == s.dims, "checkpoint '", path, "': layer widths differ from the model's");
-  // Parameters are the same at every rank count, but the optimizer's path is not bit for bit (the gradients are
-  // summed in another order), so a resume continues exactly only at the rank count and partition that wrote it.
-  auto const ranks = file.has_attribute("/", "ranks") ? file.read_attribute<std::int64_t>("/", "ranks") : 1;
-  auto const here = static_cast<std::int64_t>(s.comm ? s.comm->size() : 1);
-  TESSEL_REQUIRE(ranks == here, "checkpoint '", path, "' was written by ", ranks, " rank(s); resume it with ", ranks,
-                 " (this run has ", here, ")");
-  TESSEL_REQUIRE(!file.has_attribute("/", "partition") || static_cast<std::uint64_t>(file.read_attribute<std::int64_t>(
-                                                              "/", "partition")) == s.partition_digest(),
-                 "checkpoint '", path, "': its rows were partitioned otherwise (another --dist-partition or seed); ",
-                 "resume with the options that wrote it");
-  s.adam_t = static_cast<long>(file.read_attribute<std::int64_t>("/", "adam_t"));
-  // Views are handles: reading into a const one fills the model's tensor.
-  s.for_each_checkpoint_tensor([&](std::string const &dataset, auto const &tensor) { file.read(dataset, tensor); });
+namespace {
+
+/// The history rows (epoch, losses, accuracies, seconds), checked: epochs 1, 2, ..., one row each, as many as the
+/// optimizer's steps (a run writes one row and one Adam step per epoch).
+std::vector<EpochRecord> read_history(h5::File const &file, std::string const &path, std::int64_t adam_t) {
   auto const rows = file.read<double>("history", {h5::any, 8});
+  TESSEL_REQUIRE(static_cast<std::int64_t>(rows.rows()) == adam_t, "checkpoint '", path, "': history has ", rows.rows(),
+                 " epochs but adam_t = ", adam_t, " optimizer steps (one per epoch expected)");
   std::vector<EpochRecord> history;
   for (std::size_t r = 0; r < rows.rows(); ++r) {
     double const *v = rows.data.data() + r * 8;
+    TESSEL_REQUIRE(v[0] == static_cast<double>(r + 1), "checkpoint '", path, "': history row ", r, " is epoch ", v[0],
+                   ", expected ", r + 1, " (epochs 1, 2, ... in order)");
     EpochRecord e;
-    e.epoch = static_cast<int>(v[0]);
+    e.epoch = static_cast<int>(r + 1);
     e.train_loss = v[1];
     e.train_acc = v[2];
     e.val_loss = v[3];
@@ -116,6 +111,66 @@ template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::read_ch
     e.aggregation_seconds = v[7];
     history.push_back(e);
   }
+  return history;
+}
+
+} // namespace
+
+template <class ExecSpace> std::vector<EpochRecord> GnnModel<ExecSpace>::read_checkpoint(std::string const &path) {
+  auto &s = *_state;
+  h5::File file(path, h5::Mode::read);
+  TESSEL_REQUIRE(file.has_attribute("/", "schema") &&
+                     file.read_string_attribute("/", "schema") == "tessel.gnn.checkpoint",
+                 "checkpoint '", path, "': root attribute schema is not 'tessel.gnn.checkpoint'");
+  auto const version = file.read_attribute<int>("/", "schema_version");
+  TESSEL_REQUIRE(version == checkpoint_version, "checkpoint '", path, "': schema_version = ", version,
+                 ", this Tessel resumes version ", checkpoint_version,
+                 " (version 1 files carry no digest of their data set, so nothing proves which graph they are for)");
+  auto const dataset = file.read_string_attribute("/", "dataset");
+  auto const model = file.read_string_attribute("/", "model");
+  TESSEL_REQUIRE(model == name_of(s.options.model), "checkpoint '", path, "' is for ", model, " on '", dataset,
+                 "', not ", name_of(s.options.model), " on '", s.data_name, "'");
+  // The data set by its content, not its name: another graph saved under the same name must not resume.
+  auto const digest = static_cast<std::uint64_t>(file.read_attribute<std::int64_t>("/", "data_digest"));
+  TESSEL_REQUIRE(digest == s.data_digest >> 1, "checkpoint '", path, "' was written for data set '", dataset,
+                 "' with other content than this run's '", s.data_name,
+                 "' (another graph, other features or labels): it does not resume here");
+  auto const dims = file.read<int>("dims").data;
+  TESSEL_REQUIRE(dims == s.dims, "checkpoint '", path, "': layer widths differ from the model's");
+  auto const seed = file.read_attribute<std::int64_t>("/", "seed");
+  TESSEL_REQUIRE(seed == static_cast<std::int64_t>(s.options.seed), "checkpoint '", path, "' was written with seed ",
+                 static_cast<std::uint64_t>(seed), "; this run has seed ", s.options.seed,
+                 " (the dropout masks follow the seed: resume with the one that wrote it)");
+  // Parameters are the same at every rank count, but the optimizer's path is not bit for bit (the gradients are
+  // summed in another order), so a resume continues exactly only at the rank count and partition that wrote it.
+  auto const ranks = file.read_attribute<std::int64_t>("/", "ranks");
+  auto const here = static_cast<std::int64_t>(s.comm ? s.comm->size() : 1);
+  TESSEL_REQUIRE(ranks == here, "checkpoint '", path, "' was written by ", ranks, " rank(s); resume it with ", ranks,
+                 " (this run has ", here, ")");
+  TESSEL_REQUIRE(static_cast<std::uint64_t>(file.read_attribute<std::int64_t>("/", "partition")) ==
+                     s.partition_digest(),
+                 "checkpoint '", path, "': its rows were partitioned otherwise (another --dist-partition or seed); ",
+                 "resume with the options that wrote it");
+  auto const adam_t = file.read_attribute<std::int64_t>("/", "adam_t");
+  TESSEL_REQUIRE(adam_t >= 0 && adam_t <= max_checkpoint_epochs, "checkpoint '", path, "': adam_t = ", adam_t,
+                 " is outside [0, ", max_checkpoint_epochs, "]");
+  auto history = read_history(file, path, adam_t);
+  // Every tensor read and checked before any of the model's changes: a damaged file leaves the model as it was.
+  std::vector<std::pair<Matrix<memory_space>, Matrix<Kokkos::HostSpace>>> read;
+  s.for_each_checkpoint_tensor([&](std::string const &name, auto const &tensor) {
+    Matrix<Kokkos::HostSpace> h(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::gnn::checkpoint_tensor"),
+                                tensor.extent(0), tensor.extent(1));
+    file.read(name, h);
+    std::size_t const bad = first_non_finite(h.data(), h.size());
+    TESSEL_REQUIRE(bad == h.size(), "checkpoint '", path, "': ", name, "[", bad / std::max<std::size_t>(1, h.extent(1)),
+                   ", ", bad % std::max<std::size_t>(1, h.extent(1)), "] = ", h.data()[bad],
+                   " is not finite (the file is damaged, or was written by a run that diverged)");
+    read.emplace_back(tensor, h);
+  });
+  for (auto const &[tensor, h] : read)
+    Kokkos::deep_copy(s.space, tensor, h);
+  s.space.fence();
+  s.adam_t = static_cast<long>(adam_t);
   return history;
 }
 

@@ -2,8 +2,10 @@
 #include <tessel/gnn/Dataset.hpp>
 
 #include "impl/HostCsr.hpp"
+#include "impl/Memory.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -13,6 +15,9 @@ namespace tessel::gnn {
 namespace {
 
 constexpr char const *schema_name = "tessel.gnn.graph";
+/// Bounds of the file's declared sizes (far above any real data set; what they allocate is checked against memory).
+constexpr std::int64_t max_classes = std::int64_t{1} << 20;
+constexpr std::int64_t max_feature_width = std::int64_t{1} << 31;
 constexpr int schema_version = 1;
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -79,12 +84,25 @@ void read_header(h5::File const &file, std::string const &path, Dataset &d) {
   auto const version = file.read_attribute<int>("/", "schema_version");
   TESSEL_REQUIRE(version == schema_version, "schema_version = ", version, ", this Tessel reads version ",
                  schema_version);
-  d.name = file.has_attribute("/", "name") ? file.read_string_attribute("/", "name") : path;
+  d.name = file.has_attribute("/", "name") ? file.read_string_attribute("/", "name") : "";
+  if (d.name.empty()) // errors name the data set: a nameless one by its file
+    d.name = path;
   d.source = file.has_attribute("/", "source") ? file.read_string_attribute("/", "source") : "";
-  d.num_classes = file.has_attribute("/", "num_classes") ? file.read_attribute<int>("/", "num_classes") : 0;
-  d.directed = file.has_attribute("/", "directed") && file.read_attribute<int>("/", "directed") != 0;
-  d.features_random =
-      file.has_attribute("/", "features_random") && file.read_attribute<int>("/", "features_random") != 0;
+  auto const classes =
+      file.has_attribute("/", "num_classes") ? file.read_attribute<std::int64_t>("/", "num_classes") : 0;
+  TESSEL_REQUIRE(classes >= 0 && classes <= max_classes, "root attribute num_classes = ", classes,
+                 ", expected an integer in [0, ", max_classes, "]");
+  d.num_classes = static_cast<int>(classes);
+  // 0/1 flags: any other value is a damaged or foreign file, not a yes.
+  auto const flag = [&](char const *name) {
+    if (!file.has_attribute("/", name))
+      return false;
+    auto const v = file.read_attribute<std::int64_t>("/", name);
+    TESSEL_REQUIRE(v == 0 || v == 1, "root attribute ", name, " = ", v, ", expected 0 or 1");
+    return v == 1;
+  };
+  d.directed = flag("directed");
+  d.features_random = flag("features_random");
 }
 
 /// The graph (CSR), checked before anything indexes with it; returns the number of nodes.
@@ -147,6 +165,12 @@ void read_features(h5::File const &file, Dataset &d, std::int64_t n) {
     auto const fidx = read_index(file, "features/indices");
     auto const fval = file.read<float>("features/data", {fidx.size()}).data;
     auto const width = file.read_attribute<std::int64_t>("/features", "num_features");
+    TESSEL_REQUIRE(width >= 0 && width <= max_feature_width, "dataset '", d.name,
+                   "': attribute /features num_features = ", width, ", expected an integer in [0, ", max_feature_width,
+                   "]");
+    Impl::require_memory_for("dataset '" + d.name + "': its dense features (" + std::to_string(n) + " x " +
+                                 std::to_string(width) + " floats, from the sparse form in the file)",
+                             4.0 * static_cast<double>(n) * static_cast<double>(width));
     TESSEL_REQUIRE(fptr.size() == un + 1, "dataset '", d.name, "': features/indptr has ", fptr.size(),
                    " entries; feature rows (", fptr.size() == 0 ? 0 : fptr.size() - 1, ") != nodes (", n, ")");
     TESSEL_REQUIRE(fptr.front() == 0 && fptr.back() == static_cast<std::int64_t>(fidx.size()), "dataset '", d.name,
@@ -198,6 +222,27 @@ void read_labels(h5::File const &file, Dataset &d, std::int64_t n) {
 }
 } // namespace
 
+Dataset make_dataset(std::string name, Graph<std::int32_t> graph, Matrix<Kokkos::HostSpace> features,
+                     std::vector<std::int32_t> labels, int num_classes) {
+  TESSEL_REQUIRE(num_classes >= 0, "make_dataset '", name, "': num_classes = ", num_classes, " is negative");
+  Dataset d;
+  d.name = std::move(name);
+  d.source = "in memory";
+  d.graph = std::move(graph);
+  d.graph.set_name(d.name);
+  d.features =
+      features.extent(0) == 0 && features.extent(1) == 0
+          ? Matrix<Kokkos::HostSpace>("Tessel::gnn::Dataset::features", static_cast<std::size_t>(d.num_nodes()), 0)
+          : features;
+  d.labels = std::move(labels);
+  d.num_classes = num_classes;
+  if (num_classes == 0 && !d.labels.empty())
+    d.num_classes = 1 + *std::max_element(d.labels.begin(), d.labels.end());
+  d.directed = !is_symmetric(d.graph);
+  validate(d);
+  return d;
+}
+
 Dataset load_dataset(std::string const &path) {
   h5::File file(path, h5::Mode::read);
   Dataset d;
@@ -242,6 +287,35 @@ void save_dataset(std::string const &path, Dataset const &d) {
   if (!d.test_mask.empty())
     file.write("masks/test", d.test_mask);
   file.close();
+}
+
+namespace {
+/// Word-wise multiply-rotate hash (8 bytes per step; a tail byte-wise), for digests of large arrays.
+std::uint64_t hash_words(std::uint64_t h, void const *data, std::size_t bytes) {
+  auto const *p = static_cast<unsigned char const *>(data);
+  std::size_t k = 0;
+  for (; k + 8 <= bytes; k += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + k, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
+  }
+  for (; k < bytes; ++k)
+    h = (h ^ p[k]) * 0x100000001b3ULL;
+  return splitmix64(h ^ bytes);
+}
+} // namespace
+
+std::uint64_t content_digest(Dataset const &d) {
+  std::uint64_t h = 0x6a09e667f3bcc908ULL;
+  std::int64_t const shape[4] = {d.graph.num_rows(), d.graph.nnz(), static_cast<std::int64_t>(d.features.extent(1)),
+                                 d.num_classes};
+  h = hash_words(h, shape, sizeof(shape));
+  h = hash_words(h, d.graph.row_map().data(), d.graph.row_map().size() * sizeof(offset_type));
+  h = hash_words(h, d.graph.entries().data(), d.graph.entries().size() * sizeof(std::int32_t));
+  h = hash_words(h, d.graph.values().data(), d.graph.values().size() * sizeof(float));
+  h = hash_words(h, d.features.data(), d.features.size() * sizeof(float));
+  return hash_words(h, d.labels.data(), d.labels.size() * sizeof(std::int32_t));
 }
 
 void normalize_rows(Matrix<Kokkos::HostSpace> const &x) {

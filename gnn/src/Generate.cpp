@@ -33,7 +33,11 @@ void intra_edges(SbmOptions const &o, std::vector<std::int64_t> const &start, st
     auto row_start = [s](std::int64_t r) { return r * (2 * s - r - 1) / 2; };
     std::int64_t k = -1;
     while (true) {
-      k += o.p_in >= 1.0 ? 1 : 1 + static_cast<std::int64_t>(std::floor(std::log(1.0 - u01(rng)) / log_q));
+      // The skip in double first: at a tiny p_in it exceeds any integer (and the pairs left).
+      double const skip = o.p_in >= 1.0 ? 1.0 : 1.0 + std::floor(std::log(1.0 - u01(rng)) / log_q);
+      if (!(skip < static_cast<double>(pairs - k)))
+        break;
+      k += static_cast<std::int64_t>(skip);
       if (k >= pairs)
         break;
       // Pair index k -> (i, j), i < j, in row-major order of the strict upper triangle.
@@ -119,8 +123,8 @@ Dataset generate_sbm(SbmOptions const &o) {
          << ", inter_degree=" << o.inter_degree << ", classes=" << o.classes << ", features=" << o.features
          << ", shuffle=" << o.shuffle << ", seed=" << o.seed << ")";
   d.source = source.str();
-  d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(o.nodes), edges, /*symmetrize=*/true,
-                                           /*merge_duplicates=*/true, /*drop_self_loops=*/true);
+  d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(o.nodes), edges,
+                                           EdgeListOptions{true, true, true});
   d.num_classes = o.classes;
   d.labels.resize(static_cast<std::size_t>(o.nodes));
   for (std::size_t v = 0; v < community.size(); ++v)
@@ -169,7 +173,8 @@ Dataset generate_rmat(RmatOptions const &o) {
   source << "tessel generate_rmat(scale=" << o.scale << ", edge_factor=" << o.edge_factor << ", a=" << o.a
          << ", b=" << o.b << ", c=" << o.c << ", seed=" << o.seed << "); labels and features random";
   d.source = source.str();
-  d.graph = graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(n), edges, true, true, true);
+  d.graph =
+      graph_from_edges<std::int32_t>(d.name, static_cast<std::int32_t>(n), edges, EdgeListOptions{true, true, true});
   d.num_classes = o.classes;
   d.labels.resize(static_cast<std::size_t>(n));
   std::uniform_int_distribution<int> label(0, o.classes - 1);

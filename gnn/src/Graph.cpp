@@ -113,8 +113,9 @@ Graph<Index> make_graph(std::string const &name, Index num_rows, Index num_cols,
 
 template <class Index>
 Graph<Index> graph_from_edges(std::string const &name, Index num_nodes,
-                              std::vector<std::pair<Index, Index>> const &edges, bool symmetrize, bool merge_duplicates,
-                              bool drop_self_loops) {
+                              std::vector<std::pair<Index, Index>> const &edges, EdgeListOptions const &options) {
+  bool const symmetrize = options.symmetrize, merge_duplicates = options.merge_duplicates,
+             drop_self_loops = options.drop_self_loops;
   TESSEL_REQUIRE(num_nodes >= 0, "graph '", name, "': negative node count ", num_nodes);
   for (std::size_t e = 0; e < edges.size(); ++e) {
     auto const [s, d] = edges[e];
@@ -258,6 +259,8 @@ template <class Index> Graph<Index> transpose(Graph<Index> const &g) {
 template <class Index> bool is_symmetric(Graph<Index> const &g) {
   if (g.num_rows() != g.num_cols())
     return false;
+  if (g.num_rows() == 0)
+    return true;
   auto a = Impl::to_host_csr(g);
   Impl::sort_rows(a, /*merge=*/true);
   auto t = Impl::transpose_csr(a, static_cast<std::size_t>(g.num_cols()));
@@ -279,7 +282,8 @@ template <class To, class From> Graph<To> convert_index(Graph<From> const &g) {
 #define TESSEL_GNN_INSTANTIATE_GRAPH(I)                                                                                \
   template Graph<I> make_graph(std::string const &, I, I, std::vector<offset_type> const &, std::vector<I> const &,    \
                                std::vector<float> const &);                                                            \
-  template Graph<I> graph_from_edges(std::string const &, I, std::vector<std::pair<I, I>> const &, bool, bool, bool);  \
+  template Graph<I> graph_from_edges(std::string const &, I, std::vector<std::pair<I, I>> const &,                     \
+                                     EdgeListOptions const &);                                                         \
   template void validate(Graph<I> const &);                                                                            \
   template DegreeStats degree_stats(Graph<I> const &);                                                                 \
   template Graph<I> gcn_normalize(Graph<I> const &);                                                                   \

@@ -4,6 +4,7 @@
 #include <tessel/gnn/DistSpmm.hpp>
 #include <tessel/gnn/Model.hpp>
 
+#include "impl/Memory.hpp"
 #include "impl/ModelState.hpp"
 
 #include <algorithm>
@@ -69,6 +70,7 @@ public:
     s.options = options;
     s.data_name = data.name;
     check();
+    s.data_digest = content_digest(data);
     if (comm)
       require_same_on_every_rank();
     // Aggregation operator: GCN's D^-1/2 (A + I) D^-1/2 or GIN's A + (1 + eps) I.
@@ -90,6 +92,7 @@ public:
 private:
   void check() {
     validate(data);
+    TESSEL_REQUIRE(data.num_nodes() > 0, "train: dataset '", data.name, "' has no nodes");
     TESSEL_REQUIRE(options.layers >= 1 && options.hidden >= 1 && options.epochs >= 0,
                    "train: layers = ", options.layers, ", hidden = ", options.hidden, ", epochs = ", options.epochs);
     TESSEL_REQUIRE(options.dropout >= 0 && options.dropout < 1, "train: dropout = ", options.dropout,
@@ -97,7 +100,34 @@ private:
     TESSEL_REQUIRE(!data.labels.empty() && data.num_classes >= 1, "train: dataset '", data.name, "' has no labels");
     TESSEL_REQUIRE(!data.train_mask.empty() && !data.val_mask.empty() && !data.test_mask.empty(), "train: dataset '",
                    data.name, "' has no train/val/test masks");
+    auto const count = [](std::vector<std::uint8_t> const &mask) { return std::count(mask.begin(), mask.end(), 1); };
+    TESSEL_REQUIRE(count(data.train_mask) > 0, "train: dataset '", data.name,
+                   "' has no training node (masks/train is all zeros): there is nothing to learn from");
+    TESSEL_REQUIRE(options.patience == 0 || count(data.val_mask) > 0, "train: dataset '", data.name,
+                   "' has no validation node (masks/val is all zeros), so early stopping (patience = ",
+                   options.patience, ") could never act; train with patience 0");
     s.classes = data.num_classes;
+    require_memory();
+  }
+
+  /// The parameters (with gradients and Adam moments) and the activations of every row, estimated before any of
+  /// it is allocated.
+  void require_memory() const {
+    double const in0 = data.num_features() > 0 ? data.num_features() : options.random_features;
+    double parameters = 0, widths = in0;
+    double in = in0;
+    for (int l = 0; l < options.layers; ++l) {
+      double const out = l + 1 < options.layers ? options.hidden : data.num_classes;
+      parameters += in * out;
+      widths += out;
+      in = out;
+    }
+    double const rows = static_cast<double>(data.num_nodes());
+    // weight, gradient and two moments; per row: input, dropped input, aggregation and gradient of each layer.
+    Impl::require_memory_for("train: the model (" + std::to_string(options.layers) + " layers of width " +
+                                 std::to_string(options.hidden) + " over " + std::to_string(data.num_nodes()) +
+                                 " nodes)",
+                             4.0 * (4 * parameters + 4 * rows * widths));
   }
 
   /// Every rank must train the same model on the same graph: one clear error on every rank otherwise.
@@ -268,8 +298,8 @@ private:
       std::size_t const brows = options.model == ModelKind::gin ? 1 : 0;
       s.b.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias"), brows, out));
       s.db.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias_grad"), brows, out));
-      s.mb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::adam_m"), brows, out));
-      s.vb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::adam_v"), brows, out));
+      s.mb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias_adam_m"), brows, out));
+      s.vb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias_adam_v"), brows, out));
       s.aggregate_first.push_back(in <= out);
       s.s.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::aggregated"), un, in <= out ? in : out));
     }

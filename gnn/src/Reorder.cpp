@@ -488,27 +488,31 @@ void gather_rows(ExecSpace const &space, std::vector<std::int64_t> const &index,
 }
 } // namespace
 
-template <class ExecSpace, class MemorySpace, class Check>
+namespace Impl {
+
+template <class ExecSpace, class MemorySpace>
 void permute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                   Matrix<MemorySpace> const &out) {
   gather_rows<ExecSpace, MemorySpace>(space, perm.old_of_new, false, x, out, "Tessel::gnn::permute_rows");
 }
 
-template <class ExecSpace, class MemorySpace, class Check>
+template <class ExecSpace, class MemorySpace>
 void unpermute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                     Matrix<MemorySpace> const &out) {
   gather_rows<ExecSpace, MemorySpace>(space, perm.old_of_new, true, x, out, "Tessel::gnn::unpermute_rows");
 }
+
+} // namespace Impl
 
 template Partition partition(Graph<std::int32_t> const &, std::int64_t, PartitionMethod, std::int64_t, std::uint64_t);
 template Partition partition(Graph<std::int64_t> const &, std::int64_t, PartitionMethod, std::int64_t, std::uint64_t);
 template Graph<std::int32_t> permute(Graph<std::int32_t> const &, Permutation const &);
 template Graph<std::int64_t> permute(Graph<std::int64_t> const &, Permutation const &);
 #define TESSEL_GNN_INSTANTIATE_PERMUTE(SPACE)                                                                          \
-  template void permute_rows(SPACE const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,               \
-                             Matrix<Kokkos::HostSpace> const &);                                                       \
-  template void unpermute_rows(SPACE const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,             \
-                               Matrix<Kokkos::HostSpace> const &);
+  template void Impl::permute_rows(SPACE const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,         \
+                                   Matrix<Kokkos::HostSpace> const &);                                                 \
+  template void Impl::unpermute_rows(SPACE const &, Permutation const &, ConstMatrix<Kokkos::HostSpace> const &,       \
+                                     Matrix<Kokkos::HostSpace> const &);
 TESSEL_FOR_EACH_HOST_EXECUTION_SPACE(TESSEL_GNN_INSTANTIATE_PERMUTE)
 
 } // namespace tessel::gnn

@@ -43,7 +43,8 @@ template <class Index> Graph<Index> awkward_graph(Index n, std::uint64_t seed, d
     }
   }
   std::shuffle(edges.begin(), edges.end(), rng);
-  auto g = graph_from_edges<Index>("awkward", n, edges, /*symmetrize=*/false, /*merge_duplicates=*/false);
+  auto g =
+      graph_from_edges<Index>("awkward", n, edges, EdgeListOptions{/*symmetrize=*/false, /*merge_duplicates=*/false});
   // Non-unit weights, so that a kernel that ignores values fails.
   std::uniform_real_distribution<float> w(0.25f, 2.0f);
   for (std::size_t k = 0; k < g.values().extent(0); ++k)

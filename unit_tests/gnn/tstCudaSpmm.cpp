@@ -378,10 +378,10 @@ TEST(CudaSpmm, empty_and_tiny_graphs) {
         algorithm == SpmmAlgorithm::tiles || algorithm == SpmmAlgorithm::dense || algorithm == SpmmAlgorithm::adaptive
             ? Precision::tf32
             : Precision::fp32;
-    auto const empty = graph_from_edges<std::int32_t>("empty", 30, {}, false, true);
+    auto const empty = graph_from_edges<std::int32_t>("empty", 30, {});
     gc::SpmmHandle<std::int32_t> h(stream, empty, with(algorithm));
     check_handle(h, empty, 5, p, std::string("empty graph, ") + name_of(algorithm));
-    auto const one = graph_from_edges<std::int32_t>("one", 1, {{0, 0}}, false, true);
+    auto const one = graph_from_edges<std::int32_t>("one", 1, {{0, 0}});
     gc::SpmmHandle<std::int32_t> h1(stream, one, with(algorithm));
     check_handle(h1, one, 3, p, std::string("one node, ") + name_of(algorithm));
   }

@@ -111,6 +111,82 @@ TEST(gnn_dataset, wrong_schema) {
   EXPECT_NE(msg.find("tessel.gnn.graph"), std::string::npos) << msg;
 }
 
+// Values accepted as something else: a flag is 0 or 1, a class count and a feature width lie in range (and what
+// they would allocate is checked against memory) before anything is allocated.
+TEST(gnn_dataset, flags_other_than_0_or_1_are_refused) {
+  for (auto const *flag : {"directed", "features_random"})
+    for (int v : {2, -1}) {
+      auto msg = load_error([&](auto &f) { f.write_attribute("/", flag, v); });
+      EXPECT_NE(msg.find(std::string("root attribute ") + flag + " = " + std::to_string(v) + ", expected 0 or 1"),
+                std::string::npos)
+          << msg;
+    }
+}
+
+TEST(gnn_dataset, declared_sizes_out_of_range_are_refused) {
+  auto msg = load_error([](auto &f) { f.write_attribute("/", "num_classes", std::int64_t{2147483647}); });
+  EXPECT_NE(msg.find("num_classes = 2147483647, expected an integer in [0, 1048576]"), std::string::npos) << msg;
+  // A file with n nodes, no edges and the sparse form of features of the given width.
+  auto const sparse_width = [](std::int64_t nodes, std::int64_t width) {
+    std::string const path = "tessel_gnn_test_bad.h5";
+    {
+      tessel::h5::File f(path, tessel::h5::Mode::truncate);
+      f.write_attribute("/", "schema", "tessel.gnn.graph");
+      f.write_attribute("/", "schema_version", 1);
+      f.write_attribute("/", "name", "wide");
+      std::vector<std::int64_t> const zeros(static_cast<std::size_t>(nodes) + 1, 0);
+      f.write("graph/indptr", zeros);
+      f.write("graph/indices", std::vector<std::int64_t>{});
+      f.write("features/indptr", zeros);
+      f.write("features/indices", std::vector<std::int64_t>{});
+      f.write("features/data", std::vector<float>{});
+      f.write_attribute("/features", "num_features", width);
+      f.close();
+    }
+    std::string m;
+    try {
+      load_dataset(path);
+    } catch (tessel::Exception const &e) {
+      m = e.what();
+    }
+    std::remove(path.c_str());
+    return m;
+  };
+  msg = sparse_width(4, -5);
+  EXPECT_NE(msg.find("num_features = -5, expected an integer in [0, 2147483648]"), std::string::npos) << msg;
+  // In range, but 2^20 rows of 2^31 floats (8 PiB) fit no machine: the error says how much, before allocating.
+  msg = sparse_width(std::int64_t{1} << 20, std::int64_t{1} << 31);
+  EXPECT_NE(msg.find("its dense features (1048576 x 2147483648 floats"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("would need 8.38861e+06 GiB"), std::string::npos) << msg;
+}
+
+TEST(gnn_dataset, an_empty_name_falls_back_to_the_file) {
+  auto const path = write_file("tessel_gnn_test_noname.h5", [](auto &f) { f.write_attribute("/", "name", ""); });
+  EXPECT_EQ(load_dataset(path).name, path);
+  std::remove(path.c_str());
+}
+
+TEST(gnn_dataset, the_content_digest_sees_graph_features_and_labels_not_the_name) {
+  SbmOptions o;
+  o.nodes = 300;
+  o.community_size = 30;
+  o.features = 4;
+  auto const a = generate_sbm(o);
+  auto b = generate_sbm(o);
+  EXPECT_EQ(content_digest(a), content_digest(b));
+  b.name = "renamed";
+  EXPECT_EQ(content_digest(a), content_digest(b));
+  b.features(7, 2) += 1.0f;
+  EXPECT_NE(content_digest(a), content_digest(b));
+  auto c = generate_sbm(o);
+  c.labels[3] = (c.labels[3] + 1) % c.num_classes;
+  EXPECT_NE(content_digest(a), content_digest(c));
+  o.seed = 2; // another graph of the same name and shape
+  auto const d = generate_sbm(o);
+  EXPECT_EQ(d.name, a.name);
+  EXPECT_NE(content_digest(a), content_digest(d));
+}
+
 TEST(gnn_dataset, round_trip) {
   SbmOptions o;
   o.nodes = 500;

@@ -103,8 +103,7 @@ Graph<std::int32_t> symmetric_graph(std::int32_t n, std::uint64_t seed) {
   for (std::int32_t i = 0; i < a.num_rows(); ++i)
     for (offset_type k = a.row_map()(i); k < a.row_map()(i + 1); ++k)
       edges.emplace_back(i, a.entries()(k));
-  return gcn_normalize(graph_from_edges<std::int32_t>("symmetric", n, edges, /*symmetrize=*/true,
-                                                      /*merge_duplicates=*/true));
+  return gcn_normalize(graph_from_edges<std::int32_t>("symmetric", n, edges, EdgeListOptions{/*symmetrize=*/true}));
 }
 
 /// Planted communities in id order (few rows have halo entries under any partition): the product and reduce forms
@@ -361,7 +360,7 @@ TEST(DistSpmm, large_halos_go_in_several_messages) {
   std::vector<std::pair<std::int32_t, std::int32_t>> edges;
   for (std::int32_t e = 0; e < 5 * n; ++e)
     edges.emplace_back(node(rng), node(rng));
-  auto const g = graph_from_edges<std::int32_t>("random", n, edges, /*symmetrize=*/false, /*merge_duplicates=*/true);
+  auto const g = graph_from_edges<std::int32_t>("random", n, edges);
   DistGraphOptions o;
   o.method = DistPartitionMethod::contiguous;
   DistGraph<std::int32_t> const dg(comm, g, o);

@@ -1,6 +1,7 @@
 // Graph construction, validation messages, GCN normalization, transpose, and the reorder / undo round trip.
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Graph.hpp>
+#include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Reorder.hpp>
 
 #include <GnnTestGraphs.hpp>
@@ -31,12 +32,13 @@ TEST(gnn_graph, validation_names_graph_and_first_bad_entry) {
   EXPECT_NE(msg.find("indptr[last] = 3"), std::string::npos) << msg;
   msg = error_of([] { make_graph<std::int64_t>("g5", 2, 2, {0, 1, 2}, {0, 1}, {1.0f, NAN}); });
   EXPECT_NE(msg.find("values[1]"), std::string::npos) << msg;
-  msg = error_of([] { graph_from_edges<std::int32_t>("g6", 4, {{0, 1}, {2, 9}}, true, true); });
+  msg = error_of([] { graph_from_edges<std::int32_t>("g6", 4, {{0, 1}, {2, 9}}, EdgeListOptions{true, true}); });
   EXPECT_NE(msg.find("edge 1 (2 -> 9)"), std::string::npos) << msg;
 }
 
 TEST(gnn_graph, degree_stats) {
-  auto const g = graph_from_edges<std::int32_t>("s", 5, {{0, 1}, {0, 1}, {2, 2}, {3, 1}}, false, false);
+  auto const g =
+      graph_from_edges<std::int32_t>("s", 5, {{0, 1}, {0, 1}, {2, 2}, {3, 1}}, EdgeListOptions{false, false});
   auto const st = degree_stats(g);
   EXPECT_EQ(st.nnz, 4);
   EXPECT_EQ(st.max_degree, 3); // row 1 aggregates 0, 0, 3
@@ -90,7 +92,7 @@ TEST(gnn_graph, transpose_and_symmetry) {
     std::sort(b.begin(), b.end());
     EXPECT_EQ(a, b) << "row " << i;
   }
-  auto const sym = graph_from_edges<std::int32_t>("sym", 6, {{0, 1}, {2, 3}, {4, 4}}, true, true);
+  auto const sym = graph_from_edges<std::int32_t>("sym", 6, {{0, 1}, {2, 3}, {4, 4}}, EdgeListOptions{true, true});
   EXPECT_TRUE(is_symmetric(sym));
   EXPECT_TRUE(is_symmetric(gcn_normalize(sym)));
 }
@@ -164,6 +166,59 @@ TEST(gnn_reorder, partitions_recover_planted_communities) {
     EXPECT_EQ(p.method, method == PartitionMethod::automatic ? PartitionMethod::label_propagation : method);
     EXPECT_GT(p.intra_fraction, 0.75) << name_of(method);
   }
+}
+
+// The in-memory path of an application: an edge list read with named options, its own feature and label arrays,
+// a split, training; and its own Views (plain, non-const, subviews) handed to the row permutations and the handle.
+TEST(gnn_graph, an_application_builds_its_data_in_memory) {
+  std::vector<std::pair<std::int32_t, std::int32_t>> edges;
+  std::int32_t const n = 120;
+  for (std::int32_t i = 0; i < n; ++i) {
+    edges.emplace_back(i, (i + 1) % n);
+    edges.emplace_back(i, (i * 7 + 3) % n);
+  }
+  edges.emplace_back(5, 5);
+  EdgeListOptions o;
+  o.symmetrize = true;
+  o.drop_self_loops = true;
+  auto const graph = graph_from_edges<std::int32_t>("ring", n, edges, o);
+  EXPECT_TRUE(is_symmetric(graph));
+  EXPECT_EQ(degree_stats(graph).self_loops, 0);
+  Matrix<Kokkos::HostSpace> features("Tessel::test::features", static_cast<std::size_t>(n), 4);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  for (std::int32_t i = 0; i < n; ++i) {
+    labels[static_cast<std::size_t>(i)] = i % 3;
+    features(static_cast<std::size_t>(i), static_cast<std::size_t>(i % 3)) = 1.0f;
+  }
+  auto data = make_dataset("ring", graph, features, labels);
+  EXPECT_EQ(data.num_classes, 3);
+  EXPECT_FALSE(data.directed);
+  make_split(data, 10, 30, 30, 1);
+  TrainOptions t;
+  t.epochs = 3;
+  t.spmm.algorithm = SpmmAlgorithm::csr;
+  auto const result = train(Kokkos::DefaultHostExecutionSpace(), data, t);
+  EXPECT_EQ(result.epochs_run, 3);
+  labels[0] = 7; // beyond the classes given
+  EXPECT_NE(error_of([&] { make_dataset("bad", graph, features, labels, 3); }).find("labels[0] = 7"),
+            std::string::npos);
+
+  // Plain Kokkos Views, non-const Matrix and a subview of rows: the permutation and its inverse restore X exactly.
+  auto const perm = partition(graph, 16, PartitionMethod::label_propagation).permutation;
+  Kokkos::View<float **> x("Tessel::test::x", static_cast<std::size_t>(n), 5), back("Tessel::test::back", n, 5);
+  for (std::size_t k = 0; k < x.size(); ++k)
+    x.data()[k] = static_cast<float>(k);
+  Matrix<Kokkos::HostSpace> moved("Tessel::test::moved", static_cast<std::size_t>(n), 5);
+  Kokkos::DefaultHostExecutionSpace space;
+  permute_rows(space, perm, x, moved);
+  unpermute_rows(space, perm, moved, back);
+  space.fence();
+  for (std::size_t k = 0; k < x.size(); ++k)
+    ASSERT_EQ(back.data()[k], x.data()[k]);
+  SpmmHandle<std::int32_t> h(space, graph);
+  auto rows = Kokkos::subview(back, std::make_pair(0, n), Kokkos::ALL());
+  h.apply(space, moved, rows); // a plain View and a subview, in the handle's order
+  space.fence();
 }
 
 } // namespace

@@ -161,10 +161,10 @@ TEST(TEST_CATEGORY, spmm_empty_and_tiny_graphs) {
        {SpmmAlgorithm::csr, SpmmAlgorithm::csr_feature_tiled, SpmmAlgorithm::coo, SpmmAlgorithm::coo_atomic,
         SpmmAlgorithm::tiles, SpmmAlgorithm::dense, SpmmAlgorithm::kk, SpmmAlgorithm::adaptive}) {
     // No edges at all: Y must be zero, not left over.
-    auto const empty = graph_from_edges<std::int32_t>("empty", 30, {}, false, true);
+    auto const empty = graph_from_edges<std::int32_t>("empty", 30, {});
     SpmmHandle<std::int32_t, Space> h(Space(), empty, with(algorithm));
     check_handle(h, empty, 5, std::string("empty graph, ") + name_of(algorithm));
-    auto const one = graph_from_edges<std::int32_t>("one", 1, {{0, 0}}, false, true);
+    auto const one = graph_from_edges<std::int32_t>("one", 1, {{0, 0}});
     SpmmHandle<std::int32_t, Space> h1(Space(), one, with(algorithm));
     check_handle(h1, one, 3, std::string("one node, ") + name_of(algorithm));
   }

@@ -1,6 +1,7 @@
 // GCN / GIN: gradients against finite differences (directed graphs, so the A^T path is exercised; dense and sparse
 // input features), learning on a planted-community graph, the sparse-feature path against the dense one, and
 // checkpoints that resume bit for bit.
+#include <tessel/core/H5File.hpp>
 #include <tessel/gnn/Model.hpp>
 
 #include <GnnTestGraphs.hpp>
@@ -10,8 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 
 namespace {
@@ -255,6 +258,148 @@ TEST(TEST_CATEGORY, gnn_model_checkpoint_of_another_model_is_refused) {
   o.resume = true;
   EXPECT_THROW(train(Space(), data, o), tessel::Exception);
   std::remove(TEST_CATEGORY_NAME "_tessel_gnn_test_other.h5");
+}
+
+/// A checkpoint of 4 epochs of GCN (csr) on \p data at \p path.
+void write_checkpoint_of(Dataset const &data, std::string const &path) {
+  TrainOptions o;
+  o.epochs = 4;
+  o.patience = 0;
+  o.hidden = 8;
+  o.spmm.algorithm = SpmmAlgorithm::csr;
+  o.checkpoint = path;
+  train(Space(), data, o);
+}
+
+std::string resume_error(Dataset const &data, std::string const &path, std::uint64_t seed = 42) {
+  TrainOptions o;
+  o.epochs = 6;
+  o.patience = 0;
+  o.hidden = 8;
+  o.seed = seed;
+  o.spmm.algorithm = SpmmAlgorithm::csr;
+  o.checkpoint = path;
+  o.resume = true;
+  try {
+    train(Space(), data, o);
+  } catch (tessel::Exception const &e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A checkpoint is for its data set by content: another graph saved under the same name does not resume.
+TEST(TEST_CATEGORY, gnn_model_checkpoint_of_another_graph_with_the_same_name_is_refused) {
+  std::string const path = TEST_CATEGORY_NAME "_tessel_gnn_test_same_name.h5";
+  auto const data = small_directed(21);
+  write_checkpoint_of(data, path);
+  auto other = small_directed(22);
+  other.name = data.name;
+  ASSERT_EQ(other.num_nodes(), data.num_nodes());
+  auto const msg = resume_error(other, path);
+  EXPECT_NE(msg.find("with other content than this run's"), std::string::npos) << msg;
+  EXPECT_EQ(resume_error(data, path), ""); // the same data resumes
+  std::remove(path.c_str());
+}
+
+// What a checkpoint claims is checked before it is believed: epochs 1, 2, ... one per optimizer step, finite
+// parameters, the seed that wrote it; a refused file leaves the model's parameters as they were.
+TEST(TEST_CATEGORY, gnn_model_damaged_checkpoints_are_refused) {
+  std::string const path = TEST_CATEGORY_NAME "_tessel_gnn_test_damaged.h5";
+  auto const data = small_directed(23);
+  auto const damaged = [&](std::function<void(tessel::h5::File &)> const &damage) {
+    write_checkpoint_of(data, path);
+    {
+      tessel::h5::File f(path, tessel::h5::Mode::append);
+      damage(f);
+      f.close();
+    }
+    return resume_error(data, path);
+  };
+  auto msg = damaged([](tessel::h5::File &f) {
+    auto h = f.read<double>("history", {tessel::h5::any, 8});
+    for (std::size_t r = 0; r < h.rows(); ++r)
+      h.data[r * 8] = -1000000.0 + static_cast<double>(r);
+    f.write("history", h.data.data(), {h.rows(), 8});
+  });
+  EXPECT_NE(msg.find("history row 0 is epoch -1e+06, expected 1"), std::string::npos) << msg;
+  msg = damaged([](tessel::h5::File &f) { f.write_attribute("/", "adam_t", std::int64_t{7}); });
+  EXPECT_NE(msg.find("history has 4 epochs but adam_t = 7"), std::string::npos) << msg;
+  msg = damaged([](tessel::h5::File &f) { f.write_attribute("/", "adam_t", std::int64_t{-1000000}); });
+  EXPECT_NE(msg.find("adam_t = -1000000 is outside [0, 1000000]"), std::string::npos) << msg;
+  msg = damaged([](tessel::h5::File &f) {
+    auto w = f.read<float>("layer1/weight", {tessel::h5::any, tessel::h5::any});
+    w.data[3] = NAN;
+    f.write("layer1/weight", w.data.data(), {w.rows(), w.data.size() / w.rows()});
+  });
+  EXPECT_NE(msg.find("layer1/weight[1, 0] = nan is not finite"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("learning rate"), std::string::npos) << msg;
+  // The refused file leaves the model untouched.
+  {
+    TrainOptions o;
+    o.hidden = 8;
+    o.spmm.algorithm = SpmmAlgorithm::csr;
+    GnnModel<Space> model(Space(), data, o);
+    auto const before = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.weight(0));
+    EXPECT_THROW(model.load_checkpoint(path), tessel::Exception);
+    auto const after = model.weight(0);
+    for (std::size_t k = 0; k < before.size(); ++k)
+      ASSERT_EQ(before.data()[k], after.data()[k]) << "element " << k;
+  }
+  write_checkpoint_of(data, path);
+  msg = resume_error(data, path, 7);
+  EXPECT_NE(msg.find("was written with seed 42; this run has seed 7"), std::string::npos) << msg;
+  std::remove(path.c_str());
+}
+
+TEST(TEST_CATEGORY, gnn_model_refuses_data_it_cannot_learn_from) {
+  auto data = small_directed(24);
+  TrainOptions o;
+  o.epochs = 2;
+  o.spmm.algorithm = SpmmAlgorithm::csr;
+  auto const error = [&](Dataset const &d, TrainOptions const &opts) {
+    try {
+      train(Space(), d, opts);
+    } catch (tessel::Exception const &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto no_val = data;
+  std::fill(no_val.val_mask.begin(), no_val.val_mask.end(), 0);
+  auto msg = error(no_val, o);
+  EXPECT_NE(msg.find("has no validation node"), std::string::npos) << msg;
+  o.patience = 0; // no early stopping: nothing needs the validation nodes
+  EXPECT_EQ(error(no_val, o), "");
+  auto no_train = data;
+  std::fill(no_train.train_mask.begin(), no_train.train_mask.end(), 0);
+  msg = error(no_train, o);
+  EXPECT_NE(msg.find("has no training node"), std::string::npos) << msg;
+  TrainOptions huge = o;
+  huge.hidden = 1 << 16;
+  huge.layers = 64;
+  msg = error(data, huge);
+  EXPECT_NE(msg.find("the model (64 layers of width 65536"), std::string::npos) << msg;
+}
+
+TEST(TEST_CATEGORY, gnn_model_bias_moments_are_labelled_as_such) {
+  auto const data = small_directed(25);
+  tessel::test::ToolsRecorder recorder;
+  TrainOptions o;
+  o.model = ModelKind::gin;
+  o.layers = 3;
+  o.hidden = 8;
+  o.epochs = 1;
+  o.spmm.algorithm = SpmmAlgorithm::csr;
+  train(Space(), data, o);
+  auto const count = [&](char const *label) {
+    return std::count(recorder.allocations.begin(), recorder.allocations.end(), std::string(label));
+  };
+  // Every layer's weight and bias each have two moments, labelled as what they belong to.
+  EXPECT_EQ(count("Tessel::gnn::adam_m"), 3);
+  EXPECT_EQ(count("Tessel::gnn::adam_v"), 3);
+  EXPECT_EQ(count("Tessel::gnn::bias_adam_m"), 3);
+  EXPECT_EQ(count("Tessel::gnn::bias_adam_v"), 3);
 }
 
 TEST(TEST_CATEGORY, gnn_model_training_allocations_are_labelled) {

@@ -31,6 +31,7 @@ template <class ExecSpace> struct ModelState {
   ExecSpace space;
   TrainOptions options;
   std::string data_name;
+  std::uint64_t data_digest = 0; // content_digest of the data set (checkpoints are for this one only)
   std::int64_t n = 0;
   int classes = 0;
   std::vector<int> dims; // dims[l] -> dims[l+1]

@@ -101,7 +101,8 @@ TEST(Consumer, hdf5_write_and_read_back) {
 // Y = A X on a path 0 - 1 - 2 (symmetrized): each row sums its neighbours' features.
 TEST(Consumer, gnn_spmm_on_a_path) {
   std::vector<std::pair<std::int32_t, std::int32_t>> const edges{{0, 1}, {1, 2}};
-  auto const g = tessel::gnn::graph_from_edges<std::int32_t>("path", 3, edges, true, true);
+  auto const g =
+      tessel::gnn::graph_from_edges<std::int32_t>("path", 3, edges, tessel::gnn::EdgeListOptions{true, true});
   tessel::gnn::SpmmOptions options;
   options.algorithm = tessel::gnn::SpmmAlgorithm::csr;
   tessel::gnn::SpmmHandle<std::int32_t, Host> h(Host(), g, options);

@@ -29,6 +29,17 @@ struct Dataset {
   int num_features() const { return static_cast<int>(features.extent(1)); }
 };
 
+/// \brief A data set from an application's own arrays (copied in where given by value, checked by validate()):
+/// the graph, one row of \p features per node (0 columns: none), a class per node (-1: unlabelled; empty: none).
+/// \p num_classes 0 takes the largest label + 1. The split is drawn by make_split.
+/// \code
+/// auto data = tessel::gnn::make_dataset("mesh", graph, features, labels);
+/// tessel::gnn::make_split(data, 20, 500, 1000, /*seed=*/1);   // 20 training nodes per class, 500 val, 1000 test
+/// auto result = tessel::gnn::train(Kokkos::DefaultHostExecutionSpace(), data, tessel::gnn::TrainOptions{});
+/// \endcode
+Dataset make_dataset(std::string name, Graph<std::int32_t> graph, Matrix<Kokkos::HostSpace> features,
+                     std::vector<std::int32_t> labels, int num_classes = 0);
+
 /// \brief Reads a `tessel.gnn.graph` file and validates it; errors name the file, the data set, the dataset
 /// path in the file and the first bad entry.
 Dataset load_dataset(std::string const &path);
@@ -37,6 +48,11 @@ void save_dataset(std::string const &path, Dataset const &data);
 /// \brief Checks graph, feature shape and finiteness, label range and masks; throws naming \p data.name and the
 /// first bad entry.
 void validate(Dataset const &data);
+
+/// \brief A 64-bit digest of what a model learns from: the graph's structure and weights (offsets, columns, values),
+/// the features and the labels. Two data sets with the same name but another graph, other features or other labels
+/// differ in it (with overwhelming probability); the name and source do not enter it.
+std::uint64_t content_digest(Dataset const &data);
 
 /// \brief Row-normalizes features in place (each row sums to 1; zero rows stay zero), as Kipf & Welling.
 void normalize_rows(Matrix<Kokkos::HostSpace> const &features);

@@ -60,6 +60,14 @@ public:
 
   /// y = A x on this rank's rows (x and y: local_rows() x F, the same F on every rank).
   void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
+  /// The same with any row-major rank-2 Views of float in host memory (a plain Kokkos::View<float **>, ...).
+  template <class XView, class YView> void apply(ExecSpace const &space, XView const &x, YView const &y) {
+    static_assert(Impl::check_feature_view<XView, false>() && Impl::check_feature_view<YView, true>());
+    static_assert(std::is_same_v<typename XView::memory_space, memory_space> &&
+                      std::is_same_v<typename YView::memory_space, memory_space>,
+                  "tessel::gnn::DistSpmm::apply: x and y live in host memory");
+    apply(space, ConstMatrix<memory_space>(x), Matrix<memory_space>(y));
+  }
   /// y = A t with t = x op(w) (a GNN layer that transforms, then aggregates), t returned too: the rows of t the
   /// peers need are computed first and sent, and the rest of t is computed while they are in flight, so the dense
   /// product hides the exchange as the local block does. x: local_rows() x K, op(w): K x F, t and y: local_rows() x F.

@@ -26,6 +26,23 @@ using Matrix = Kokkos::View<float **, Kokkos::LayoutRight, MemorySpace>;
 template <class MemorySpace = Kokkos::HostSpace>
 using ConstMatrix = Kokkos::View<float const **, Kokkos::LayoutRight, MemorySpace>;
 
+namespace Impl {
+/// The requirements of a View the gnn operations read (\p writable: or write) as a feature matrix, each a
+/// static_assert that names it: a Kokkos::View of rank 2 (rows x features) of float, row-major (LayoutRight).
+/// Any such View works: Matrix and ConstMatrix, a plain Kokkos::View<float **>, a subview of rows, unmanaged Views.
+template <class View, bool writable> constexpr bool check_feature_view() {
+  static_assert(Kokkos::is_view<View>::value, "tessel::gnn: feature matrices are Kokkos::Views");
+  static_assert(int(View::rank) == 2, "tessel::gnn: feature matrices are rank-2 Views (rows x features)");
+  static_assert(std::is_same_v<typename View::non_const_value_type, float>, "tessel::gnn: feature matrices hold float");
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight>,
+                "tessel::gnn: feature matrices are row-major (Kokkos::LayoutRight); copy a LayoutLeft or "
+                "LayoutStride View into a Matrix first");
+  static_assert(!writable || !std::is_const_v<typename View::value_type>,
+                "tessel::gnn: an output feature matrix must be writable (a View of non-const float)");
+  return true;
+}
+} // namespace Impl
+
 /// \brief A sparse matrix in CSR form: row_map (num_rows + 1 offsets), entries (column of each edge), values.
 ///
 /// Row i holds the edges row_map(i) .. row_map(i+1)-1; entry j of row i means "i aggregates from j", so
@@ -87,15 +104,34 @@ Graph<Index> make_graph(std::string const &name, Index num_rows, Index num_cols,
                         std::vector<offset_type> const &row_map, std::vector<Index> const &entries,
                         std::vector<float> const &values = {});
 
+/// \brief How graph_from_edges reads an edge list.
+struct EdgeListOptions {
+  bool symmetrize = false;      ///< add the reverse of every edge (an undirected graph from one direction each)
+  bool merge_duplicates = true; ///< one entry per (row, column), weight 1
+  bool drop_self_loops = false; ///< remove (i, i)
+};
+
 /// \brief A host graph from directed edges (src, dst): row dst aggregates from column src (entry (dst, src)).
 ///
-/// Entries are sorted by column in each row. \p symmetrize adds the reverse of every edge; \p merge_duplicates
-/// keeps one entry per (row, column) with weight 1; \p drop_self_loops removes (i, i). Errors name \p name and
-/// the first edge out of range.
+/// Entries are sorted by column in each row. Errors name \p name and the first edge out of range.
+/// \code
+/// std::vector<std::pair<std::int32_t, std::int32_t>> edges{{0, 1}, {1, 2}, {2, 0}};
+/// tessel::gnn::EdgeListOptions o;
+/// o.symmetrize = true;                                       // undirected: both directions
+/// auto g = tessel::gnn::graph_from_edges<std::int32_t>("triangle", 3, edges, o);
+/// \endcode
 template <class Index>
 Graph<Index> graph_from_edges(std::string const &name, Index num_nodes,
-                              std::vector<std::pair<Index, Index>> const &edges, bool symmetrize, bool merge_duplicates,
-                              bool drop_self_loops = false);
+                              std::vector<std::pair<Index, Index>> const &edges, EdgeListOptions const &options = {});
+
+/// \brief The same with the options as positional flags (symmetrize, merge_duplicates, drop_self_loops).
+template <class Index>
+[[deprecated("pass tessel::gnn::EdgeListOptions")]] Graph<Index>
+graph_from_edges(std::string const &name, Index num_nodes, std::vector<std::pair<Index, Index>> const &edges,
+                 bool symmetrize, bool merge_duplicates, bool drop_self_loops = false) {
+  return graph_from_edges<Index>(name, num_nodes, edges,
+                                 EdgeListOptions{symmetrize, merge_duplicates, drop_self_loops});
+}
 
 /// \brief Checks sizes, monotone row_map, column range and finite values; throws tessel::Exception naming the
 /// graph and the first bad entry.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tessel::gnn {
@@ -60,15 +61,39 @@ Partition partition(Graph<Index> const &graph, std::int64_t part_size, Partition
 /// \brief P A P^T: entry (i, j) of the result is entry (old_of_new[i], old_of_new[j]) of \p graph.
 template <class Index> Graph<Index> permute(Graph<Index> const &graph, Permutation const &perm);
 
-/// \brief Rows of \p x in the new order (out(k) = x(old_of_new[k])), on \p space. Instantiated for every enabled
-/// host execution space with host memory (TESSEL_FOR_EACH_HOST_EXECUTION_SPACE); other spaces do not compile.
-template <class ExecSpace, class MemorySpace, class = host_execution_space_t<ExecSpace>>
+namespace Impl {
+template <class ExecSpace, class MemorySpace>
 void permute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                   Matrix<MemorySpace> const &out);
-/// \brief Undoes permute_rows (out(old_of_new[k]) = x(k)), on \p space.
-template <class ExecSpace, class MemorySpace, class = host_execution_space_t<ExecSpace>>
+template <class ExecSpace, class MemorySpace>
 void unpermute_rows(ExecSpace const &space, Permutation const &perm, ConstMatrix<MemorySpace> const &x,
                     Matrix<MemorySpace> const &out);
+} // namespace Impl
+
+/// \brief Rows of \p x in the new order (out(k) = x(old_of_new[k])), on \p space.
+///
+/// \p x and \p out are any row-major rank-2 Views of float in host memory (Matrix, ConstMatrix, a plain
+/// Kokkos::View<float **>, subviews of rows); \p out must be writable. Other Views and execution spaces other than
+/// the enabled host ones fail to compile with a message naming the requirement.
+template <class ExecSpace, class XView, class OutView, class = host_execution_space_t<ExecSpace>>
+void permute_rows(ExecSpace const &space, Permutation const &perm, XView const &x, OutView const &out) {
+  static_assert(Impl::check_feature_view<XView, false>() && Impl::check_feature_view<OutView, true>());
+  static_assert(std::is_same_v<typename XView::memory_space, Kokkos::HostSpace> &&
+                    std::is_same_v<typename OutView::memory_space, Kokkos::HostSpace>,
+                "tessel::gnn::permute_rows: x and out live in host memory (Kokkos::HostSpace)");
+  Impl::permute_rows<ExecSpace, Kokkos::HostSpace>(space, perm, ConstMatrix<Kokkos::HostSpace>(x),
+                                                   Matrix<Kokkos::HostSpace>(out));
+}
+/// \brief Undoes permute_rows (out(old_of_new[k]) = x(k)), on \p space; the same Views as permute_rows.
+template <class ExecSpace, class XView, class OutView, class = host_execution_space_t<ExecSpace>>
+void unpermute_rows(ExecSpace const &space, Permutation const &perm, XView const &x, OutView const &out) {
+  static_assert(Impl::check_feature_view<XView, false>() && Impl::check_feature_view<OutView, true>());
+  static_assert(std::is_same_v<typename XView::memory_space, Kokkos::HostSpace> &&
+                    std::is_same_v<typename OutView::memory_space, Kokkos::HostSpace>,
+                "tessel::gnn::unpermute_rows: x and out live in host memory (Kokkos::HostSpace)");
+  Impl::unpermute_rows<ExecSpace, Kokkos::HostSpace>(space, perm, ConstMatrix<Kokkos::HostSpace>(x),
+                                                     Matrix<Kokkos::HostSpace>(out));
+}
 
 /// \brief Applies the permutation to a per-vertex host vector (out[k] = v[old_of_new[k]]).
 template <class T> std::vector<T> permute_vector(Permutation const &perm, std::vector<T> const &v) {

@@ -169,6 +169,15 @@ public:
   /// Y = A X on \p space (X: rows = num_cols, Y: rows = num_rows, same width). While the plan of this width is
   /// being tuned, each call runs one candidate (the result is always exact) and times it.
   void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
+  /// The same with any row-major rank-2 Views of float in the handle's memory space (a plain
+  /// Kokkos::View<float **>, Matrix, subviews of rows); other Views fail to compile, naming the requirement.
+  template <class XView, class YView> void apply(ExecSpace const &space, XView const &x, YView const &y) {
+    static_assert(Impl::check_feature_view<XView, false>() && Impl::check_feature_view<YView, true>());
+    static_assert(std::is_same_v<typename XView::memory_space, memory_space> &&
+                      std::is_same_v<typename YView::memory_space, memory_space>,
+                  "tessel::gnn::SpmmHandle::apply: X and Y live in the handle's memory space");
+    apply(space, ConstMatrix<memory_space>(x), Matrix<memory_space>(y));
+  }
 
   SpmmAlgorithm algorithm() const;
   Permutation const &permutation() const;
