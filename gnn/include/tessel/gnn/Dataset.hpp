@@ -15,17 +15,21 @@ namespace tessel::gnn {
 
 /// \brief A graph with node features, labels and a train/validation/test split, all in host memory.
 struct Dataset {
-  std::string name;
-  std::string source;
-  Graph<std::int32_t> graph;          ///< row i aggregates from its entries (as stored)
-  Matrix<Kokkos::HostSpace> features; ///< num_nodes x num_features; 0 columns when the file has none
-  bool features_random = false;       ///< features carry no signal (timing only)
-  std::vector<std::int32_t> labels;   ///< class of each node, -1 = unlabelled; empty when the file has none
-  int num_classes = 0;
-  std::vector<std::uint8_t> train_mask, val_mask, test_mask; ///< one 0/1 byte per node; empty when absent
-  bool directed = false;
+  std::string name;                     ///< the data set's name (used in messages)
+  std::string source;                   ///< where it came from (file, generator, application)
+  Graph<std::int32_t> graph;            ///< row i aggregates from its entries (as stored)
+  Matrix<Kokkos::HostSpace> features;   ///< num_nodes x num_features; 0 columns when the file has none
+  bool features_random = false;         ///< features carry no signal (timing only)
+  std::vector<std::int32_t> labels;     ///< class of each node, -1 = unlabelled; empty when the file has none
+  int num_classes = 0;                  ///< classes (labels are in [0, num_classes))
+  std::vector<std::uint8_t> train_mask; ///< one 0/1 byte per node: a training node; empty when absent
+  std::vector<std::uint8_t> val_mask;   ///< one 0/1 byte per node: a validation node; empty when absent
+  std::vector<std::uint8_t> test_mask;  ///< one 0/1 byte per node: a test node; empty when absent
+  bool directed = false;                ///< the graph is not symmetric (A^T differs from A)
 
+  /// Nodes (rows of the graph).
   std::int64_t num_nodes() const { return graph.num_rows(); }
+  /// Feature columns (0: none).
   int num_features() const { return static_cast<int>(features.extent(1)); }
 };
 
@@ -65,7 +69,7 @@ void make_split(Dataset &data, int per_class, std::int64_t val, std::int64_t tes
 
 /// \brief Stochastic block model with planted communities.
 struct SbmOptions {
-  std::int64_t nodes = 10000;
+  std::int64_t nodes = 10000;        ///< vertices
   std::int64_t community_size = 128; ///< mean size; sizes are uniform in [size/2, 3 size/2]
   double p_in = 0.1;                 ///< probability of each intra-community pair
   double inter_degree = 2.0;         ///< expected inter-community neighbours per node
@@ -73,20 +77,24 @@ struct SbmOptions {
   int features = 32;                 ///< 0: no features stored
   double feature_signal = 1.0;       ///< class centroid scale against unit Gaussian noise
   bool shuffle = true;               ///< random vertex ids, so communities are not contiguous
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;            ///< the graph is deterministic in the seed
 };
+/// \brief A planted-community graph with labels and class-correlated features.
 Dataset generate_sbm(SbmOptions const &options);
 
 /// \brief R-MAT (Chakrabarti et al.) with 2^scale vertices, symmetrized, duplicates and self-loops removed;
 /// random labels and features (timing only).
 struct RmatOptions {
-  int scale = 14;
-  double edge_factor = 8;
-  double a = 0.57, b = 0.19, c = 0.19;
-  int classes = 4;
-  int features = 0;
-  std::uint64_t seed = 1;
+  int scale = 14;         ///< 2^scale vertices
+  double edge_factor = 8; ///< edges per vertex before symmetrization
+  double a = 0.57;        ///< R-MAT quadrant probability a
+  double b = 0.19;        ///< R-MAT quadrant probability b
+  double c = 0.19;        ///< R-MAT quadrant probability c (d = 1 - a - b - c)
+  int classes = 4;        ///< random labels in [0, classes)
+  int features = 0;       ///< random feature columns (0: none)
+  std::uint64_t seed = 1; ///< the graph is deterministic in the seed
 };
+/// \brief An R-MAT graph (timing only: labels and features are random).
 Dataset generate_rmat(RmatOptions const &options);
 
 } // namespace tessel::gnn

@@ -26,16 +26,17 @@ enum class DistPartitionMethod {
   contiguous, ///< contiguous ranges of rows with about equal entries + rows per rank
   given       ///< DistGraphOptions::owner
 };
+/// "auto", "metis", "contiguous" or "given".
 char const *name_of(DistPartitionMethod method);
 /// Parses "auto", "metis", "contiguous" (the names of name_of; "given" is not a command-line choice).
 DistPartitionMethod parse_dist_partition_method(std::string const &text);
 
 /// \brief Options of DistGraph.
 struct DistGraphOptions {
-  DistPartitionMethod method = DistPartitionMethod::automatic;
+  DistPartitionMethod method = DistPartitionMethod::automatic; ///< how rows are assigned to ranks
   /// method given: the rank of every vertex (the same on every rank).
   std::vector<int> owner;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1; ///< METIS's seed (every rank computes the same partition)
 };
 
 /// \brief The rows of a square graph partitioned over the ranks of a Communicator.
@@ -48,7 +49,7 @@ template <class Index = std::int32_t> class DistGraph {
 public:
   /// One peer whose rows this rank's rows read, or whose rows read this rank's.
   struct Halo {
-    int peer = -1;
+    int peer = -1;                       ///< the peer's rank
     Graph<Index> block;                  ///< owned rows x recv_rows.size(): the entries whose column the peer owns
     std::vector<std::int64_t> recv_rows; ///< global ids of the peer's rows this rank needs, increasing
     std::vector<Index> send_rows;        ///< local ids of this rank's rows the peer needs, increasing global id
@@ -62,22 +63,31 @@ public:
   /// larger than one rank's memory loads; metis, automatic and given read the whole graph on every rank.
   static DistGraph load(Communicator const &comm, std::string const &path, DistGraphOptions const &options = {});
 
+  /// The graph's name.
   std::string const &name() const { return _name; }
+  /// Rows of the whole graph (all ranks).
   std::int64_t global_rows() const { return _global_rows; }
+  /// Entries of the whole graph.
   std::int64_t global_nnz() const { return _global_nnz; }
+  /// This rank.
   int rank() const { return _rank; }
+  /// The ranks the rows are spread over.
   int size() const { return _size; }
+  /// How the rows were assigned.
   DistPartitionMethod method() const { return _method; }
   /// Global ids of this rank's rows, increasing (local row k is global row owned_rows()[k]).
   std::vector<std::int64_t> const &owned_rows() const { return _owned; }
+  /// Rows this rank owns (the rows of its X and Y).
   std::int64_t local_rows() const { return static_cast<std::int64_t>(_owned.size()); }
   /// The rank of every global vertex.
   std::vector<int> const &owner() const { return _owner; }
+  /// This rank's rows restricted to the columns it owns (local numbering).
   Graph<Index> const &local_block() const { return _local; }
   /// Peers in increasing rank, only those with rows to send or to receive.
   std::vector<Halo> const &halos() const { return _halos; }
   /// Feature rows this rank receives per apply (sum of recv_rows over the peers) and sends.
   std::int64_t halo_recv_rows() const;
+  /// Feature rows this rank sends per apply (sum of send_rows over the peers).
   std::int64_t halo_send_rows() const;
   /// Seconds spent partitioning (on every rank: each computes the same assignment).
   double partition_seconds() const { return _partition_seconds; }

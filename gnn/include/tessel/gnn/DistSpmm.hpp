@@ -26,19 +26,21 @@ enum class DistSchedule {
   overlapped, ///< the local block while the halo rows are in flight, then each peer's block as its rows land
   sequential  ///< all halo rows first, then the local block and the peers' blocks (the baseline of the overlap)
 };
+/// "overlapped" or "sequential".
 char const *name_of(DistSchedule schedule);
 /// Parses "overlapped" or "sequential".
 DistSchedule parse_dist_schedule(std::string const &text);
 
 /// \brief Where the time of the last DistSpmm::apply went (seconds) and what it moved.
 struct DistSpmmTimings {
-  double pack_seconds = 0;    ///< copying the rows the peers need into send buffers
-  double local_seconds = 0;   ///< the local block (overlaps the messages in flight)
-  double wait_seconds = 0;    ///< waiting for halo rows that had not landed when the local block finished
-  double halo_seconds = 0;    ///< the peers' halo blocks and their fixed-order sum
-  double product_seconds = 0; ///< apply_product, apply_reduce: the dense products (except the peers' rows')
-  double total_seconds = 0;
-  std::int64_t bytes_sent = 0, bytes_received = 0;
+  double pack_seconds = 0;         ///< copying the rows the peers need into send buffers
+  double local_seconds = 0;        ///< the local block (overlaps the messages in flight)
+  double wait_seconds = 0;         ///< waiting for halo rows that had not landed when the local block finished
+  double halo_seconds = 0;         ///< the peers' halo blocks and their fixed-order sum
+  double product_seconds = 0;      ///< apply_product, apply_reduce: the dense products (except the peers' rows')
+  double total_seconds = 0;        ///< the whole apply
+  std::int64_t bytes_sent = 0;     ///< feature bytes sent to the peers
+  std::int64_t bytes_received = 0; ///< feature bytes received from the peers
 };
 
 /// \brief Y = A X for a DistGraph and any feature width; X and Y hold this rank's rows (DistGraph::owned_rows order).
@@ -47,16 +49,20 @@ template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class DistSpmm {
   static_assert(is_host_execution_space_v<ExecSpace>, "tessel::gnn::DistSpmm runs on the host execution spaces");
 
 public:
-  using execution_space = ExecSpace;
-  using memory_space = typename ExecSpace::memory_space;
+  using execution_space = ExecSpace;                     ///< where the applies run
+  using memory_space = typename ExecSpace::memory_space; ///< where X and Y live
 
   /// The local block gets \p options (an adaptive handle keeps the local order: its parts are cut from it); the halo
   /// blocks, few entries per row in a rectangular block, run csr. \p graph must outlive this object.
   DistSpmm(ExecSpace const &space, Communicator comm, DistGraph<std::int32_t> const &graph,
            SpmmOptions const &options = {});
   ~DistSpmm();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   DistSpmm(DistSpmm &&) noexcept;
   DistSpmm &operator=(DistSpmm &&) noexcept;
+  //@}
 
   /// y = A x on this rank's rows (x and y: local_rows() x F, the same F on every rank).
   void apply(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y);
@@ -80,9 +86,11 @@ public:
   void apply_reduce(ExecSpace const &space, ConstMatrix<memory_space> const &x, Matrix<memory_space> const &y,
                     ConstMatrix<memory_space> const &z, Matrix<memory_space> const &g);
 
+  /// Where the time of the last apply went.
   DistSpmmTimings const &last() const;
   /// The schedule of the next applies (overlapped unless set; both give bitwise the same result).
   void set_schedule(DistSchedule schedule);
+  /// The schedule of the next applies.
   DistSchedule schedule() const;
   /// The local handle's plans (empty on a rank without rows).
   std::vector<SpmmPlan> local_plans() const;

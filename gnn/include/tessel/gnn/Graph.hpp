@@ -54,12 +54,13 @@ template <class Index = std::int32_t, class MemorySpace = Kokkos::HostSpace> cla
                 "tessel::gnn::Graph indices are std::int32_t or std::int64_t");
 
 public:
-  using index_type = Index;
-  using memory_space = MemorySpace;
-  using row_map_type = Kokkos::View<offset_type *, MemorySpace>;
-  using entries_type = Kokkos::View<Index *, MemorySpace>;
-  using values_type = Kokkos::View<float *, MemorySpace>;
+  using index_type = Index;                                      ///< column index type
+  using memory_space = MemorySpace;                              ///< where the arrays live
+  using row_map_type = Kokkos::View<offset_type *, MemorySpace>; ///< num_rows + 1 row offsets
+  using entries_type = Kokkos::View<Index *, MemorySpace>;       ///< the column of every entry
+  using values_type = Kokkos::View<float *, MemorySpace>;        ///< the value of every entry
 
+  /// An empty graph.
   Graph() = default;
   /// Wraps existing views (no copy, no validation: call validate()).
   Graph(std::string name, Index num_rows, Index num_cols, row_map_type row_map, entries_type entries,
@@ -67,13 +68,21 @@ public:
       : _name(std::move(name)), _num_rows(num_rows), _num_cols(num_cols), _row_map(std::move(row_map)),
         _entries(std::move(entries)), _values(std::move(values)) {}
 
+  /// The graph's name (used in messages).
   std::string const &name() const { return _name; }
+  /// Renames the graph.
   void set_name(std::string name) { _name = std::move(name); }
+  /// Rows (the vertices that aggregate).
   Index num_rows() const { return _num_rows; }
+  /// Columns (the vertices aggregated from).
   Index num_cols() const { return _num_cols; }
+  /// Entries (edges).
   offset_type nnz() const { return static_cast<offset_type>(_entries.extent(0)); }
+  /// Row offsets: row i holds entries row_map(i) .. row_map(i + 1) - 1.
   row_map_type const &row_map() const { return _row_map; }
+  /// The column of every entry.
   entries_type const &entries() const { return _entries; }
+  /// The value of every entry.
   values_type const &values() const { return _values; }
 
   /// A deep copy of this graph in \p Space's memory space (a shallow copy when it already lives there).
@@ -139,14 +148,19 @@ template <class Index> void validate(Graph<Index> const &graph);
 
 /// \brief Degree statistics (row lengths) of a graph.
 struct DegreeStats {
-  std::int64_t num_rows = 0, num_cols = 0, nnz = 0;
-  std::int64_t min_degree = 0, max_degree = 0;
-  double mean_degree = 0, stddev_degree = 0;
+  std::int64_t num_rows = 0;   ///< rows
+  std::int64_t num_cols = 0;   ///< columns
+  std::int64_t nnz = 0;        ///< entries
+  std::int64_t min_degree = 0; ///< shortest row
+  std::int64_t max_degree = 0; ///< longest row
+  double mean_degree = 0;      ///< mean row length
+  double stddev_degree = 0;    ///< standard deviation of the row lengths
   std::int64_t empty_rows = 0; ///< rows with no entry
   std::int64_t self_loops = 0; ///< entries on the diagonal
   std::int64_t duplicates = 0; ///< entries repeating an earlier column of the same row
   bool symmetric = false;      ///< pattern and values equal their transpose
 };
+/// \brief The degree statistics of \p graph (host).
 template <class Index> DegreeStats degree_stats(Graph<Index> const &graph);
 
 /// \brief D^-1/2 (A + I) D^-1/2 (Kipf & Welling): I is added to whatever diagonal A has, duplicates are merged

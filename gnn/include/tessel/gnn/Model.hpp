@@ -20,8 +20,14 @@
 
 namespace tessel::gnn {
 
-enum class ModelKind { gcn, gin };
+/// \brief The network trained.
+enum class ModelKind {
+  gcn, ///< Kipf & Welling's graph convolutional network
+  gin  ///< Xu et al.'s graph isomorphism network
+};
+/// "gcn" or "gin".
 char const *name_of(ModelKind kind);
+/// Parses "gcn" or "gin"; throws naming the accepted values.
 ModelKind parse_model_kind(std::string const &text);
 
 /// \brief How the first layer reads the input features.
@@ -31,15 +37,21 @@ enum class FeatureFormat {
   sparse     ///< by their nonzeros (transform, weight gradient and dropout per nonzero), when the first layer
              ///< transforms before it aggregates (otherwise dense)
 };
+/// "auto", "dense" or "sparse".
 char const *name_of(FeatureFormat format);
+/// Parses a name of name_of; throws naming the accepted values.
 FeatureFormat parse_feature_format(std::string const &text);
 /// The largest fraction of nonzero input features FeatureFormat::automatic reads as sparse.
 constexpr double sparse_feature_density = 0.1;
 
 /// \brief One epoch of training.
 struct EpochRecord {
-  int epoch = 0;
-  double train_loss = 0, train_acc = 0, val_loss = 0, val_acc = 0, test_acc = 0;
+  int epoch = 0;                  ///< 1 for the first epoch
+  double train_loss = 0;          ///< mean cross-entropy over the training nodes (plus weight decay)
+  double train_acc = 0;           ///< accuracy on the training nodes
+  double val_loss = 0;            ///< loss on the validation nodes
+  double val_acc = 0;             ///< accuracy on the validation nodes
+  double test_acc = 0;            ///< accuracy on the test nodes
   double seconds = 0;             ///< wall time of the epoch (train step + evaluation)
   double aggregation_seconds = 0; ///< part of it spent aggregating (SpmmHandle or DistSpmm, less its exposed waits)
   /// Distributed: communication the computation did not hide (the halo waits of DistSpmm, the all-reduces of the
@@ -50,23 +62,23 @@ struct EpochRecord {
 
 /// \brief Hyper-parameters and run control. Defaults are Kipf & Welling's GCN setup.
 struct TrainOptions {
-  ModelKind model = ModelKind::gcn;
-  int hidden = 16; ///< hidden width (GIN in GNNAdvisor: 64)
-  int layers = 2;  ///< GCN: 2; GIN in GNNAdvisor: 5
-  int epochs = 200;
-  double learning_rate = 0.01;
-  double weight_decay = 5e-4;     ///< L2 on the first layer's weights (GCN, as Kipf) or on all weights (GIN)
-  double dropout = 0.5;           ///< on the input of every layer
-  int patience = 10;              ///< stop when the validation loss exceeds the mean of the last `patience` (0: off)
-  bool normalize_features = true; ///< row-normalize input features (Kipf)
-  double gin_eps = 0.0;           ///< GIN aggregation A + (1 + eps) I
-  int random_features = 0;        ///< width of uniform random features when the data set has none
-  SpmmOptions spmm;               ///< aggregation algorithm (adaptive by default)
-  DistGraphOptions distribution;  ///< distributed training: how the rows are spread over the ranks
+  ModelKind model = ModelKind::gcn; ///< GCN or GIN
+  int hidden = 16;                  ///< hidden width (GIN in GNNAdvisor: 64)
+  int layers = 2;                   ///< GCN: 2; GIN in GNNAdvisor: 5
+  int epochs = 200;                 ///< epochs at most (early stopping may end sooner)
+  double learning_rate = 0.01;      ///< Adam's step size
+  double weight_decay = 5e-4;       ///< L2 on the first layer's weights (GCN, as Kipf) or on all weights (GIN)
+  double dropout = 0.5;             ///< on the input of every layer
+  int patience = 10;                ///< stop when the validation loss exceeds the mean of the last `patience` (0: off)
+  bool normalize_features = true;   ///< row-normalize input features (Kipf)
+  double gin_eps = 0.0;             ///< GIN aggregation A + (1 + eps) I
+  int random_features = 0;          ///< width of uniform random features when the data set has none
+  SpmmOptions spmm;                 ///< aggregation algorithm (adaptive by default)
+  DistGraphOptions distribution;    ///< distributed training: how the rows are spread over the ranks
   DistSchedule schedule = DistSchedule::overlapped;  ///< distributed training: the halo exchange's schedule
   FeatureFormat features = FeatureFormat::automatic; ///< how the first layer reads the input features
-  std::uint64_t seed = 42;
-  std::string checkpoint;   ///< HDF5 checkpoint path ("" = none)
+  std::uint64_t seed = 42;                           ///< parameters' initialization and dropout masks
+  std::string checkpoint;                            ///< HDF5 checkpoint path ("" = none)
   int checkpoint_every = 0; ///< epochs between checkpoints (0: only at the end when checkpoint is set)
   bool resume = false;      ///< continue from `checkpoint` when it exists
   /// A non-finite loss (divergence) ends training with an error naming the epoch; false: train on and report it.
@@ -76,18 +88,20 @@ struct TrainOptions {
 
 /// \brief Outcome of train().
 struct TrainResult {
-  std::vector<EpochRecord> history;
-  int epochs_run = 0;
-  bool early_stopped = false;
-  double train_acc = 0, val_acc = 0, test_acc = 0; ///< of the final parameters
-  double train_seconds = 0;                        ///< sum of epoch times
-  double aggregation_seconds = 0;                  ///< sum of aggregation times
-  double communication_seconds = 0;                ///< sum of exposed communication times (distributed)
-  double halo_wait_seconds = 0;                    ///< the part of it spent waiting for halo rows
-  double partition_seconds = 0;                    ///< distributed: partitioning the rows over the ranks
-  double setup_seconds = 0;                        ///< model construction (normalization, partition, handles)
-  bool sparse_features = false;                    ///< the first layer read the features by their nonzeros
-  double selection_seconds = 0;                    ///< AdaptGear selection: partition/decomposition plus tuning applies
+  std::vector<EpochRecord> history; ///< every epoch of this run (and of the run it resumed)
+  int epochs_run = 0;               ///< epochs trained by this run
+  bool early_stopped = false;       ///< the validation loss stopped training before the last epoch
+  double train_acc = 0;             ///< accuracy of the final parameters on the training nodes
+  double val_acc = 0;               ///< on the validation nodes
+  double test_acc = 0;              ///< on the test nodes
+  double train_seconds = 0;         ///< sum of epoch times
+  double aggregation_seconds = 0;   ///< sum of aggregation times
+  double communication_seconds = 0; ///< sum of exposed communication times (distributed)
+  double halo_wait_seconds = 0;     ///< the part of it spent waiting for halo rows
+  double partition_seconds = 0;     ///< distributed: partitioning the rows over the ranks
+  double setup_seconds = 0;         ///< model construction (normalization, partition, handles)
+  bool sparse_features = false;     ///< the first layer read the features by their nonzeros
+  double selection_seconds = 0;     ///< AdaptGear selection: partition/decomposition plus tuning applies
   /// selection_seconds less the work the tuning applies did for training (each returns the aggregation an epoch
   /// needs): their count times the frozen plan's time per apply (SpmmPlan::apply_seconds).
   double selection_net_seconds = 0;
@@ -118,7 +132,9 @@ template <class ExecSpace = Kokkos::DefaultHostExecutionSpace> class GnnModel {
   static_assert(std::is_same_v<host_execution_space_t<ExecSpace>, ExecSpace>);
 
 public:
-  using memory_space = typename ExecSpace::memory_space;
+  using memory_space = typename ExecSpace::memory_space; ///< where parameters and activations live
+  /// A model for \p data in one process: normalizes the graph, builds the aggregation handles and initializes the
+  /// parameters.
   GnnModel(ExecSpace const &space, Dataset const &data, TrainOptions const &options);
   /// Distributed over \p comm (collective): every rank passes the whole data set and the same options, and keeps
   /// only its own rows' node data and blocks.
@@ -136,20 +152,33 @@ public:
   void step();
   /// Loss and accuracy of the current parameters (no dropout) on the train, validation and test masks.
   struct Metrics {
-    double train_loss = 0, train_acc = 0, val_loss = 0, val_acc = 0, test_loss = 0, test_acc = 0;
+    double train_loss = 0; ///< on the training nodes
+    double train_acc = 0;  ///< on the training nodes
+    double val_loss = 0;   ///< on the validation nodes
+    double val_acc = 0;    ///< on the validation nodes
+    double test_loss = 0;  ///< on the test nodes
+    double test_acc = 0;   ///< on the test nodes
   };
+  /// The Metrics of the current parameters (collective when distributed).
   Metrics evaluate();
   /// Runs the training loop (resuming from options.checkpoint when asked).
   TrainResult train();
 
+  /// Layers.
   int num_layers() const;
   /// Rows this process holds (all of them unless distributed).
   std::int64_t local_rows() const;
+  /// The weights of \p layer (a view on the model's parameters).
   Matrix<memory_space> weight(int layer) const;
+  /// Their gradient after backward().
   Matrix<memory_space> weight_gradient(int layer) const;
-  Matrix<memory_space> bias(int layer) const; ///< empty for GCN
+  /// The bias of \p layer; empty for GCN.
+  Matrix<memory_space> bias(int layer) const;
+  /// Its gradient after backward().
   Matrix<memory_space> bias_gradient(int layer) const;
 
+  /// Writes parameters, optimizer state and \p history to \p path (HDF5, complete or absent; rank 0 when
+  /// distributed, after checking that every rank holds the same parameters).
   void save_checkpoint(std::string const &path, std::vector<EpochRecord> const &history) const;
   /// Restores parameters, optimizer state and history; returns the history.
   std::vector<EpochRecord> load_checkpoint(std::string const &path);

@@ -23,6 +23,7 @@ enum class PartitionMethod {
   rcm,               ///< reverse Cuthill-McKee order, cut into parts of the requested size
   none               ///< identity order, cut into parts of the requested size
 };
+/// "auto", "metis", "lp", "rcm" or "none".
 char const *name_of(PartitionMethod method);
 /// Parses "auto", "metis", "lp", "rcm" or "none".
 PartitionMethod parse_partition_method(std::string const &text);
@@ -32,20 +33,23 @@ bool metis_available();
 /// \brief A vertex permutation: old_of_new[k] is the original id of the vertex now at position k,
 /// new_of_old its inverse.
 struct Permutation {
-  std::vector<std::int64_t> old_of_new, new_of_old;
+  std::vector<std::int64_t> old_of_new; ///< original id of the vertex at each new position
+  std::vector<std::int64_t> new_of_old; ///< new position of each original vertex
   /// The identity on n vertices.
   static Permutation identity(std::int64_t n);
   /// Builds the inverse and checks that \p old_of_new is a permutation of 0..n-1.
   static Permutation from_order(std::vector<std::int64_t> old_of_new);
+  /// Vertices.
   std::int64_t size() const { return static_cast<std::int64_t>(old_of_new.size()); }
+  /// True when no vertex moves.
   bool is_identity() const;
 };
 
 /// \brief Contiguous parts in the new order: part p holds positions part_offsets[p] .. part_offsets[p+1]-1.
 struct Partition {
-  PartitionMethod method = PartitionMethod::none;
-  Permutation permutation;
-  std::vector<std::int64_t> part_offsets;
+  PartitionMethod method = PartitionMethod::none; ///< how the order was found
+  Permutation permutation;                        ///< the new vertex order
+  std::vector<std::int64_t> part_offsets;         ///< [parts + 1] first position of each part
   /// Fraction of entries whose row and column fall in the same part.
   double intra_fraction = 0;
   double seconds = 0; ///< wall time spent partitioning

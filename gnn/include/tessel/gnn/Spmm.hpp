@@ -36,12 +36,18 @@ enum class SpmmAlgorithm {
   cusparse,          ///< cusparseSpMM, CSR_ALG2, row-major (the vendor baseline; CUDA handle only)
   adaptive           ///< AdaptGear: per density class of blocks the fastest of csr / tiles / dense
 };
+/// The algorithm's name ("csr", "adaptive", ...).
 char const *name_of(SpmmAlgorithm algorithm);
 /// Parses the names printed by name_of.
 SpmmAlgorithm parse_spmm_algorithm(std::string const &text);
 
 /// \brief Kernels a class of blocks can get in an adaptive plan.
-enum class BlockKernel : int { csr = 0, tiles = 1, dense = 2 };
+enum class BlockKernel : int {
+  csr = 0,   ///< row-parallel CSR over the class's blocks
+  tiles = 1, ///< 16 x 8 dense tiles (TC-GNN's condensed windows)
+  dense = 2  ///< each block as a dense matrix (GEMM)
+};
+/// "csr", "tiles" or "dense".
 char const *name_of(BlockKernel kernel);
 
 /// \brief Effective rates (GFLOP/s counting 2 flops per stored element) that predict kernel times when timing
@@ -59,7 +65,7 @@ struct CostModel {
 
 /// \brief Options of SpmmHandle.
 struct SpmmOptions {
-  SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive;
+  SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive; ///< the kernel, or adaptive selection
   /// Adaptive: time candidates during the first applies (true) or decide by the cost model alone (false).
   bool timing = true;
   /// Adaptive: timed applies per candidate (the best counts; whole-apply variants run in mirrored rounds, so they
@@ -67,10 +73,10 @@ struct SpmmOptions {
   int tuning_repeats = 2;
   /// Adaptive: reordering and part size (0: 64, see gnn/README.md).
   PartitionMethod partition = PartitionMethod::automatic;
-  std::int64_t part_size = 0;
+  std::int64_t part_size = 0; ///< adaptive: vertices per part (0: 64)
   /// Adaptive: upper density bounds of the density classes (the last class reaches 1).
   std::vector<double> class_bounds{0.01, 0.04, 0.15, 0.4};
-  CostModel cost_model;
+  CostModel cost_model; ///< adaptive: predictions of the candidates' times
   /// Adaptive with timing: feature widths at which the reordering probe compares CSR in the original and the
   /// partitioned order (the widths the caller will apply; reordering helps wide X and can slow narrow X).
   /// Empty: always reorder.
@@ -79,46 +85,51 @@ struct SpmmOptions {
   std::int64_t dense_max_bytes = std::int64_t{1} << 30;
   /// Equal-size edge chunks of the coo algorithm.
   std::int64_t coo_chunk = 4096;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1; ///< the partitioner's seed
 };
 
 /// \brief What an adaptive handle decided for one density class of blocks, and why.
 struct SpmmClassPlan {
-  bool intra = true; ///< diagonal blocks (both ends in one part) or off-diagonal ones
-  double density_min = 0, density_max = 1;
-  std::int64_t blocks = 0, nnz = 0, tiles = 0, dense_elements = 0;
+  bool intra = true;               ///< diagonal blocks (both ends in one part) or off-diagonal ones
+  double density_min = 0;          ///< the class's lower density bound
+  double density_max = 1;          ///< its upper density bound
+  std::int64_t blocks = 0;         ///< blocks in the class
+  std::int64_t nnz = 0;            ///< their entries
+  std::int64_t tiles = 0;          ///< their 16 x 8 tiles
+  std::int64_t dense_elements = 0; ///< their dense storage
   std::vector<std::pair<BlockKernel, double>> predicted; ///< cost model seconds per kernel
   std::vector<std::pair<BlockKernel, double>> measured;  ///< best timed seconds per candidate kernel
-  BlockKernel kernel = BlockKernel::csr;
-  std::string reason;
+  BlockKernel kernel = BlockKernel::csr;                 ///< the kernel chosen
+  std::string reason;                                    ///< why (measured, predicted, or the only candidate)
 };
 
 /// \brief The plan of a handle for one feature width: inspectable, printable as JSON, saved with save_plans.
 struct SpmmPlan {
-  std::string graph;
-  std::int64_t rows = 0, nnz = 0;
-  int features = 0;
-  SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive;
-  std::string partition_method = "none";
-  std::string ordering;         ///< how the vertex order was chosen (the reordering probe's timings)
-  double partition_seconds = 0; ///< of preprocess_seconds, the partitioner's share
-  std::int64_t parts = 0;
-  double intra_fraction = 0;
-  bool timed = false;  ///< decided by timing (false: cost model or fixed algorithm)
-  bool frozen = false; ///< decided (false while candidates are still being timed)
-  std::vector<SpmmClassPlan> classes;
+  std::string graph;                                 ///< the graph's name
+  std::int64_t rows = 0;                             ///< its rows
+  std::int64_t nnz = 0;                              ///< its entries
+  int features = 0;                                  ///< the feature width the plan is for
+  SpmmAlgorithm algorithm = SpmmAlgorithm::adaptive; ///< the handle's algorithm
+  std::string partition_method = "none";             ///< how the vertices were reordered
+  std::string ordering;               ///< how the vertex order was chosen (the reordering probe's timings)
+  double partition_seconds = 0;       ///< of preprocess_seconds, the partitioner's share
+  std::int64_t parts = 0;             ///< parts of the reordering
+  double intra_fraction = 0;          ///< entries inside a part
+  bool timed = false;                 ///< decided by timing (false: cost model or fixed algorithm)
+  bool frozen = false;                ///< decided (false while candidates are still being timed)
+  std::vector<SpmmClassPlan> classes; ///< what each density class got
   /// Kernel of the CSR remainder (inter-class entries and csr classes): csr or csr_feature_tiled; a fixed plan's
   /// algorithm.
   SpmmAlgorithm rest_kernel = SpmmAlgorithm::csr;
   std::string backend = "host"; ///< where the plan was made and runs ("cuda: <device>" for the device handle)
   std::string dense_engine;     ///< device handle: how dense blocks run (wmma or cublas); empty on the host
   std::vector<std::pair<std::string, double>> final_measured; ///< median seconds of the final candidates
-  std::string reason;
+  std::string reason;                                         ///< why this plan, in words
   double preprocess_seconds = 0;   ///< partition + reordering probe + decomposition (shared by all widths)
   double probe_seconds = 0;        ///< of preprocess_seconds, the reordering probe's share
   double tuning_seconds = 0;       ///< time spent inside tuning applies plus building their structures
   double tuning_build_seconds = 0; ///< of tuning_seconds, building the candidates' structures
-  int tuning_applies = 0;
+  int tuning_applies = 0;          ///< applies that timed candidates
   /// Host handle, timed plans: seconds of one apply of the frozen plan (median of its first five applies; 0 until
   /// measured). tuning_applies x apply_seconds is the part of tuning_seconds that an untuned plan would spend too.
   double apply_seconds = 0;
@@ -149,8 +160,8 @@ template <class Index = std::int32_t, class ExecSpace = Kokkos::DefaultHostExecu
                 "tessel::gnn::SpmmHandle: Index must be std::int32_t or std::int64_t");
 
 public:
-  using execution_space = ExecSpace;
-  using memory_space = typename ExecSpace::memory_space;
+  using execution_space = ExecSpace;                     ///< where the applies run
+  using memory_space = typename ExecSpace::memory_space; ///< where X and Y live
 
   /// Preprocesses \p graph (host) for \p options.algorithm; adaptive partitions and decomposes here.
   SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options = {});
@@ -161,8 +172,12 @@ public:
   SpmmHandle(ExecSpace const &space, Graph<Index> const &graph, SpmmOptions const &options,
              std::string const &plan_path);
   ~SpmmHandle();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   SpmmHandle(SpmmHandle &&) noexcept;
   SpmmHandle &operator=(SpmmHandle &&) noexcept;
+  //@}
   SpmmHandle(SpmmHandle const &) = delete;
   SpmmHandle &operator=(SpmmHandle const &) = delete;
 
@@ -179,8 +194,12 @@ public:
     apply(space, ConstMatrix<memory_space>(x), Matrix<memory_space>(y));
   }
 
+  /// The handle's algorithm.
   SpmmAlgorithm algorithm() const;
+  /// The vertex order X and Y are in: permute_rows() moves X into it, unpermute_rows() moves Y back (the identity
+  /// for every algorithm but adaptive).
   Permutation const &permutation() const;
+  /// The parts of that order.
   Partition const &partition() const;
   /// True when the plan for \p features is decided (always for non-adaptive algorithms).
   bool tuned(int features) const;

@@ -33,8 +33,12 @@ public:
   DistSpmm(tessel::cuda::Stream const &stream, Communicator comm, DistGraph<std::int32_t> const &graph,
            SpmmOptions const &options = {});
   ~DistSpmm();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   DistSpmm(DistSpmm &&) noexcept;
   DistSpmm &operator=(DistSpmm &&) noexcept;
+  //@}
 
   /// y = A x on this rank's rows, enqueued on \p stream (the exchange on the communicator's own stream, ordered
   /// with \p stream by events). x and y: local_rows() x F, the same F on every rank.
@@ -42,6 +46,7 @@ public:
 
   /// overlapped (default): the local block while the halo rows move; sequential: after they have landed.
   void set_schedule(DistSchedule schedule);
+  /// The schedule of the next applies.
   DistSchedule schedule() const;
   /// Bytes of the last apply (the times of device work are taken with events around apply, on the caller's side).
   DistSpmmTimings const &last() const;

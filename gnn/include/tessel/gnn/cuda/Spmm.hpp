@@ -26,6 +26,7 @@ enum class DenseEngine {
   wmma,      ///< Tessel's TF32 WMMA kernel: all blocks in one launch, a warp owns each output tile
   cublas     ///< cublasGemmGroupedBatchedEx, blocks in waves that never share output rows (cuBLAS 12.5+)
 };
+/// "auto", "wmma" or "cublas".
 char const *name_of(DenseEngine engine);
 
 /// \brief Effective rates that predict device kernel times when timing is off (and prune candidates when it is
@@ -40,7 +41,7 @@ struct SpmmOptions : gnn::SpmmOptions {
   /// Tensor-core kernels (TF32 inputs, fp32 accumulation; relative error ~1e-3 of |A| |X|). Off: tiles are not a
   /// candidate, dense blocks run cuBLAS in full fp32, and the tiles algorithm is refused.
   bool allow_tf32 = true;
-  DenseEngine dense_engine = DenseEngine::automatic;
+  DenseEngine dense_engine = DenseEngine::automatic; ///< how dense blocks run
   /// Longest wait for the device while reading tuning timings (never hangs).
   Timeout sync_timeout{60000};
 };
@@ -67,8 +68,12 @@ public:
   SpmmHandle(tessel::cuda::Stream const &stream, Graph<Index> const &graph, SpmmOptions const &options,
              Partition const &partition);
   ~SpmmHandle();
+  /// \name Move-only
+  //@{
+  /// Move-only.
   SpmmHandle(SpmmHandle &&) noexcept;
   SpmmHandle &operator=(SpmmHandle &&) noexcept;
+  //@}
   SpmmHandle(SpmmHandle const &) = delete;
   SpmmHandle &operator=(SpmmHandle const &) = delete;
 
@@ -87,8 +92,11 @@ public:
   }
 #endif
 
+  /// The handle's algorithm.
   SpmmAlgorithm algorithm() const;
+  /// The vertex order X and Y are in (see tessel::gnn::SpmmHandle::permutation).
   Permutation const &permutation() const;
+  /// The parts of that order.
   Partition const &partition() const;
   /// True when the plan for \p features is decided (always for non-adaptive algorithms).
   bool tuned(int features) const;
