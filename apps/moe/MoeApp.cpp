@@ -468,6 +468,9 @@ void train_usage() {
       "  --aux-loss A      load-balancing loss coefficient (default 0.01)\n"
       "  --seed S          data and initial weights (default 1)\n"
       "  --json FILE       write the loss curves and step times as JSON\n"
+      "  --problem FILE    write the model's data and initial values (HDF5, schema tessel.moe.train_problem: the\n"
+      "                    teacher's targets, the student's parameters, every step's token ids) before training, so\n"
+      "                    that another framework can train the same model\n"
       "exit status: 0 success (the loss fell and all schedules agree within 1e-5), 1 otherwise, 2 invalid option\n");
 }
 
@@ -499,12 +502,14 @@ int run_train(tessel::CommandLine &cl) {
   s.aux_loss_coef = cl.get_double("aux-loss", 0.01, tessel::Range::closed(0, 1e6));
   s.seed = cl.get_int<std::uint64_t>("seed", 1, 0, ~std::uint64_t{0} >> 1);
   auto const json = cl.get("json", "");
+  auto const problem = cl.get("problem", "");
   TESSEL_REQUIRE_USAGE(cl.positionals().empty(), "tessel-moe train takes no file (see --help)");
   TESSEL_REQUIRE_USAGE(s.layer.ep * s.layer.tp == world.size(), "--ep x --tp must be the rank count ", world.size(),
                        ", got ", s.layer.ep, " x ", s.layer.tp);
   TESSEL_REQUIRE_USAGE(s.layer.tokens % world.size() == 0, "--batch ", s.layer.tokens,
                        " must be a multiple of the rank count ", world.size());
   tessel::require_writable(json);
+  tessel::require_writable(problem);
   auto checked = s.layer;
   checked.tokens /= world.size();
   checked.validate(world.size());
@@ -531,6 +536,10 @@ int run_train(tessel::CommandLine &cl) {
                    {"batch", s.layer.tokens},
                    {"optimizer", name_of(s.optimizer.kind)},
                    {"learning_rate", s.optimizer.learning_rate}};
+  if (world.rank() == 0 && !problem.empty()) {
+    app::write_problem(problem, s, app::make_problem(space, s));
+    std::printf("problem written to %s\n", problem.c_str());
+  }
   std::vector<std::vector<double>> curves;
   bool ok = true;
   for (auto schedule : schedules) {

@@ -1,5 +1,6 @@
-// The extension module tessel._tessel: the lifetime of MPI and Kokkos, Tessel's exceptions as Python exceptions
-// (same messages), and one submodule per package (core, gnn, moe, sched).
+// The extension module tessel._tessel: the lifetime of MPI and Kokkos, the MPI world (rank, size, a sum over the
+// ranks), Tessel's exceptions as Python exceptions (same messages), and one submodule per package (gnn, moe, sched).
+#include "Arrays.hpp"
 #include "Bindings.hpp"
 #include "Runtime.hpp"
 
@@ -36,6 +37,24 @@ void bind_core(nb::module_ &m) {
         return std::make_pair(world.rank(), world.size());
       },
       "(rank, size) of the MPI world (0, 1 without an MPI launcher).");
+  m.def(
+      "allreduce_",
+      [](tessel::python::OutArray a) {
+        using tessel::python::Dtype;
+        tessel::python::require_initialized("tessel.allreduce_");
+        bool const wide = tessel::python::has_dtype(a, Dtype::float64);
+        auto *data = const_cast<void *>(tessel::python::require_array(a, "tessel.allreduce_: the array",
+                                                                      wide ? Dtype::float64 : Dtype::float32, {-1}));
+        auto const count = static_cast<std::size_t>(a.shape(0));
+        auto const world = tessel::Communicator::world();
+        nb::gil_scoped_release unlocked;
+        if (wide)
+          world.allreduce(static_cast<double const *>(data), static_cast<double *>(data), count, tessel::ReduceOp::sum);
+        else
+          world.allreduce(static_cast<float const *>(data), static_cast<float *>(data), count, tessel::ReduceOp::sum);
+      },
+      nb::arg("array"),
+      "Sums a 1-D contiguous float32 or float64 array over the ranks of the MPI world, in place (collective).");
   m.def(
       "abort",
       [](int code) {

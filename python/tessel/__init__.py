@@ -28,6 +28,23 @@ def world():
     return _tessel.world()
 
 
+def allreduce_(array):
+    """Sums a contiguous float32 or float64 array (NumPy, a CPU tensor, any DLPack array) over the ranks of the MPI
+    world, in place, and returns it: e.g. the gradients of parameters every rank holds a replica of. Collective:
+    every rank calls it with an array of the same size and dtype."""
+    if type(array).__module__.split(".")[0] == "torch":
+        contiguous = array.is_contiguous()
+        flat = array.detach().view(-1) if contiguous else None
+    else:
+        flags = getattr(array, "flags", None)
+        contiguous = flags is None or flags.c_contiguous
+        flat = array.reshape(-1) if contiguous else None
+    if not contiguous:
+        raise ValueError("tessel.allreduce_: the array must be C-contiguous (it is summed in place)")
+    _tessel.allreduce_(flat)
+    return array
+
+
 def _abort_on_uncaught(previous):
     def hook(kind, value, traceback):
         previous(kind, value, traceback)
@@ -41,4 +58,5 @@ def _abort_on_uncaught(previous):
 if _tessel.world()[1] > 1:
     _sys.excepthook = _abort_on_uncaught(_sys.excepthook)
 
-__all__ = ["CommunicationError", "Error", "TimeoutError", "UsageError", "build_summary", "world", "__version__"]
+__all__ = ["CommunicationError", "Error", "TimeoutError", "UsageError", "allreduce_", "build_summary", "world",
+           "__version__"]

@@ -32,6 +32,7 @@ class _Entry:
         self.core, self.config, self.pointers = core, config, pointers
         self.forward_id = 0
         self.has_bias = False
+        self.inputs = ()
 
 
 def _entry(layer_id):
@@ -47,8 +48,11 @@ def moe_forward(tokens: torch.Tensor, gate_weight: torch.Tensor, gate_bias: Opti
     """The layer's output [M, N], the load-balancing loss (scalar) and the id of this forward (int64 scalar)."""
     e = _entry(layer)
     out = torch.empty_like(tokens)
-    aux = e.core.forward(tokens.detach().contiguous(), gate_weight.detach(),
-                         None if gate_bias is None else gate_bias.detach(), out, schedule)
+    inputs = (tokens.detach().contiguous(), gate_weight.detach(), None if gate_bias is None else gate_bias.detach())
+    aux = e.core.forward(*inputs, out, schedule)
+    # The C++ layer's backward reads the tokens and gate of its forward in place: they stay alive until the next
+    # forward (a temporary, such as embedding[ids] or a contiguous copy, would otherwise be freed and reused).
+    e.inputs = inputs
     e.forward_id += 1
     e.has_bias = gate_bias is not None
     return out, torch.tensor(aux, dtype=torch.float32), torch.tensor(e.forward_id, dtype=torch.int64)
@@ -90,11 +94,13 @@ def _moe_backward_fake(d_out, d_aux, forward_id, layer, schedule):
 def _setup(ctx, inputs, output):
     ctx.layer, ctx.schedule = inputs[5], inputs[6]
     ctx.has_bias = inputs[2] is not None
-    ctx.save_for_backward(output[2])
+    # The tokens and gate are saved so that autograd refuses a backward after they were changed in place (the
+    # layer's backward uses them as they were in the forward).
+    ctx.save_for_backward(output[2], *(t for t in inputs[:3] if t is not None))
 
 
 def _backward(ctx, d_out, d_aux, d_id):
-    (forward_id,) = ctx.saved_tensors
+    forward_id = ctx.saved_tensors[0]
     if d_out is None:
         d_out = torch.zeros((_entry(ctx.layer).config.tokens, _entry(ctx.layer).config.hidden))
     if d_aux is None:

@@ -3,8 +3,12 @@
 #include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Synthetic.hpp>
 
+#include <tessel/core/Config.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Gemm.hpp>
+#ifdef TESSEL_ENABLE_HDF5
+#include <tessel/core/H5File.hpp>
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -70,6 +74,78 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 } // namespace
 
+TrainProblem make_problem(HostExecSpace const &space, TrainSettings const &s) {
+  auto config = s.layer;
+  std::int64_t const n = config.hidden, c = s.outputs, v = s.vocab;
+  TrainProblem p;
+  p.targets = teacher_targets(space, s);
+  // The student: the same initial values at every rank count (dense experts, sharded to each rank by train()).
+  p.embedding = make_tokens(config, v, s.seed * 7 + 11);
+  p.experts = make_weights(config, s.seed * 7 + 12);
+  p.gate.weight =
+      normal_matrix("Tessel::moe::gate_weight", n, config.experts, s.seed * 7 + 13, 1.0 / std::sqrt(double(n)));
+  p.gate.bias = HostVector("Tessel::moe::gate_bias", sz(config.experts));
+  p.head = normal_matrix("Tessel::moe::head", n, c, s.seed * 7 + 14, 1.0 / std::sqrt(double(n)));
+  return p;
+}
+
+std::vector<int> step_token_ids(TrainSettings const &s, int step) {
+  std::vector<int> ids(sz(s.layer.tokens));
+  for (std::int64_t g = 0; g < s.layer.tokens; ++g)
+    ids[sz(g)] = token_id(s.seed, step, g, s.vocab);
+  return ids;
+}
+
+void write_problem(std::string const &path, TrainSettings const &s, TrainProblem const &p) {
+#ifndef TESSEL_ENABLE_HDF5
+  (void)s;
+  (void)p;
+  throw UsageError("cannot write " + path + ": this Tessel was built without HDF5");
+#else
+  auto const &c = s.layer;
+  h5::File f(path, h5::Mode::truncate);
+  f.write_attribute("/", "schema", "tessel.moe.train_problem");
+  f.write_attribute("/", "schema_version", std::int64_t{1});
+  f.write_attribute("/", "hidden", static_cast<std::int64_t>(c.hidden));
+  f.write_attribute("/", "ffn", static_cast<std::int64_t>(c.ffn));
+  f.write_attribute("/", "experts", static_cast<std::int64_t>(c.experts));
+  f.write_attribute("/", "topk", static_cast<std::int64_t>(c.topk));
+  f.write_attribute("/", "activation", name_of(c.activation));
+  f.write_attribute("/", "gated", static_cast<std::int64_t>(c.gated));
+  f.write_attribute("/", "normalize_topk", static_cast<std::int64_t>(c.normalize_topk));
+  f.write_attribute("/", "batch", static_cast<std::int64_t>(c.tokens));
+  f.write_attribute("/", "vocab", static_cast<std::int64_t>(s.vocab));
+  f.write_attribute("/", "outputs", static_cast<std::int64_t>(s.outputs));
+  f.write_attribute("/", "steps", static_cast<std::int64_t>(s.steps));
+  f.write_attribute("/", "seed", static_cast<std::int64_t>(s.seed));
+  f.write_attribute("/", "aux_loss_coef", s.aux_loss_coef);
+  f.write_attribute("/", "optimizer", name_of(s.optimizer.kind));
+  f.write_attribute("/", "learning_rate", s.optimizer.learning_rate);
+  f.write_attribute("/", "momentum", s.optimizer.momentum);
+  f.write_attribute("/", "beta1", s.optimizer.beta1);
+  f.write_attribute("/", "beta2", s.optimizer.beta2);
+  f.write_attribute("/", "eps", s.optimizer.eps);
+  f.write_attribute("/", "weight_decay", s.optimizer.weight_decay);
+  f.write("targets", p.targets);
+  f.write("embedding", p.embedding);
+  // HDF5 files of Tessel hold 1-D and 2-D datasets: the experts' weights stacked, [E N, K0] and [E K, N].
+  auto const &w0 = p.experts.w0, &w1 = p.experts.w1;
+  f.write("experts/w0", w0.data(), {w0.extent(0) * w0.extent(1), w0.extent(2)});
+  f.write("experts/w1", w1.data(), {w1.extent(0) * w1.extent(1), w1.extent(2)});
+  f.write("gate/weight", p.gate.weight);
+  f.write("gate/bias", p.gate.bias);
+  f.write("head", p.head);
+  std::vector<int> ids;
+  ids.reserve(sz(s.steps * c.tokens));
+  for (int step = 0; step < s.steps; ++step) {
+    auto const one = step_token_ids(s, step);
+    ids.insert(ids.end(), one.begin(), one.end());
+  }
+  f.write("token_ids", ids.data(), {sz(s.steps), sz(c.tokens)});
+  f.close();
+#endif
+}
+
 TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSettings const &s) {
   int const w = comm.size();
   auto const batch = s.layer.tokens;
@@ -78,16 +154,12 @@ TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSet
   auto config = s.layer;
   config.tokens = batch / w;
   std::int64_t const m = config.tokens, n = config.hidden, c = s.outputs, v = s.vocab;
-  auto const targets = teacher_targets(space, s);
-  // The student: the same initial values at every rank count (dense experts sharded to this rank).
-  auto embedding = make_tokens(config, v, s.seed * 7 + 11);
-  auto const experts = make_weights(config, s.seed * 7 + 12);
-  GateParams gate;
-  gate.weight =
-      normal_matrix("Tessel::moe::gate_weight", n, config.experts, s.seed * 7 + 13, 1.0 / std::sqrt(double(n)));
-  gate.bias = HostVector("Tessel::moe::gate_bias", sz(config.experts));
-  auto head = normal_matrix("Tessel::moe::head", n, c, s.seed * 7 + 14, 1.0 / std::sqrt(double(n)));
-  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), experts), s.layer_options);
+  auto problem = make_problem(space, s);
+  auto const &targets = problem.targets;
+  auto &embedding = problem.embedding;
+  auto &gate = problem.gate;
+  auto &head = problem.head;
+  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), problem.experts), s.layer_options);
   Optimizer optimizer(s.optimizer);
   MoeGradients grads;
   HostMatrix x("Tessel::moe::train_tokens", sz(m), sz(n)), out("Tessel::moe::train_out", sz(m), sz(n)),

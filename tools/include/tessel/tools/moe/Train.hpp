@@ -5,11 +5,13 @@
 // of the same form generates. Every rank count sees the same global batches (token ids are a function of the seed,
 // the step and the token's global index), so the loss curve is the same at every rank count and schedule.
 #include <tessel/moe/MoeLayer.hpp>
+#include <tessel/moe/Reference.hpp>
 #include <tessel/moe/Training.hpp>
 
 #include <tessel/core/Communicator.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tessel::moe::app {
@@ -31,6 +33,28 @@ struct TrainResult {
   std::vector<double> step_seconds;                      ///< per step, the slowest rank's forward + backward + update
   std::vector<double> forward_seconds, backward_seconds; ///< per step, this rank's layer forward and backward
 };
+
+/// \brief The model's data and initial values, the same at every rank count: the teacher's target for each token id
+/// and the student's starting parameters (dense experts, before sharding).
+struct TrainProblem {
+  HostMatrix targets;   ///< [vocab, outputs]
+  HostMatrix embedding; ///< [vocab, hidden]
+  DenseWeights experts; ///< w0 [E, N, (2 if gated else 1) K], w1 [E, K, N]
+  GateParams gate;      ///< weight [N, E], bias [E] (zero)
+  HostMatrix head;      ///< [hidden, outputs]
+};
+
+/// The problem \p settings describe (its seed).
+TrainProblem make_problem(HostExecSpace const &space, TrainSettings const &settings);
+
+/// The token ids of step \p step, for the global tokens [0, batch) (rank r takes [r M, (r + 1) M)).
+std::vector<int> step_token_ids(TrainSettings const &settings, int step);
+
+/// \brief Writes the problem as HDF5 (schema tessel.moe.train_problem: the settings as attributes, the datasets of
+/// TrainProblem, the experts' stacked as experts/w0 [E N, K0] and experts/w1 [E K, N], and token_ids [steps, batch]),
+/// so that another framework can train the same model from the same
+/// values (the Python package's loss-curve test does).
+void write_problem(std::string const &path, TrainSettings const &settings, TrainProblem const &problem);
 
 /// Trains on \p comm (collective). The communicator may be paced (emulated link).
 TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSettings const &settings);
