@@ -15,6 +15,7 @@
 #include <tessel/gnn/Model.hpp>
 #include <tessel/gnn/Spmm.hpp>
 #include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 #include <tessel/tools/gnn/Options.hpp>
 
@@ -230,6 +231,13 @@ int cmd_train(tessel::CommandLine &a) {
   double const latency_us = a.get_double("latency", 0.0, tessel::Range::closed(0, 1e7));
   std::string const json_path = a.get("json", "");
   a.finish();
+  // The checkpoint is read back on --resume, and its plans are written beside it.
+  std::string const plans = o.checkpoint.empty() ? "" : o.checkpoint + ".plan.h5";
+  std::string const plans_t = o.checkpoint.empty() ? "" : o.checkpoint + ".plan_t.h5";
+  tessel::require_distinct_files({{"--data", data_path}}, {{"--json", json_path},
+                                                           {"--checkpoint", o.checkpoint},
+                                                           {"--checkpoint's plans", plans},
+                                                           {"--checkpoint's plans", plans_t}});
   tessel::require_writable(json_path);
   tessel::require_writable(o.checkpoint);
   tessel::require_same_file(tessel::Communicator::world(), "data set", data_path);

@@ -6,16 +6,17 @@
 //                        --target-column page_type --name facebook --out facebook.h5
 #include <tessel/core/Csv.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/core/Numbers.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -36,45 +37,30 @@ char const *usage_text =
 /// Node ids must stay below this for 32-bit indices (the node count fits an int32).
 constexpr std::int64_t max_node_id = (std::int64_t{1} << 31) - 1;
 
-/// One CSV record of \p file (see tessel::split_csv_record).
-std::vector<std::string> csv_fields(std::string const &line, std::string const &file, std::size_t line_no) {
-  return tessel::split_csv_record(line, tessel::Impl::concat("file '", file, "' line ", line_no));
+/// A node id: a non-negative decimal integer (tessel::parse_decimal_int: no spaces, no hexadecimal) below
+/// max_node_id.
+std::int64_t parse_id(std::string const &s, tessel::CsvReader const &file) {
+  auto const v = tessel::parse_decimal_int(s);
+  TESSEL_REQUIRE(v && *v >= 0, file.where(), ": '", s, "' is not a non-negative node id");
+  TESSEL_REQUIRE(*v < max_node_id, file.where(), ": node id ", *v, " too large for 32-bit indices");
+  return *v;
 }
 
-std::int64_t parse_id(std::string const &s, std::string const &file, std::size_t line_no) {
-  std::size_t pos = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(s, &pos);
-  } catch (std::exception const &) {
-    pos = 0;
-  }
-  TESSEL_REQUIRE(pos == s.size() && !s.empty() && v >= 0, "file '", file, "' line ", line_no, ": '", s,
-                 "' is not a non-negative node id");
-  return v;
-}
-
-/// The edges of a CSV edge list (a header line, then "a,b" per line) and the largest node id.
+/// The edges of a CSV edge list (a header line, then "a,b" per line) and the largest node id. A file without an
+/// edge (empty, or a header only) is refused: it would be a graph of no nodes.
 std::vector<std::pair<std::int32_t, std::int32_t>> read_edge_list(std::string const &path, std::int64_t &max_id) {
-  std::ifstream in(path);
-  TESSEL_REQUIRE(in.good(), "cannot open '", path, "'");
-  std::string line;
-  std::getline(in, line); // header
+  tessel::CsvReader in(path); // a bounded regular file (not a folder, a device or a pipe), a byte-order mark dropped
+  std::vector<std::string> f;
+  TESSEL_REQUIRE(in.next(f), "edge list '", path, "' is empty: expected a header line, then one edge per line");
   std::vector<std::pair<std::int32_t, std::int32_t>> edges;
   max_id = -1;
-  std::size_t line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty() || line == "\r")
-      continue;
-    auto const f = csv_fields(line, path, line_no);
-    TESSEL_REQUIRE(f.size() >= 2, "file '", path, "' line ", line_no, ": expected two columns, got ", f.size());
-    auto const a = parse_id(f[0], path, line_no), b = parse_id(f[1], path, line_no);
-    TESSEL_REQUIRE(a < max_node_id && b < max_node_id, "file '", path, "' line ", line_no,
-                   ": node id too large for 32-bit indices");
+  while (in.next(f)) {
+    TESSEL_REQUIRE(f.size() >= 2, in.where(), ": expected two columns, got ", f.size());
+    auto const a = parse_id(f[0], in), b = parse_id(f[1], in);
     max_id = std::max({max_id, a, b});
     edges.emplace_back(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
   }
+  TESSEL_REQUIRE(!edges.empty(), "edge list '", path, "' holds no edge (a header line only)");
   return edges;
 }
 
@@ -82,11 +68,9 @@ std::vector<std::pair<std::int32_t, std::int32_t>> read_edge_list(std::string co
 /// grows to cover the ids of the table.
 std::vector<std::string> read_targets(std::string const &path, std::string const &id_column,
                                       std::string const &target_column, std::int64_t &n) {
-  std::ifstream tin(path);
-  TESSEL_REQUIRE(tin.good(), "cannot open '", path, "'");
-  std::string line;
-  std::getline(tin, line);
-  auto const header = csv_fields(line, path, 1);
+  tessel::CsvReader in(path);
+  std::vector<std::string> header;
+  TESSEL_REQUIRE(in.next(header), "targets file '", path, "' is empty: expected a header line");
   auto column = [&](std::string const &name) {
     auto it = std::find(header.begin(), header.end(), name);
     TESSEL_REQUIRE(it != header.end(), "file '", path, "': no column '", name, "' in the header");
@@ -96,19 +80,12 @@ std::vector<std::string> read_targets(std::string const &path, std::string const
   std::size_t const target_col = column(target_column);
   std::vector<std::pair<std::int64_t, std::string>> rows;
   std::vector<std::size_t> row_line; // the line of each row, for the error on a repeated id
-  std::size_t line_no = 1;
-  while (std::getline(tin, line)) {
-    ++line_no;
-    if (line.empty())
-      continue;
-    auto const f = csv_fields(line, path, line_no);
-    TESSEL_REQUIRE(f.size() == header.size(), "file '", path, "' line ", line_no, ": ", f.size(),
-                   " fields, the header has ", header.size());
-    auto const id = parse_id(f[id_col], path, line_no);
-    TESSEL_REQUIRE(id < max_node_id, "file '", path, "' line ", line_no, ": node id ", id,
-                   " too large for 32-bit indices");
+  std::vector<std::string> f;
+  while (in.next(f)) {
+    TESSEL_REQUIRE(f.size() == header.size(), in.where(), ": ", f.size(), " fields, the header has ", header.size());
+    auto const id = parse_id(f[id_col], in);
     rows.emplace_back(id, f[target_col]);
-    row_line.push_back(line_no);
+    row_line.push_back(static_cast<std::size_t>(in.line()));
     n = std::max(n, id + 1);
   }
   // One slot per node id up to the largest: a sparse table with a huge id must not take the machine's memory.
@@ -175,6 +152,7 @@ int cmd_csv(tessel::CommandLine &v, std::string const &out) {
                                       "trained on); at least 1 per class");
   auto const seed = v.get_int<std::uint64_t>("seed", 1, 0, UINT64_MAX);
   v.finish();
+  tessel::require_distinct_files({{"--edges", edges_path}, {"--targets", targets}}, {{"--out", out}});
   tessel::require_writable(out);
   std::int64_t max_id = -1;
   auto const edges = read_edge_list(edges_path, max_id);

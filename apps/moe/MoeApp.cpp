@@ -16,11 +16,13 @@
 #include <tessel/moe/Reference.hpp>
 
 #include <tessel/core/Config.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -28,7 +30,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -136,6 +137,12 @@ Options parse(tessel::CommandLine &cl) {
     o.file = files[0];
   TESSEL_REQUIRE_USAGE(!o.file.empty(), "no input file given (see --help)");
   TESSEL_REQUIRE_USAGE(!o.schedules.empty(), "--schedule names no schedule");
+  // --trace T writes T.rankR.json on every rank R; --registry is written (merged) by --tune.
+  std::string const trace_file =
+      o.trace.empty() ? "" : o.trace + ".rank" + std::to_string(tessel::Communicator::world().rank()) + ".json";
+  tessel::require_distinct_files(
+      {{"the layer file", o.file}, {"--tuning", o.tuning}},
+      {{"--json", o.json}, {"--trace", trace_file}, {"--registry", o.tune ? o.registry : ""}});
   tessel::require_writable(o.json);
   if (o.tune)
     tessel::require_writable(o.registry);
@@ -230,7 +237,7 @@ void tune(Options const &o, HostExecSpace const &space, MoeLayer &layer, Input c
        << 1e3 * result.best_seconds << " ms";
   if (layer.communicator().rank() == 0) {
     TuningRegistry reg;
-    if (std::ifstream(o.registry).good())
+    if (tessel::input_exists(o.registry))
       reg = TuningRegistry::load(o.registry);
     reg.set(TuningKey::of(in.config), result.best, note.str());
     reg.save(o.registry);

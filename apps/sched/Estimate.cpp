@@ -4,6 +4,7 @@
 #include <tessel/sched/Estimator.hpp>
 #include <tessel/sched/Model.hpp>
 #include <tessel/sched/Profile.hpp>
+#include <tessel/tools/Files.hpp>
 
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
@@ -282,6 +283,10 @@ int estimate_command(tessel::CommandLine &args) {
   std::string const json_path = args.get("json", "");
   std::string const dump_path = args.get("dump", "");
   args.finish();
+  tessel::require_distinct_files({{"--profile", profile_path}, {"--cluster", cluster_path}},
+                                 {{"--json", json_path}, {"--dump", dump_path}});
+  tessel::require_writable(json_path);
+  tessel::require_writable(dump_path);
   Cluster const cluster = load_cluster(cluster_path);
   ProfileTable const table = load_profile(profile_path);
 

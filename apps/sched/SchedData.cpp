@@ -19,6 +19,7 @@
 #include <tessel/core/Error.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 
 #include <cstdio>
@@ -72,6 +73,7 @@ int run(std::string const &cmd, tessel::CommandLine &o) {
   if (cmd == "crius-trace") {
     std::string const cluster_path = o.get("cluster", "crius");
     auto const f = files(o, 2);
+    tessel::require_distinct_files({{"IN.csv", f[0]}, {"--cluster", cluster_path}}, {{"OUT.h5", f[1]}});
     Cluster const cluster = load_cluster(cluster_path);
     Trace trace = load_trace(f[0], cluster);
     trace.source = f[0] + " (Crius trace CSV)";
@@ -81,6 +83,7 @@ int run(std::string const &cmd, tessel::CommandLine &o) {
   }
   if (cmd == "profile") {
     auto const f = files(o, 2);
+    tessel::require_distinct_files({{"DIR|F", f[0]}}, {{"OUT.h5", f[1]}});
     ProfileTable const table = load_profile(f[0]);
     save_profile(table, f[1], f[0] + " (Crius profile tables)");
     std::printf("wrote %zu best-plan entries, %zu plan records, %zu DP-memory rows to %s (%zu source rows skipped)\n",
@@ -92,6 +95,8 @@ int run(std::string const &cmd, tessel::CommandLine &o) {
     std::string const spec = o.get("crius-spec", "");
     std::string const infos = o.get("device-infos", "");
     auto const f = files(o, spec.empty() ? 2 : 1);
+    tessel::require_distinct_files(
+        {{"--crius-spec", spec}, {"--device-infos", infos}, {"IN", spec.empty() ? f[0] : ""}}, {{"OUT", f.back()}});
     Cluster const cluster = spec.empty() ? load_cluster(f[0]) : load_crius_cluster_spec(spec, infos);
     std::string const &out = f.back();
     if (is_h5(out))
@@ -122,6 +127,9 @@ int run(std::string const &cmd, tessel::CommandLine &o) {
     TESSEL_REQUIRE_USAGE(cmd != "synth" || !(keep || o.has("from") || o.has("sample")),
                          "--keep-gpus, --from and --sample are options of elasticflow-trace");
     auto const f = files(o, cmd == "synth" ? 1 : 2);
+    tessel::require_distinct_files(
+        {{"--cluster", cluster_path}, {"--profile", profile_path}, {"IN.csv", cmd == "synth" ? "" : f[0]}},
+        {{"OUT", f.back()}});
     Cluster const cluster = load_cluster(cluster_path);
     std::unique_ptr<ProfileTable> table;
     Estimator estimator(cluster);

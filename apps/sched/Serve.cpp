@@ -4,6 +4,7 @@
 #include "Commands.hpp"
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/sched/SlurmController.hpp>
 
@@ -100,8 +101,10 @@ int submit_command(tessel::CommandLine &args) {
                        files.size());
   Json spec;
   if (files[0] == "-") {
-    std::string const text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-    spec = parse_json(text, "standard input");
+    // Read up to the bound of a JSON file: an endless stream is refused, not held in memory.
+    spec = parse_json(
+        tessel::read_input_file("/dev/stdin", tessel::max_json_bytes, "standard input", tessel::InputKind::stream),
+        "standard input");
   } else {
     spec = read_json(files[0]);
   }

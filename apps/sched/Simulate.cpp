@@ -1,6 +1,7 @@
 #include "Commands.hpp"
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 
 #include <tessel/sched/Estimator.hpp>
@@ -193,6 +194,9 @@ SimulateArgs parse_simulate_args(tessel::CommandLine &args) {
   a.quiet = args.flag("quiet");
   a.source_arg = args.get("source", a.profile_path.empty() ? "estimator" : "table");
   args.finish();
+  tessel::require_distinct_files(
+      {{"--trace", a.trace_path}, {"--cluster", a.cluster_path}, {"--profile", a.profile_path}},
+      {{"--json", a.json_path}});
   tessel::require_writable(a.json_path);
   a.source = source_option(a.source_arg);
   a.policies = parse_policies(policy_arg);

@@ -61,13 +61,48 @@ std::size_t parse_size(std::string const &option, std::string const &text) {
   double const limit = 8.0 * 1024 * 1024 * 1024;
   double const value =
       tessel::CommandLine::parse_double(option, number, tessel::Range::closed(1, limit / scale)) * scale;
+  // A byte count is whole: "1.5" is not 1 byte (1.5K is 1536).
+  TESSEL_REQUIRE_USAGE(value == std::floor(value), "option ", option, " expects a whole number of bytes, got '", text,
+                       "' (", value, " bytes)");
   return static_cast<std::size_t>(value);
+}
+
+// \p v with every digit a user may have typed (1.0000001, not 1).
+std::string exact(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", v);
+  return text;
+}
+
+// Most sizes one sweep measures: a factor barely above 1 would otherwise ask for millions.
+constexpr std::size_t max_sweep_sizes = 1000;
+
+// The element counts of the sweep from -b to -e by -f: each size once (a step that does not reach the next element
+// count moves to it), at most max_sweep_sizes.
+std::vector<std::size_t> sweep_counts(Options const &o) {
+  std::vector<std::size_t> counts;
+  double const last = static_cast<double>(o.max_bytes) * 1.0000001;
+  for (double bytes = static_cast<double>(o.min_bytes); bytes <= last; bytes *= o.step) {
+    std::size_t count = std::max<std::size_t>(1, static_cast<std::size_t>(bytes) / sizeof(float));
+    if (!counts.empty() && count <= counts.back()) {
+      count = counts.back() + 1;
+      bytes = static_cast<double>(count * sizeof(float));
+      if (bytes > last)
+        break;
+    }
+    counts.push_back(count);
+    TESSEL_REQUIRE_USAGE(counts.size() <= max_sweep_sizes, "-f/--stepfactor ", exact(o.step), " from ", o.min_bytes,
+                         " to ", o.max_bytes, " bytes gives more than ", max_sweep_sizes,
+                         " sizes; use a larger factor or a narrower range");
+  }
+  return counts;
 }
 
 void usage() {
   std::printf("usage: tessel-comm-bench [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-w WARMUP] [-n ITERS]\n"
               "                         [-o allreduce|alltoallv|all] [-c 0|1] [-J FILE] [--debug]\n"
-              "sizes in [1, 8G] bytes take K/M/G suffixes; FACTOR in (1, 1024]; run under mpiexec for more than one\n"
+              "whole byte counts in [1, 8G] take K/M/G suffixes; FACTOR in (1, 1024], at most 1000 sizes; run under\n"
+              "mpiexec for more than one "
               "rank. exit status: 0 success, 1 runtime error or wrong values, 2 invalid option\n");
 }
 
@@ -272,6 +307,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     Options const o = parse(cl);
+    auto const counts = sweep_counts(o); // checked before any work
     auto const comm = tessel::Communicator::world();
     bool const root = comm.rank() == 0;
     if (root)
@@ -282,9 +318,7 @@ int main(int argc, char **argv) {
     for (std::string const op : {"allreduce", "alltoallv"}) {
       if (o.ops != "all" && o.ops != op)
         continue;
-      for (double bytes = static_cast<double>(o.min_bytes); bytes <= static_cast<double>(o.max_bytes) * 1.0000001;
-           bytes *= o.step) {
-        std::size_t const count = std::max<std::size_t>(1, static_cast<std::size_t>(bytes) / sizeof(float));
+      for (std::size_t const count : counts) {
         Row const row =
             op == std::string("allreduce") ? bench_allreduce(comm, o, count) : bench_alltoallv(comm, o, count);
         if (root)

@@ -12,6 +12,7 @@
 #include <tessel/gnn/Dataset.hpp>
 #include <tessel/gnn/Spmm.hpp>
 #include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 #include <tessel/tools/gnn/Options.hpp>
 
@@ -352,6 +353,7 @@ int run_host(tessel::CommandLine &a) {
   c.options = spmm_options(a, SpmmAlgorithm::adaptive);
   c.json = a.get("json", "");
   a.finish();
+  tessel::require_distinct_files({{"--data", c.data}}, {{"--json", c.json}});
   return bench_host(c);
 }
 
@@ -371,6 +373,7 @@ int run_dist(tessel::CommandLine &a) {
   c.latency_us = a.get_double("latency", 0.0, tessel::Range::closed(0, 1e7));
   c.json = a.get("json", "");
   a.finish();
+  tessel::require_distinct_files({{"--data", c.data}}, {{"--json", c.json}});
   return bench_dist(c);
 }
 
@@ -391,6 +394,7 @@ int run_cuda(tessel::CommandLine &a) {
   c.allow_tf32 = get_on_off(a, "tf32", c.allow_tf32);
   c.dense_engine = a.get("dense-engine", "automatic");
   a.finish();
+  tessel::require_distinct_files({{"--data", c.data}}, {{"--json", c.json}});
 #ifdef TESSEL_ENABLE_CUDA
   return bench_cuda(c);
 #else

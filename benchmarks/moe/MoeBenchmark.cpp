@@ -18,10 +18,12 @@
 #include <tessel/moe/Synthetic.hpp>
 
 #include <tessel/core/Config.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 #include <tessel/core/ScopeGuard.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 
 #include <sys/resource.h>
@@ -31,7 +33,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -95,6 +96,7 @@ Options parse(tessel::CommandLine &cl) {
   o.trace = cl.get("trace", o.trace);
   o.train = cl.flag("train");
   cl.finish();
+  tessel::require_distinct_files({}, {{"--json", o.json}, {"--registry", o.tune ? o.registry : ""}});
   tessel::require_writable(o.json);
   return o;
 }
@@ -542,7 +544,7 @@ tessel::Json results_json(Options const &o, int w, std::vector<Point> const &poi
 // --tune: the tuned entries merged into --registry.
 void merge_tuned(Options const &o, TuningRegistry const &tuned) {
   TuningRegistry reg;
-  if (std::ifstream(o.registry).good())
+  if (tessel::input_exists(o.registry))
     reg = TuningRegistry::load(o.registry);
   reg.merge(tuned);
   reg.save(o.registry);

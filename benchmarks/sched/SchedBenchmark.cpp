@@ -27,6 +27,7 @@
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/tools/CommandLine.hpp>
+#include <tessel/tools/Files.hpp>
 #include <tessel/tools/Tool.hpp>
 
 #include <algorithm>
@@ -105,6 +106,9 @@ BenchArgs parse_args(tessel::CommandLine &args) {
   a.json_path = args.get("json", "");
   a.decisions_path = args.get("decisions", "");
   args.finish();
+  tessel::require_distinct_files(
+      {{"--cluster", a.cluster_path}, {"--profile", a.profile_path}, {"--trace", a.trace_path}},
+      {{"--json", a.json_path}, {"--decisions", a.decisions_path}});
   tessel::require_writable(a.json_path);
   tessel::require_writable(a.decisions_path);
   return a;

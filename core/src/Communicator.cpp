@@ -1,5 +1,6 @@
 #include <tessel/core/Communicator.hpp>
 #include <tessel/core/Config.hpp>
+#include <tessel/core/Numbers.hpp>
 #include <tessel/core/ScopeGuard.hpp>
 
 #include "impl/Progress.hpp"
@@ -34,11 +35,12 @@ char const *name_of(CommBackend backend) {
 Timeout default_timeout() {
   if (char const *env = std::getenv("TESSEL_COMM_TIMEOUT")) {
     // A value that means nothing is an error, not the default: a job meant to fail fast must not wait 120 s.
-    char *end = nullptr;
-    double const seconds = std::strtod(env, &end);
-    TESSEL_REQUIRE_USAGE(end != env && *end == '\0' && std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e6,
-                         "environment variable TESSEL_COMM_TIMEOUT expects seconds in [0.001, 1e6], got '", env, "'");
-    return Timeout(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
+    // Decimal seconds (tessel::parse_decimal): "0x10" is not 16 s.
+    auto const seconds = parse_decimal(env);
+    TESSEL_REQUIRE_USAGE(seconds && *seconds >= 0.001 && *seconds <= 1e6,
+                         "environment variable TESSEL_COMM_TIMEOUT expects decimal seconds in [0.001, 1e6], got '", env,
+                         "'");
+    return Timeout(static_cast<std::int64_t>(std::ceil(*seconds * 1000.0)));
   }
   return std::chrono::seconds(120);
 }

@@ -2,8 +2,11 @@
 
 #include <hdf5.h>
 
+#include <tessel/core/InputFile.hpp>
+#include <tessel/core/Memory.hpp>
+
 #include <algorithm>
-#include <filesystem>
+#include <limits>
 #include <sstream>
 
 namespace tessel::h5 {
@@ -43,9 +46,15 @@ std::string hdf5_reason() {
   return reason.empty() ? std::string() : " (HDF5: " + reason + ")";
 }
 
-void silence_hdf5() {
-  // Tessel reports HDF5 failures as exceptions; the library's own stderr dump would only duplicate them.
+// Before the first HDF5 call of the process (every call here goes through a File, whose constructor calls this).
+void prepare_hdf5() {
   static bool const done = [] {
+    // HDF5 (1.10) frees a file whose H5Fclose fails in its final flush (a full disk) but keeps its identifier; the
+    // exit handler HDF5 registers on its first call closes every identifier left, that one again, and crashes
+    // (SIGSEGV in H5F__close_cb) after the tool has reported the error. Tessel closes its files itself (close(),
+    // ~File), so the library is not terminated at exit; H5dont_atexit works only before HDF5 is initialized.
+    H5dont_atexit();
+    // Tessel reports HDF5 failures as exceptions; the library's own stderr dump would only duplicate them.
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -155,12 +164,12 @@ std::string to_string(std::vector<std::size_t> const &shape) {
 }
 
 File::File(std::string path, Mode mode) : _path(std::move(path)), _writable(mode != Mode::read) {
-  silence_hdf5();
-  namespace fs = std::filesystem;
-  bool const exists = fs::exists(_path);
+  prepare_hdf5();
+  bool const exists = input_exists(_path);
   if (mode == Mode::read || (mode == Mode::append && exists)) {
     TESSEL_REQUIRE(exists, _path, ": file not found");
-    TESSEL_REQUIRE(fs::is_regular_file(_path), _path, ": not a regular file");
+    // A regular file (HDF5 would block on a named pipe); its size does not matter, datasets are read as needed.
+    require_input_file(_path, std::numeric_limits<std::uint64_t>::max(), "HDF5 file");
     htri_t const is_hdf5 = H5Fis_hdf5(_path.c_str());
     TESSEL_REQUIRE(is_hdf5 > 0, _path, ": not an HDF5 file (no HDF5 signature found)", hdf5_reason());
     _id = H5Fopen(_path.c_str(), mode == Mode::read ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
@@ -199,9 +208,15 @@ File &File::operator=(File &&other) noexcept {
   return *this;
 }
 
+void File::require_written(bool ok, std::string const &step) const {
+  if (!ok)
+    TESSEL_THROW("cannot write '", _path, "': ", step, " failed", hdf5_reason(),
+                 _output ? " (nothing was written in its place)" : "");
+}
+
 void File::flush() {
   if (_id >= 0 && _writable)
-    TESSEL_REQUIRE(H5Fflush(_id, H5F_SCOPE_LOCAL) >= 0, "cannot write '", _path, "'", hdf5_reason());
+    require_written(H5Fflush(_id, H5F_SCOPE_LOCAL) >= 0, "flushing the file");
 }
 
 void File::close() {
@@ -280,7 +295,7 @@ void File::create_group(std::string const &group) {
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle g(H5Gcreate2(_id, normalize(group).c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  TESSEL_REQUIRE(g.valid(), _path, ": cannot create group '", group, "'", hdf5_reason());
+  require_written(g.valid(), "creating group '" + group + "'");
 }
 
 std::size_t File::element_count(std::vector<std::size_t> const &shape) {
@@ -288,6 +303,16 @@ std::size_t File::element_count(std::vector<std::size_t> const &shape) {
   for (auto d : shape)
     n *= d;
   return n;
+}
+
+std::size_t File::checked_count(std::string const &dataset, std::vector<std::size_t> const &shape,
+                                std::size_t element_bytes) const {
+  // The shape is what the file declares: a tiny file may declare 2^40 elements.
+  double bytes = static_cast<double>(element_bytes);
+  for (auto d : shape)
+    bytes *= static_cast<double>(d);
+  require_memory(_path + ": dataset '" + dataset + "' of shape " + to_string(shape), bytes, SizeSource::input);
+  return element_count(shape);
 }
 
 std::vector<std::size_t> File::shape(std::string const &dataset) const { return checked_shape(dataset, {}, false); }
@@ -385,11 +410,10 @@ void File::write_raw(std::string const &dataset, DataType type, void const *data
   }
   Handle d(H5Dcreate2(_id, full.c_str(), native_type(type), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
            H5Dclose);
-  TESSEL_REQUIRE(d.valid(), _path, ": cannot create dataset '", dataset, "'", hdf5_reason());
-  if (element_count(shape) > 0) {
-    herr_t const rc = H5Dwrite(d.get(), native_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-    TESSEL_REQUIRE(rc >= 0, _path, ": writing dataset '", dataset, "' failed", hdf5_reason());
-  }
+  require_written(d.valid(), "creating dataset '" + dataset + "'");
+  if (element_count(shape) > 0)
+    require_written(H5Dwrite(d.get(), native_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+                    "writing dataset '" + dataset + "'");
 }
 
 std::vector<std::string> File::read_strings(std::string const &dataset) const {
@@ -398,7 +422,7 @@ std::vector<std::string> File::read_strings(std::string const &dataset) const {
   Handle ftype(H5Dget_type(d.get()), H5Tclose);
   TESSEL_REQUIRE(H5Tget_class(ftype.get()) == H5T_STRING, _path, ": dataset '", dataset, "' has type ",
                  describe(info_of(ftype.get())), ", expected strings");
-  std::vector<std::string> out(shape[0]);
+  std::vector<std::string> out(checked_count(dataset, shape, sizeof(std::string)));
   if (out.empty())
     return out;
   if (H5Tis_variable_str(ftype.get()) > 0) {
@@ -438,13 +462,13 @@ void File::write_strings(std::string const &dataset, std::vector<std::string> co
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle d(H5Dcreate2(_id, full.c_str(), type.get(), space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  TESSEL_REQUIRE(d.valid(), _path, ": cannot create dataset '", dataset, "'", hdf5_reason());
+  require_written(d.valid(), "creating dataset '" + dataset + "'");
   std::vector<char const *> raw(values.size());
   for (std::size_t i = 0; i < values.size(); ++i)
     raw[i] = values[i].c_str();
   if (!raw.empty())
-    TESSEL_REQUIRE(H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) >= 0, _path,
-                   ": writing strings '", dataset, "' failed", hdf5_reason());
+    require_written(H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) >= 0,
+                    "writing strings '" + dataset + "'");
 }
 
 std::size_t File::attribute_size(std::string const &object, std::string const &name) const {
@@ -505,9 +529,8 @@ void File::write_attribute_raw(std::string const &object, std::string const &nam
   Handle a(H5Acreate_by_name(_id, obj.c_str(), name.c_str(), native_type(type), space.get(), H5P_DEFAULT, H5P_DEFAULT,
                              H5P_DEFAULT),
            H5Aclose);
-  TESSEL_REQUIRE(a.valid(), _path, ": cannot create attribute '", name, "' of '", object, "'", hdf5_reason());
-  TESSEL_REQUIRE(H5Awrite(a.get(), native_type(type), data) >= 0, _path, ": writing attribute '", name, "' failed",
-                 hdf5_reason());
+  require_written(a.valid(), "creating attribute '" + name + "' of '" + object + "'");
+  require_written(H5Awrite(a.get(), native_type(type), data) >= 0, "writing attribute '" + name + "'");
 }
 
 void File::write_attribute(std::string const &object, std::string const &name, std::string const &value) {
@@ -523,10 +546,9 @@ void File::write_attribute(std::string const &object, std::string const &name, s
   Handle a(
       H5Acreate_by_name(_id, obj.c_str(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
       H5Aclose);
-  TESSEL_REQUIRE(a.valid(), _path, ": cannot create attribute '", name, "' of '", object, "'", hdf5_reason());
+  require_written(a.valid(), "creating attribute '" + name + "' of '" + object + "'");
   char const *raw = value.c_str();
-  TESSEL_REQUIRE(H5Awrite(a.get(), type.get(), &raw) >= 0, _path, ": writing attribute '", name, "' failed",
-                 hdf5_reason());
+  require_written(H5Awrite(a.get(), type.get(), &raw) >= 0, "writing attribute '" + name + "'");
 }
 
 } // namespace tessel::h5

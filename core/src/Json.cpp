@@ -1,19 +1,50 @@
 #include <tessel/core/Error.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
 namespace tessel {
 
 Json parse_json(std::string const &text, std::string const &name) {
+  // A key given twice in one object is an error (nlohmann-json would keep the last silently): the keys of each open
+  // object, innermost last, and the key under which each object was opened, for the message.
+  std::vector<std::vector<std::string>> keys;
+  std::vector<std::string> opened_under{""};
+  std::string last_key;
+  auto const check_keys = [&](int /*depth*/, Json::parse_event_t event, Json &parsed) {
+    switch (event) {
+    case Json::parse_event_t::object_start:
+      keys.emplace_back();
+      opened_under.push_back(last_key);
+      break;
+    case Json::parse_event_t::object_end:
+      keys.pop_back();
+      opened_under.pop_back();
+      break;
+    case Json::parse_event_t::key: {
+      auto const &key = parsed.get_ref<std::string const &>();
+      auto &seen = keys.back();
+      TESSEL_REQUIRE(std::find(seen.begin(), seen.end(), key) == seen.end(), name, ": duplicate key '", key, "'",
+                     opened_under.back().empty() ? std::string(" at the top level")
+                                                 : " in the object '" + opened_under.back() + "'",
+                     " (each key may appear once in an object)");
+      seen.push_back(key);
+      last_key = key;
+      break;
+    }
+    default:
+      break;
+    }
+    return true;
+  };
   try {
-    return Json::parse(text);
+    return Json::parse(text, check_keys);
   } catch (Json::parse_error const &e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: reason": the exception's id
     // means nothing to a user, the place and the reason do.
@@ -24,14 +55,7 @@ Json parse_json(std::string const &text, std::string const &name) {
   }
 }
 
-Json read_json(std::string const &path) {
-  std::ifstream in(path, std::ios::binary);
-  TESSEL_REQUIRE_USAGE(in.good(), path, ": cannot open the file for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  TESSEL_REQUIRE(!in.bad(), path, ": read error");
-  return parse_json(text.str(), path);
-}
+Json read_json(std::string const &path) { return parse_json(read_input_file(path, max_json_bytes), path); }
 
 void write_json(std::string const &path, Json const &document, int indent) {
   // Invalid UTF-8 in a string (a file name in another encoding) is replaced rather than aborting the write.
@@ -62,10 +86,18 @@ template <class T> char const *expected_type() {
 template <class T> bool has_type(Json const &v) {
   if constexpr (std::is_same_v<T, bool>)
     return v.is_boolean();
-  else if constexpr (std::is_integral_v<T>)
-    return v.is_number_integer() &&
-           static_cast<std::int64_t>(static_cast<T>(v.get<std::int64_t>())) == v.get<std::int64_t>();
-  else if constexpr (std::is_floating_point_v<T>)
+  else if constexpr (std::is_integral_v<T>) {
+    // Compared as the JSON holds them: 18446744073709551615 read through int64_t would be -1.
+    if (v.is_number_unsigned())
+      return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+    if (!v.is_number_integer())
+      return false;
+    auto const i = v.get<std::int64_t>();
+    if constexpr (std::is_signed_v<T>)
+      return i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max();
+    else
+      return i >= 0 && static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+  } else if constexpr (std::is_floating_point_v<T>)
     return v.is_number();
   else if constexpr (std::is_same_v<T, std::string>)
     return v.is_string();

@@ -16,6 +16,33 @@ namespace {
 
 std::atomic<unsigned> temporary_counter{0};
 
+// The temporaries of the OutputFiles alive in this process, for remove_output_temporaries() (called from signal
+// handlers): fixed slots, so that the handler reads no memory another thread may be freeing. A slot is free (0),
+// being written (1) or live (2); a path that does not fit or finds no free slot is simply not registered.
+constexpr int temporary_slots = 64;
+constexpr std::size_t temporary_path_bytes = 4096;
+std::atomic<int> slot_state[temporary_slots];
+char slot_path[temporary_slots][temporary_path_bytes];
+
+int register_temporary(std::string const &path) {
+  if (path.size() >= temporary_path_bytes)
+    return -1;
+  for (int i = 0; i < temporary_slots; ++i) {
+    int expected = 0;
+    if (slot_state[i].compare_exchange_strong(expected, 1)) {
+      std::memcpy(slot_path[i], path.c_str(), path.size() + 1);
+      slot_state[i].store(2);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void unregister_temporary(int slot) {
+  if (slot >= 0)
+    slot_state[slot].store(0);
+}
+
 std::string reason() { return std::strerror(errno); }
 
 std::string directory_of(std::string const &path) {
@@ -52,14 +79,21 @@ OutputFile::OutputFile(std::string path) : _path(std::move(path)) {
   std::string const base = slash == std::string::npos ? _path : _path.substr(slash + 1);
   _temporary = (slash == std::string::npos ? std::string() : _path.substr(0, slash + 1)) + "." + base + ".tmp-" +
                std::to_string(::getpid()) + "-" + std::to_string(temporary_counter++);
+  // Registered before it exists, so that no moment leaves it behind a signal.
+  _slot = register_temporary(_temporary);
   int const fd = ::open(_temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  TESSEL_REQUIRE(fd >= 0, "cannot write '", _path, "': ", reason());
+  if (fd < 0) {
+    std::string const why = reason();
+    unregister_temporary(_slot);
+    TESSEL_THROW("cannot write '", _path, "': ", why);
+  }
   ::close(fd);
 }
 
 OutputFile::~OutputFile() {
   if (!_committed && !_direct)
     std::remove(_temporary.c_str());
+  unregister_temporary(_slot);
 }
 
 void OutputFile::commit() {
@@ -87,6 +121,9 @@ void OutputFile::commit() {
   if (!_direct) {
     TESSEL_REQUIRE(std::rename(_temporary.c_str(), _path.c_str()) == 0, "cannot write '", _path, "': ", reason(),
                    " (nothing was written in its place)");
+    // Renamed: a signal from here on must not remove what now has that name.
+    unregister_temporary(_slot);
+    _slot = -1;
     // The rename itself is durable only once the directory is synced.
     int const dir = ::open(directory_of(_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir >= 0) {
@@ -95,6 +132,12 @@ void OutputFile::commit() {
     }
   }
   _committed = true;
+}
+
+void remove_output_temporaries() noexcept {
+  for (int i = 0; i < temporary_slots; ++i)
+    if (slot_state[i].load() == 2)
+      ::unlink(slot_path[i]);
 }
 
 void require_writable(std::string const &path) {

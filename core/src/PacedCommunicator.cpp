@@ -16,8 +16,24 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Longest time the emulated link may take for one message or collective: past every communication timeout (at
+// most 1e6 s), and far inside what a steady_clock duration holds (about 292 years of nanoseconds).
+constexpr double max_link_seconds = 1e8;
+
+// Durations saturate at max_link_seconds: a double past the clock's range would wrap when converted.
 Clock::duration to_duration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(std::max(seconds, 0.0), max_link_seconds)));
+}
+
+// The time a transfer of \p bytes takes on \p link, checked: one the emulated link cannot represent is an error
+// naming the link and the size, not a wrapped duration that switches the pacing off.
+double checked_link_seconds(LinkModel const &link, double bytes, int latencies, char const *what) {
+  double const seconds = (link.bandwidth > 0.0 ? bytes / link.bandwidth : 0.0) + latencies * link.latency;
+  TESSEL_REQUIRE(std::isfinite(seconds) && seconds <= max_link_seconds, "the emulated link (", link.bandwidth,
+                 " bytes/s, ", link.latency, " s latency) would take ", seconds, " s for ", what, " of ", bytes,
+                 " bytes, more than the ", max_link_seconds, " s it can represent");
+  return seconds;
 }
 
 // What travels next to each paced message: when it started to leave the sender, and its size.
@@ -203,7 +219,8 @@ LinkModel PacedBackend::link() const {
 void PacedBackend::set_link(LinkModel link) {
   TESSEL_REQUIRE(std::isfinite(link.bandwidth) && link.bandwidth >= 0.0, "link bandwidth must be >= 0 bytes/s, got ",
                  link.bandwidth);
-  TESSEL_REQUIRE(std::isfinite(link.latency) && link.latency >= 0.0, "link latency must be >= 0 s, got ", link.latency);
+  TESSEL_REQUIRE(std::isfinite(link.latency) && link.latency >= 0.0 && link.latency <= max_link_seconds,
+                 "link latency must be in [0, ", max_link_seconds, "] s, got ", link.latency);
   std::lock_guard<std::mutex> lock(_state->mutex);
   _state->link = link;
 }
@@ -222,7 +239,8 @@ Request PacedBackend::post_send(CommunicatorBackend &data, CommunicatorBackend &
   {
     std::lock_guard<std::mutex> lock(_state->mutex);
     auto const start = std::max(Clock::now(), _state->egress_free);
-    _state->egress_free = start + to_duration(_state->link.transfer_seconds(bytes));
+    _state->egress_free =
+        start + to_duration(checked_link_seconds(_state->link, static_cast<double>(bytes), 1, "a message"));
     impl->done_at = _state->egress_free;
     impl->header.start_ns = to_ns(start);
     impl->header.bytes = bytes;
@@ -266,9 +284,7 @@ void PacedBackend::pace_collective(char const *operation, double port_bytes, int
   {
     std::lock_guard<std::mutex> lock(_state->mutex);
     auto const start = std::max({now, _state->egress_free, _state->ingress_free});
-    auto const seconds = (_state->link.bandwidth > 0.0 ? port_bytes / _state->link.bandwidth : 0.0) +
-                         static_cast<double>(steps) * _state->link.latency;
-    end = start + to_duration(seconds);
+    end = start + to_duration(checked_link_seconds(_state->link, port_bytes, steps, operation));
     _state->egress_free = _state->ingress_free = end;
   }
   // The emulated link honours the timeout as a real one would: a transfer it cannot finish in time fails then.

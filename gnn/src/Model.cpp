@@ -1,6 +1,7 @@
 #include <tessel/core/Digest.hpp>
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/H5File.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
 #include <tessel/gnn/Model.hpp>
 
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -200,7 +200,7 @@ private:
     std::string const plan_path = options.checkpoint + ".plan.h5";
     std::string const plan_t_path = options.checkpoint + ".plan_t.h5";
     bool const reuse_plans = options.resume && !options.checkpoint.empty() &&
-                             options.spmm.algorithm == SpmmAlgorithm::adaptive && std::ifstream(plan_path).good();
+                             options.spmm.algorithm == SpmmAlgorithm::adaptive && input_exists(plan_path);
     auto const spmm = probed_spmm_options();
     if (reuse_plans)
       s.fwd = std::make_unique<Handle>(space, op, spmm, plan_path);
@@ -209,7 +209,7 @@ private:
     if (!is_symmetric(op)) {
       auto const opt = transpose(op);
       if (options.spmm.algorithm == SpmmAlgorithm::adaptive) {
-        if (reuse_plans && std::ifstream(plan_t_path).good())
+        if (reuse_plans && input_exists(plan_t_path))
           s.bwd = std::make_unique<Handle>(space, opt, options.spmm, plan_t_path);
         else
           s.bwd = std::make_unique<Handle>(space, opt, options.spmm, s.fwd->partition());
@@ -437,7 +437,7 @@ template <class ExecSpace> TrainResult GnnModel<ExecSpace>::train() {
   auto const &o = s.options;
   TrainResult result;
   std::vector<EpochRecord> history;
-  bool resume = o.resume && !o.checkpoint.empty() && std::ifstream(o.checkpoint).good();
+  bool resume = o.resume && !o.checkpoint.empty() && input_exists(o.checkpoint);
   if (s.comm) // a file seen by some ranks only is an error on every rank (in load_checkpoint), not a split run
     resume = s.comm->allreduce_value(resume ? 1 : 0, ReduceOp::max) != 0;
   if (resume)

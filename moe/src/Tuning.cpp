@@ -2,6 +2,7 @@
 #include <tessel/moe/Tuning.hpp>
 
 #include <tessel/core/Error.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
 
 #include <algorithm>
@@ -330,26 +331,9 @@ TuningRegistry TuningRegistry::parse(std::string const &text, std::string const 
 }
 
 TuningRegistry TuningRegistry::load(std::string const &path) {
-  // Checked before it is opened: opening a FIFO blocks until a writer comes, and a device such as /dev/zero or
-  // /dev/full never ends.
-  std::error_code ec;
-  auto const status = std::filesystem::status(path, ec);
-  TESSEL_REQUIRE(!ec && std::filesystem::exists(status), "cannot open tuning registry '", path, "'",
-                 ec ? ": " + ec.message() : std::string());
-  TESSEL_REQUIRE(std::filesystem::is_regular_file(status), "tuning registry '", path,
-                 "' is not a regular file (a directory, FIFO or device is not read)");
-  auto const size = std::filesystem::file_size(path, ec);
-  TESSEL_REQUIRE(!ec && size <= max_registry_bytes, "tuning registry '", path, "' is ", size, " bytes; at most ",
-                 max_registry_bytes, " are read");
-  std::ifstream in(path, std::ios::binary);
-  TESSEL_REQUIRE(in.good(), "cannot open tuning registry '", path, "'");
-  // At most the bound, even if the file grows while it is read.
-  std::string text(max_registry_bytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  TESSEL_REQUIRE(text.size() <= max_registry_bytes, "tuning registry '", path, "' grew past ", max_registry_bytes,
-                 " bytes while it was read");
-  return parse(text, path);
+  // A regular file of bounded size (tessel::read_input_file): a FIFO would block the reader until a writer comes,
+  // a device such as /dev/zero or /dev/full would never end.
+  return parse(read_input_file(path, max_registry_bytes, "tuning registry"), path);
 }
 
 std::string TuningRegistry::to_string() const {
@@ -506,6 +490,9 @@ bool store_tuning_cache(std::string const &path, TuningEntry const &entry, std::
   };
   if (path.empty())
     return fail("no cache directory (set TESSEL_CACHE_DIR, XDG_CACHE_HOME or HOME)");
+  // Written only as a regular file: writing into a named pipe or a device would wait for a reader or go nowhere.
+  if (std::error_code ec; std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    return fail("it is not a regular file");
   // A corrupt cache was already reported when it was read: it is replaced, not kept.
   auto cache = load_tuning_cache(path);
   cache.set(entry.key, entry.params, entry.note);

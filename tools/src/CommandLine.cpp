@@ -1,11 +1,11 @@
 #include <tessel/core/Error.hpp>
+#include <tessel/core/Numbers.hpp>
 #include <tessel/tools/CommandLine.hpp>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
+#include <optional>
 #include <sstream>
 
 namespace tessel {
@@ -186,31 +186,25 @@ long double CommandLine::parse_integer(std::string const &option, std::string co
     os << "], got '" << text << "'";
     return os.str();
   };
-  // strtoll alone would accept " 12", "12abc" (as 12) and saturate on overflow; a value past 64 bits is out of
-  // every range, so it gets the same message as any other out-of-range value.
-  bool const shaped = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
-  char *end = nullptr;
-  errno = 0;
-  long double value = 0;
-  if (shaped && text[0] == '-')
-    value = static_cast<long double>(std::strtoll(text.c_str(), &end, 10));
-  else if (shaped)
-    value = static_cast<long double>(std::strtoull(text.c_str(), &end, 10));
-  TESSEL_REQUIRE_USAGE(shaped && end && *end == '\0' && end != text.c_str() && errno != ERANGE && value >= min &&
-                           value <= max,
-                       expected());
-  return value;
+  // Decimal only (tessel::parse_decimal_int): " 12", "12abc", "0x10" and "1e3" are not integers; a value past 64
+  // bits is out of every range, so it gets the same message as any other out-of-range value.
+  std::optional<long double> value;
+  if (!text.empty() && text[0] == '-') {
+    if (auto const v = parse_decimal_int(text))
+      value = static_cast<long double>(*v);
+  } else if (auto const v = parse_decimal_uint(text)) {
+    value = static_cast<long double>(*v);
+  }
+  TESSEL_REQUIRE_USAGE(value && *value >= min && *value <= max, expected());
+  return *value;
 }
 
 double CommandLine::parse_double(std::string const &option, std::string const &text, Range range) {
-  // Decimal only: strtod would also take hexadecimal ("0x10" as 16), "inf" and "nan".
-  bool const shaped = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0])) &&
-                      text.find_first_of("xXpPiInN") == std::string::npos;
-  char *end = nullptr;
-  double const v = shaped ? std::strtod(text.c_str(), &end) : 0.0;
-  TESSEL_REQUIRE_USAGE(shaped && end && *end == '\0' && end != text.c_str() && std::isfinite(v) && range.contains(v),
-                       "option ", option, " expects a number in ", range.describe(), ", got '", text, "'");
-  return v;
+  // Decimal only (tessel::parse_decimal): strtod would also take hexadecimal ("0x10" as 16), "inf" and "nan".
+  auto const v = parse_decimal(text);
+  TESSEL_REQUIRE_USAGE(v && range.contains(*v), "option ", option, " expects a number in ", range.describe(), ", got '",
+                       text, "'");
+  return *v;
 }
 
 std::vector<std::string> CommandLine::split_list(std::string const &option, std::string const &text) {

@@ -2,17 +2,49 @@
 #include <tessel/core/Digest.hpp>
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Main.hpp>
+#include <tessel/core/OutputFile.hpp>
 #include <tessel/tools/Tool.hpp>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
+#include <signal.h>
 
 namespace tessel {
+
+namespace {
+
+// Signals that end a tool by default and that a user sends on purpose (Ctrl-C, kill, a closed terminal): the
+// handler removes the temporaries of the outputs being written (tessel::OutputFile, h5::File), then ends the
+// process the way the signal would have.
+constexpr int ending_signals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction previous_actions[std::size(ending_signals)];
+
+extern "C" void end_on_signal(int signal) {
+  remove_output_temporaries();
+  for (std::size_t i = 0; i < std::size(ending_signals); ++i)
+    if (ending_signals[i] == signal)
+      ::sigaction(signal, &previous_actions[i], nullptr);
+  ::raise(signal);
+}
+
+void remove_temporaries_on_signals() {
+  for (std::size_t i = 0; i < std::size(ending_signals); ++i) {
+    struct sigaction action {};
+    action.sa_handler = end_on_signal;
+    ::sigemptyset(&action.sa_mask);
+    // A signal the caller ignores (nohup) stays ignored.
+    if (::sigaction(ending_signals[i], nullptr, &previous_actions[i]) == 0 && previous_actions[i].sa_handler != SIG_IGN)
+      ::sigaction(ending_signals[i], &action, nullptr);
+  }
+}
+
+} // namespace
 
 void require_same_file(Communicator const &comm, std::string const &what, std::string const &path) {
   if (comm.size() == 1)
@@ -26,12 +58,6 @@ void require_same_file(Communicator const &comm, std::string const &what, std::s
     std::fclose(f);
   }
   comm.require_same(what + " '" + path + "' (a digest of its contents)", digest);
-}
-
-void require_memory(std::string const &what, double bytes) {
-  double const memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  TESSEL_REQUIRE_USAGE(memory <= 0 || bytes <= memory, what, " would need ", bytes / (1 << 30), " GiB, more than the ",
-                       memory / (1 << 30), " GiB of memory of this machine");
 }
 
 int run_tool(char const *name, int argc, char **argv, std::function<int(CommandLine &)> const &body) {
@@ -49,6 +75,8 @@ int run_tool(char const *name, int argc, char **argv, std::function<int(CommandL
   int const kokkos_argc = static_cast<int>(args.size());
   args.push_back(nullptr);
   return run_main(name, kokkos_argc, args.data(), [&](int tool_argc, char **tool_argv) {
+    // After MPI and Kokkos have started, so that their own handlers (if any) are the ones restored on a signal.
+    remove_temporaries_on_signals();
     std::vector<char *> tool_args(tool_argv, tool_argv + tool_argc);
     if (help)
       tool_args.push_back(help);
@@ -61,6 +89,8 @@ int run_tool(char const *name, int argc, char **argv, std::function<int(CommandL
       Communicator::world().require_same("the command line", digest);
     } catch (CommunicationError const &) {
       throw;
+    } catch (UsageError const &) {
+      throw; // a bad environment variable (TESSEL_COMM_TIMEOUT), not a difference between the ranks
     } catch (Exception const &e) {
       throw UsageError(std::string(e.what()) + ": every rank must run the same command line", e.where());
     }

@@ -2,11 +2,11 @@
 
 #include <tessel/core/Csv.hpp>
 #include <tessel/core/Error.hpp>
+#include <tessel/core/Numbers.hpp>
 
-#include <cerrno>
+#include <cctype>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace tessel::sched::Impl {
@@ -21,29 +21,25 @@ std::string trim(std::string_view s) {
 }
 
 CsvTable CsvTable::read(std::string const &path) {
-  std::ifstream in(path);
-  TESSEL_REQUIRE(in.good(), "cannot open CSV file '", path, "'");
+  // A regular file of bounded size (a device or a named pipe is refused), a leading byte-order mark dropped.
+  CsvReader reader(path);
   CsvTable t;
   t._path = path;
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    std::string const stripped = trim(line);
-    if (stripped.empty() || stripped[0] == '#')
+  std::vector<std::string> fields;
+  while (reader.next(fields)) {
+    std::string const stripped = trim(reader.text());
+    if (stripped[0] == '#')
       continue;
-    auto fields = split_csv_record(stripped, tessel::Impl::concat("CSV file '", path, "' line ", line_no));
     for (auto &f : fields)
       f = trim(f);
     if (t._header.empty()) {
       t._header = std::move(fields);
       continue;
     }
-    TESSEL_REQUIRE(fields.size() == t._header.size(), path, ":", line_no, ": expected ", t._header.size(),
-                   " comma-separated fields (header: ", stripped.size() ? t._header.front() : "", "...), got ",
-                   fields.size());
+    TESSEL_REQUIRE(fields.size() == t._header.size(), path, ":", reader.line(), ": expected ", t._header.size(),
+                   " comma-separated fields (header: ", t._header.front(), "...), got ", fields.size());
     t._rows.push_back(std::move(fields));
-    t._lines.push_back(line_no);
+    t._lines.push_back(reader.line());
   }
   TESSEL_REQUIRE(!t._header.empty(), "CSV file '", path, "' is empty (no header line)");
   return t;
@@ -78,25 +74,30 @@ std::string CsvTable::where(std::size_t r, int c) const {
 long long CsvTable::integer(std::size_t r, int c) const {
   std::string const &s = cell(r, c);
   TESSEL_REQUIRE(!s.empty(), where(r, c), ": empty field, expected an integer");
-  char *end = nullptr;
-  errno = 0;
-  long long const v = std::strtoll(s.c_str(), &end, 10);
-  if (end && *end == '\0' && errno == 0)
-    return v;
-  // Accept integral values written as reals ("300.0").
-  double const d = std::strtod(s.c_str(), &end);
-  TESSEL_REQUIRE(end && *end == '\0' && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18, where(r, c),
-                 ": '", s, "' is not an integer");
-  return static_cast<long long>(d);
+  if (auto const v = parse_decimal_int(s))
+    return *v;
+  // Integral values written as reals ("300.0") are integers too; hexadecimal ("0x10") is not.
+  auto const d = parse_decimal(s);
+  TESSEL_REQUIRE(d && *d == std::floor(*d) && std::fabs(*d) < 9e18, where(r, c), ": '", s,
+                 "' is not an integer (decimal digits only)");
+  return static_cast<long long>(*d);
 }
 
 double CsvTable::real(std::size_t r, int c) const {
   std::string const &s = cell(r, c);
   TESSEL_REQUIRE(!s.empty(), where(r, c), ": empty field, expected a number");
-  char *end = nullptr;
-  double const v = std::strtod(s.c_str(), &end);
-  TESSEL_REQUIRE(end && *end == '\0', where(r, c), ": '", s, "' is not a number");
-  return v;
+  if (auto const v = parse_decimal(s))
+    return *v;
+  // The profile tables mark plans that cannot run with inf and nan, as Python writes them.
+  std::string lower;
+  for (char ch : s)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower == "inf" || lower == "+inf" || lower == "infinity")
+    return std::numeric_limits<double>::infinity();
+  if (lower == "-inf" || lower == "-infinity")
+    return -std::numeric_limits<double>::infinity();
+  TESSEL_REQUIRE(lower == "nan", where(r, c), ": '", s, "' is not a number (decimal, or inf or nan)");
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 } // namespace tessel::sched::Impl

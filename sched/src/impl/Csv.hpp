@@ -12,7 +12,8 @@ namespace tessel::sched::Impl {
 
 class CsvTable {
 public:
-  /// Reads \p path; the first non-empty line is the header. Lines starting with '#' are comments.
+  /// Reads \p path (tessel::CsvReader: a bounded regular file, a byte-order mark dropped); the first non-empty line
+  /// is the header. Lines starting with '#' are comments. Numbers are decimal (no hexadecimal).
   static CsvTable read(std::string const &path);
 
   std::string const &path() const { return _path; }

@@ -96,7 +96,7 @@ public:
   template <class T> Array<T> read(std::string const &dataset) const {
     Array<T> out;
     out.shape = checked_shape(dataset, {}, /*check=*/false);
-    out.data.resize(element_count(out.shape));
+    out.data.resize(checked_count(dataset, out.shape, sizeof(T)));
     read_raw(dataset, data_type_of<T>, out.data.data(), out.data.size());
     return out;
   }
@@ -104,7 +104,7 @@ public:
   template <class T> Array<T> read(std::string const &dataset, std::vector<std::size_t> const &expected) const {
     Array<T> out;
     out.shape = checked_shape(dataset, expected, /*check=*/true);
-    out.data.resize(element_count(out.shape));
+    out.data.resize(checked_count(dataset, out.shape, sizeof(T)));
     read_raw(dataset, data_type_of<T>, out.data.data(), out.data.size());
     return out;
   }
@@ -118,7 +118,7 @@ public:
     TESSEL_REQUIRE(first <= out.shape[0] && count <= out.shape[0] - first, _path, ": dataset '", dataset, "' has ",
                    out.shape[0], " rows, cannot read rows [", first, ", ", first + count, ")");
     out.shape[0] = count;
-    out.data.resize(element_count(out.shape));
+    out.data.resize(checked_count(dataset, out.shape, sizeof(T)));
     read_raw(dataset, data_type_of<T>, out.data.data(), out.data.size(), first, count);
     return out;
   }
@@ -173,7 +173,7 @@ public:
   }
   /// \brief Reads a 1-D numeric attribute.
   template <class T> std::vector<T> read_attribute_array(std::string const &object, std::string const &name) const {
-    std::vector<T> values(attribute_size(object, name));
+    std::vector<T> values(checked_count(object + " attribute " + name, {attribute_size(object, name)}, sizeof(T)));
     read_attribute_raw(object, name, data_type_of<T>, values.data(), values.size());
     return values;
   }
@@ -203,6 +203,12 @@ public:
 
 private:
   static std::size_t element_count(std::vector<std::size_t> const &shape);
+  /// element_count() of a dataset about to be read into memory, refused naming the dataset and its size when this
+  /// machine's memory cannot hold it.
+  std::size_t checked_count(std::string const &dataset, std::vector<std::size_t> const &shape,
+                            std::size_t element_bytes) const;
+  /// Throws "cannot write PATH: STEP failed" with HDF5's reason when \p ok is false.
+  void require_written(bool ok, std::string const &step) const;
   std::vector<std::size_t> checked_shape(std::string const &dataset, std::vector<std::size_t> const &expected,
                                          bool check) const;
   /// Reads \p count elements; with \p rows given, only rows [first_row, first_row + *rows) of the dataset.

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace tessel {
@@ -14,11 +15,15 @@ namespace tessel {
 /// Non-finite numbers are written as null.
 using Json = nlohmann::ordered_json;
 
-/// \brief Parses the file at \p path; an unreadable file or a syntax error is a tessel::Exception naming the file
-/// and, for syntax errors, the line and column.
+/// \brief Largest JSON file read_json() reads.
+inline constexpr std::uint64_t max_json_bytes = std::uint64_t{1} << 30;
+
+/// \brief Parses the file at \p path, a regular file of at most max_json_bytes (tessel::read_input_file); an
+/// unreadable file, a syntax error or a key given twice in one object is a tessel::Exception naming the file and,
+/// for syntax errors, the line and column, for a repeated key the key.
 Json read_json(std::string const &path);
 
-/// \brief Parses \p text; \p name (a file name, or what the text is) is used in messages.
+/// \brief Parses \p text as read_json() does; \p name (a file name, or what the text is) is used in messages.
 Json parse_json(std::string const &text, std::string const &name);
 
 /// \brief Writes \p document to \p path through an OutputFile (complete or absent), indented by \p indent spaces,

@@ -42,7 +42,14 @@ private:
   std::ostringstream _text;
   bool _direct = false;
   bool _committed = false;
+  int _slot = -1; // in the registry of live temporaries (remove_output_temporaries)
 };
+
+/// \brief Removes the temporary file of every OutputFile alive in this process (h5::File's new files included), so
+/// that a process ended by a signal leaves no hidden partial file behind. Async-signal-safe: for signal handlers,
+/// which then end the process (tessel::run_tool installs one for SIGINT, SIGTERM and SIGHUP); the OutputFiles must
+/// not be used afterwards.
+void remove_output_temporaries() noexcept;
 
 /// \brief Fails now, naming \p path and the reason, when a file cannot be written there (a missing or read-only
 /// directory), so that a tool stops before its work instead of after it. Creates nothing.

@@ -79,7 +79,8 @@ public:
     std::string value;
     return find_value(name, value) ? parse_int(name.spelling(), value, min, max) : fallback;
   }
-  /// Floating-point value (as std::strtod reads it) in \p range; trailing text is an error.
+  /// Decimal floating-point value (tessel::parse_decimal: no hexadecimal, inf or nan) in \p range; trailing text is
+  /// an error.
   double get_double(OptionName const &name, double fallback, Range range);
   /// The option's value (or \p fallback) converted by \p parse, a function of the text such as a name-to-enum
   /// lookup; an error it raises becomes a UsageError naming the option.
