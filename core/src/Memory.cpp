@@ -33,8 +33,9 @@ void require_memory(std::string const &what, double bytes, SizeSource source) {
   bool const fits = std::isfinite(bytes) && bytes >= 0 && (memory <= 0 || bytes <= memory);
   if (fits)
     return;
-  std::string const message = Impl::concat(what, " would need ", format_bytes(bytes), ", more than the ",
-                                           format_bytes(memory), " of memory of this machine");
+  double const gib = 1024.0 * 1024 * 1024;
+  std::string const message = Impl::concat(what, " would need ", bytes / gib, " GiB, more than the ", memory / gib,
+                                           " GiB of memory of this machine");
   if (source == SizeSource::options)
     TESSEL_REQUIRE_USAGE(false, message);
   TESSEL_THROW(message);

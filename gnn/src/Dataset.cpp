@@ -1,8 +1,8 @@
 #include <tessel/core/H5File.hpp>
+#include <tessel/core/Memory.hpp>
 #include <tessel/gnn/Dataset.hpp>
 
 #include "impl/HostCsr.hpp"
-#include "impl/Memory.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -168,9 +168,9 @@ void read_features(h5::File const &file, Dataset &d, std::int64_t n) {
     TESSEL_REQUIRE(width >= 0 && width <= max_feature_width, "dataset '", d.name,
                    "': attribute /features num_features = ", width, ", expected an integer in [0, ", max_feature_width,
                    "]");
-    Impl::require_memory_for("dataset '" + d.name + "': its dense features (" + std::to_string(n) + " x " +
-                                 std::to_string(width) + " floats, from the sparse form in the file)",
-                             4.0 * static_cast<double>(n) * static_cast<double>(width));
+    tessel::require_memory("dataset '" + d.name + "': its dense features (" + std::to_string(n) + " x " +
+                               std::to_string(width) + " floats, from the sparse form in the file)",
+                           4.0 * static_cast<double>(n) * static_cast<double>(width), tessel::SizeSource::input);
     TESSEL_REQUIRE(fptr.size() == un + 1, "dataset '", d.name, "': features/indptr has ", fptr.size(),
                    " entries; feature rows (", fptr.size() == 0 ? 0 : fptr.size() - 1, ") != nodes (", n, ")");
     TESSEL_REQUIRE(fptr.front() == 0 && fptr.back() == static_cast<std::int64_t>(fidx.size()), "dataset '", d.name,

@@ -2,10 +2,10 @@
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/H5File.hpp>
 #include <tessel/core/InputFile.hpp>
+#include <tessel/core/Memory.hpp>
 #include <tessel/gnn/DistSpmm.hpp>
 #include <tessel/gnn/Model.hpp>
 
-#include "impl/Memory.hpp"
 #include "impl/ModelState.hpp"
 
 #include <algorithm>
@@ -124,10 +124,9 @@ private:
     }
     double const rows = static_cast<double>(data.num_nodes());
     // weight, gradient and two moments; per row: input, dropped input, aggregation and gradient of each layer.
-    Impl::require_memory_for("train: the model (" + std::to_string(options.layers) + " layers of width " +
-                                 std::to_string(options.hidden) + " over " + std::to_string(data.num_nodes()) +
-                                 " nodes)",
-                             4.0 * (4 * parameters + 4 * rows * widths));
+    tessel::require_memory("train: the model (" + std::to_string(options.layers) + " layers of width " +
+                               std::to_string(options.hidden) + " over " + std::to_string(data.num_nodes()) + " nodes)",
+                           4.0 * (4 * parameters + 4 * rows * widths), tessel::SizeSource::input);
   }
 
   /// Every rank must train the same model on the same graph: one clear error on every rank otherwise.
