@@ -56,6 +56,8 @@ void Decomposition<Index>::reorder(Graph<Index> const &g, Partition const *given
       probe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
     }
   }
+  if (!partition.permutation.is_identity())
+    other_order = partition.permutation.new_of_old; // the original order, in the handle's numbering
   auto const &off = partition.part_offsets;
   std::size_t const nparts = off.size() - 1;
   part_of.assign(static_cast<std::size_t>(rows), 0);
@@ -257,7 +259,8 @@ void Decomposition<Index>::probe_reordering(Graph<Index> const &g, std::int64_t 
     note << " -> reordered";
   } else {
     note << " -> original order kept (the partitioned one is not faster by the margin)";
-    double const spent = partition.seconds; // the partitioning was done, if not kept
+    other_order = partition.permutation.old_of_new; // still a candidate of the final stage
+    double const spent = partition.seconds;         // the partitioning was done, if not kept
     partition = gnn::partition(g, part_size, PartitionMethod::none);
     partition.seconds += spent;
     permuted = g;

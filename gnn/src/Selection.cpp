@@ -18,9 +18,26 @@ char const *name_of(WholeVariant variant) {
     return "plan+feature_tiled_rest";
   case WholeVariant::plan_cublas_dense:
     return "plan+cublas_dense";
+  case WholeVariant::other_order_csr:
+    return "other_order_csr";
   }
   return "?";
 }
+
+double spread_of(std::vector<double> const &samples) {
+  if (samples.size() < 2)
+    return 0.0;
+  auto sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  return (sorted[sorted.size() / 2] - sorted.front()) / sorted.front();
+}
+
+namespace {
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? std::numeric_limits<double>::infinity() : v[v.size() / 2];
+}
+} // namespace
 
 void check_selection_options(SpmmOptions const &options) {
   TESSEL_REQUIRE(options.tuning_repeats >= 1, "SpmmHandle: tuning_repeats must be >= 1, got ", options.tuning_repeats);
@@ -226,26 +243,49 @@ template <class Index> WholeVariant Selector<Index>::final_variant(WidthSelectio
 }
 
 template <class Index> std::size_t Selector<Index>::final_applies(WidthSelection const &w) const {
-  // tuning_repeats samples per variant at least, in whole mirrored rounds.
-  return 2 * w.variants.size() * static_cast<std::size_t>(std::max(1, (_d.options.tuning_repeats + 1) / 2));
+  // tuning_repeats samples per variant at least, in whole mirrored rounds, plus the rounds added for a close call.
+  return 2 * w.variants.size() *
+         static_cast<std::size_t>(std::max(1, (_d.options.tuning_repeats + 1) / 2) + w.extra_rounds);
 }
 
 template <class Index> WholeVariant Selector<Index>::current_final(WidthSelection const &w) const {
   return final_variant(w, w.final_round);
 }
 
+namespace {
+/// True when the two fastest variants (by their best samples) are within close_call of each other or within the
+/// spread of their samples: more samples decide it.
+bool close_call_between(WidthSelection const &w) {
+  std::vector<std::size_t> order(w.variants.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  if (order.size() < 2)
+    return false;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return best_of(w.final_samples[a]) < best_of(w.final_samples[b]); });
+  auto const &a = w.final_samples[order[0]], &b = w.final_samples[order[1]];
+  double const gap = best_of(b) / best_of(a) - 1.0;
+  return gap < std::max({close_call, spread_of(a), spread_of(b)});
+}
+} // namespace
+
 template <class Index> bool Selector<Index>::record_final(WidthSelection &w, double seconds) const {
   w.final_samples[mirrored(w.final_round, w.variants.size())].push_back(seconds);
   if (++w.final_round < final_applies(w))
     return false;
+  if (w.extra_rounds < max_extra_rounds && close_call_between(w)) { // another mirrored round
+    ++w.extra_rounds;
+    return false;
+  }
   freeze(w);
   return true;
 }
 
 template <class Index> void Selector<Index>::freeze(WidthSelection &w) const {
-  // Names come simplest first: within a level (csr on the whole graph; the mixed plan) the first variant stays
+  // Variants come simplest first: within a level (csr on the whole graph; the mixed plan) the first variant stays
   // unless another is faster by the switch margin (row-parallel before feature-tiled csr, whose samples in tuning
-  // were not always borne out later), and the mixed plan must beat the csr variant by the margin as well.
+  // were not always borne out later), and the mixed plan must beat the best whole-graph variant by the margin and by
+  // more than the spread of both variants' samples (a composite plan wins only beyond the noise).
   std::size_t const none = w.variants.size();
   std::size_t best_level[2] = {none, none};
   w.plan.final_measured.clear();
@@ -258,12 +298,22 @@ template <class Index> void Selector<Index>::freeze(WidthSelection &w) const {
       b = i;
   }
   std::size_t best = best_level[0] != none ? best_level[0] : best_level[1];
-  if (best_level[0] != none && best_level[1] != none &&
-      best_of(w.final_samples[best_level[1]]) < switch_margin * best_of(w.final_samples[best_level[0]]))
-    best = best_level[1];
+  std::ostringstream why;
+  if (best_level[0] != none && best_level[1] != none) {
+    auto const &single = w.final_samples[best_level[0]], &mixed = w.final_samples[best_level[1]];
+    double const margin = std::min(switch_margin, 1.0 - std::max(spread_of(single), spread_of(mixed)));
+    if (best_of(mixed) < margin * best_of(single))
+      best = best_level[1];
+    why << "; the mixed plan " << (best == best_level[1] ? "beat" : "did not beat") << " "
+        << name_of(w.variants[best_level[0]]) << " by the margin " << 1.0 - margin << " (" << 1e3 * best_of(mixed)
+        << " vs " << 1e3 * best_of(single) << " ms)";
+  }
   w.winner = w.variants[best];
   w.plan.reason = "timed: per class the fastest candidate, then the fastest of " + std::to_string(w.variants.size()) +
-                  " whole-apply variants: " + name_of(w.winner);
+                  " whole-apply variants" +
+                  (w.extra_rounds ? " (" + std::to_string(w.extra_rounds) + " more rounds for a close call)" : "") +
+                  ": " + name_of(w.winner) + why.str();
+  w.timed_choice = w.choice;
   if (whole_graph_csr(w.winner))
     for (std::size_t c = 0; c < w.choice.size(); ++c)
       if (w.choice[c] != BlockKernel::csr) {
@@ -273,6 +323,45 @@ template <class Index> void Selector<Index>::freeze(WidthSelection &w) const {
       }
   w.stage = 2;
   w.plan.frozen = true;
+}
+
+template <class Index> bool Selector<Index>::runner_up(WidthSelection &w) const {
+  double best = std::numeric_limits<double>::infinity();
+  bool found = false;
+  for (std::size_t i = 0; i < w.variants.size(); ++i) {
+    if (w.variants[i] == w.winner || w.final_samples[i].empty())
+      continue;
+    double const t = best_of(w.final_samples[i]);
+    if (t < best) {
+      best = t;
+      w.runner_up = w.variants[i];
+      found = true;
+    }
+  }
+  return found;
+}
+
+template <class Index> bool Selector<Index>::finish_recheck(WidthSelection &w) const {
+  w.recheck_done = true;
+  double const kept = median_of(w.recheck_samples[0]), other = median_of(w.recheck_samples[1]);
+  double const spread = std::max(spread_of(w.recheck_samples[0]), spread_of(w.recheck_samples[1]));
+  bool const replace = other < kept * std::min(switch_margin, 1.0 - spread);
+  std::ostringstream why;
+  why << "; re-checked over " << w.recheck_samples[0].size() + w.recheck_samples[1].size()
+      << " interleaved applies against " << name_of(w.runner_up) << ": median " << 1e3 * kept << " vs " << 1e3 * other
+      << " ms (spread " << spread << ") -> " << (replace ? "replaced by " : "kept ")
+      << name_of(replace ? w.runner_up : w.winner);
+  w.plan.reason += why.str();
+  if (!replace)
+    return false;
+  w.winner = w.runner_up;
+  w.choice = w.timed_choice;
+  for (std::size_t c = 0; c < w.choice.size(); ++c) {
+    auto const k = whole_graph_csr(w.winner) ? BlockKernel::csr : w.choice[c];
+    w.choice[c] = k;
+    w.plan.classes[c].kernel = k;
+  }
+  return true;
 }
 
 template <class Index> Selector<Index>::Selector(Decomposition<Index> const &d) : _d(d) {}

@@ -205,12 +205,13 @@ std::string freeze_with(Mixed const &m, std::vector<double> const &seconds) {
   m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::all_csr_feature_tiled, WholeVariant::plan,
                       WholeVariant::plan_feature_tiled_rest});
   EXPECT_EQ(w.final_levels, (std::vector<int>{0, 0, 1, 1}));
+  // The samples repeat in further mirrored rounds while the call is close (at most max_extra_rounds of them).
   bool frozen = false;
-  for (double s : seconds) {
-    EXPECT_FALSE(frozen);
-    frozen = m.s.record_final(w, s);
-  }
+  std::size_t k = 0;
+  for (; !frozen && k < seconds.size() * (1 + Impl::max_extra_rounds); ++k)
+    frozen = m.s.record_final(w, seconds[k % seconds.size()]);
   EXPECT_TRUE(frozen);
+  EXPECT_EQ(k % seconds.size(), 0u) << "frozen in the middle of a round";
   EXPECT_EQ(w.stage, 2);
   return Impl::name_of(w.winner);
 }
@@ -236,6 +237,7 @@ TEST(gnn_selection, final_variants) {
   m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::plan});
   for (double s : {1.0, 1.2, 1.2, 1.0})
     m.s.record_final(w, s);
+  ASSERT_EQ(w.stage, 2);
   EXPECT_STREQ(Impl::name_of(w.winner), "all_csr");
   for (auto k : w.choice)
     EXPECT_EQ(k, BlockKernel::csr);
@@ -249,6 +251,7 @@ TEST(gnn_selection, final_variants) {
   EXPECT_EQ(w2.final_levels, (std::vector<int>{0, 0}));
   for (double s : {1.0, 0.9, 0.9, 1.0})
     m.s.record_final(w2, s);
+  ASSERT_EQ(w2.stage, 2);
   EXPECT_STREQ(Impl::name_of(w2.winner), "plan+feature_tiled_rest");
   // A single variant freezes without samples.
   WidthSelection w3;
@@ -259,6 +262,78 @@ TEST(gnn_selection, final_variants) {
   EXPECT_STREQ(Impl::name_of(w3.winner), "plan");
   EXPECT_TRUE(w3.plan.frozen);
   EXPECT_TRUE(w3.plan.final_measured.empty());
+}
+
+// A composite plan wins only beyond the measured spread: a 10% gain over a whole-graph variant whose samples spread
+// by 20% is noise, the same gain over steady samples is not.
+TEST(gnn_selection, a_composite_plan_wins_only_beyond_the_spread) {
+  Mixed const m;
+  // Mirrored rounds A B B A: round r records single[2r], mixed[2r], mixed[2r + 1], single[2r + 1].
+  auto run = [&](std::vector<double> const &single, std::vector<double> const &mixed) {
+    auto w = m.mixed_selection();
+    m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::plan});
+    bool frozen = false;
+    for (std::size_t r = 0; !frozen && 2 * r + 1 < single.size(); ++r)
+      for (double t : {single[2 * r], mixed[2 * r], mixed[2 * r + 1], single[2 * r + 1]})
+        if (!frozen)
+          frozen = m.s.record_final(w, t);
+    EXPECT_TRUE(frozen);
+    return w;
+  };
+  auto noisy = run({1.0, 1.25, 1.3, 1.2, 1.0, 1.3}, {0.9, 0.9, 0.9, 0.9, 0.9, 0.9});
+  EXPECT_STREQ(Impl::name_of(noisy.winner), "all_csr") << noisy.plan.reason;
+  EXPECT_NE(noisy.plan.reason.find("did not beat all_csr"), std::string::npos) << noisy.plan.reason;
+  auto steady = run({1.0, 1.01, 1.0, 1.0, 1.0, 1.0}, {0.9, 0.9, 0.9, 0.9, 0.9, 0.9});
+  EXPECT_STREQ(Impl::name_of(steady.winner), "plan") << steady.plan.reason;
+}
+
+// Close calls take more (mirrored) samples; a clear one does not.
+TEST(gnn_selection, close_calls_take_more_samples) {
+  Mixed const m;
+  auto w = m.mixed_selection();
+  m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::plan});
+  std::size_t const base = m.s.final_applies(w);
+  std::size_t n = 0;
+  while (!m.s.record_final(w, n % 2 == 0 ? 1.0 : 0.98))
+    ++n;
+  EXPECT_EQ(w.extra_rounds, Impl::max_extra_rounds);
+  EXPECT_EQ(n + 1, base * (1 + Impl::max_extra_rounds));
+  auto clear = m.mixed_selection();
+  m.s.start_final(clear, {WholeVariant::all_csr, WholeVariant::plan});
+  n = 0;
+  while (!m.s.record_final(clear, n % 4 == 0 || n % 4 == 3 ? 1.0 : 0.5))
+    ++n;
+  EXPECT_EQ(clear.extra_rounds, 0);
+  EXPECT_EQ(n + 1, base);
+}
+
+// The frozen choice is re-checked against the runner-up over interleaved applies and replaced when slower beyond the
+// spread; the class kernels it had overruled come back with the mixed plan.
+TEST(gnn_selection, a_frozen_choice_slower_than_the_runner_up_is_replaced) {
+  Mixed const m;
+  auto w = m.mixed_selection();
+  auto const timed = w.choice;
+  m.s.start_final(w, {WholeVariant::all_csr, WholeVariant::plan});
+  for (double s : {1.0, 1.2, 1.2, 1.0})
+    m.s.record_final(w, s);
+  ASSERT_EQ(w.stage, 2);
+  ASSERT_STREQ(Impl::name_of(w.winner), "all_csr");
+  ASSERT_TRUE(m.s.runner_up(w));
+  EXPECT_STREQ(Impl::name_of(w.runner_up), "plan");
+  auto again = w;
+  // Later applies show the mixed plan clearly faster (tuning caught a slow phase of it).
+  w.recheck_samples[0] = {1.0, 1.02, 1.0, 1.01};
+  w.recheck_samples[1] = {0.8, 0.81, 0.8, 0.8};
+  EXPECT_TRUE(m.s.finish_recheck(w));
+  EXPECT_STREQ(Impl::name_of(w.winner), "plan");
+  EXPECT_EQ(w.choice, timed);
+  EXPECT_NE(w.plan.reason.find("replaced by plan"), std::string::npos) << w.plan.reason;
+  // A runner-up within the noise does not replace it.
+  again.recheck_samples[0] = {1.0, 1.3, 1.0, 1.2};
+  again.recheck_samples[1] = {0.99, 0.98, 0.99, 0.99};
+  EXPECT_FALSE(m.s.finish_recheck(again));
+  EXPECT_STREQ(Impl::name_of(again.winner), "all_csr");
+  EXPECT_NE(again.plan.reason.find("kept all_csr"), std::string::npos) << again.plan.reason;
 }
 
 TEST(gnn_selection, hopeless_candidates_stop_being_timed) {

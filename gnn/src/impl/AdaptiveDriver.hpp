@@ -8,7 +8,8 @@
 //   instance_type, input_type, output_type  where the work runs, X and Y
 //   synchronous_timing  samples can be read right after each apply (then hopeless class candidates are dropped)
 //   warm_up             run every kernel of a tuning stage once, untimed, before its samples (first-launch costs)
-//   time_frozen         time the first applies of a frozen plan (SpmmPlan::apply_seconds)
+//   time_frozen         time the first applies of a frozen plan against the runner-up (Selector::finish_recheck,
+//                       SpmmPlan::apply_seconds); frozen(w) is called again when the runner-up replaces it
 //   time_single_variant time stage 1 even with a single variant (its samples are SpmmPlan::final_measured)
 //   build_tuning(i), build_final(i, w), build_all_csr(i)     structures (each idempotent)
 //   final_variants(w, with_all_csr)                          the whole-apply variants of stage 1, simplest first
@@ -44,6 +45,7 @@ public:
     std::size_t issued = 0;             ///< whole applies issued in stage 1
     std::vector<Interval> pending;      ///< intervals whose samples are not read yet
     std::vector<double> frozen_samples; ///< the first applies after tuning (plan.apply_seconds)
+    int recheck_applies = 0;            ///< applies of the re-check so far (-1: no runner-up)
   };
 
   /// The graph's identity (name, shape) and where plans run (SpmmPlan::backend).
@@ -99,8 +101,8 @@ public:
         w.built = true;
       }
       if constexpr (Executor::time_frozen)
-        if (sel.plan.tuning_applies > 0 && w.frozen_samples.size() < 5) {
-          time_frozen(ex, in, w, x, y);
+        if (sel.plan.tuning_applies > 0 && !sel.recheck_done) {
+          recheck(ex, in, w, x, y);
           return;
         }
       ex.run_frozen(in, w, x, y);
@@ -256,6 +258,41 @@ private:
     }
     w.pending.clear();
     ex.reset(w);
+  }
+
+  /// A frozen plan's first applies: interleaved (mirrored: F R R F F R R F) with the runner-up of the whole-apply
+  /// stage, which replaces it when faster beyond the spread (Selector::finish_recheck); without a runner-up, five
+  /// applies of the frozen plan alone. SpmmPlan::apply_seconds is the median of the final choice's samples.
+  template <class Executor>
+  void recheck(Executor &ex, typename Executor::instance_type const &in, Width &w,
+               typename Executor::input_type const &x, typename Executor::output_type const &y) {
+    auto &sel = w.sel;
+    if (w.recheck_applies == 0 && !_selector->runner_up(sel))
+      w.recheck_applies = -1; // nothing to compare with
+    if (w.recheck_applies < 0) {
+      time_frozen(ex, in, w, x, y);
+      sel.recheck_done = w.frozen_samples.size() >= 5;
+      return;
+    }
+    int const k = w.recheck_applies++;
+    bool const frozen_turn = k % 4 == 0 || k % 4 == 3;
+    std::size_t const s0 = ex.stamp(in, w);
+    if (frozen_turn)
+      ex.run_frozen(in, w, x, y);
+    else
+      ex.run_variant(in, w, sel.runner_up, x, y);
+    std::size_t const s1 = ex.stamp(in, w);
+    ex.wait(w, s1);
+    sel.recheck_samples[frozen_turn ? 0 : 1].push_back(ex.seconds(w, s0, s1));
+    ex.reset(w);
+    if (w.recheck_applies < recheck_applies)
+      return;
+    bool const replaced = _selector->finish_recheck(sel);
+    if (replaced)
+      ex.frozen(w);
+    auto sorted = sel.recheck_samples[replaced ? 1 : 0];
+    std::sort(sorted.begin(), sorted.end());
+    sel.plan.apply_seconds = sorted[sorted.size() / 2];
   }
 
   /// A frozen plan's first applies, timed: SpmmPlan::apply_seconds is their median.

@@ -75,6 +75,9 @@ public:
   double preprocess_seconds = 0;
   double probe_seconds = 0; ///< of preprocess_seconds, the reordering probe's share
   std::string ordering;     ///< how the vertex order was chosen
+  /// The rows of `permuted` in the other candidate order (the original one when reordered, the partitioned one the
+  /// probe turned down when not): its single whole-graph kernel visits them so. Empty without another order.
+  std::vector<std::int64_t> other_order;
 
   /// True when class \p c runs apart from the remainder while tuning (several candidates, or one that is not csr).
   bool separate(int c) const;

@@ -64,6 +64,7 @@ template <class Index, class M> struct HostFinal {
 
 /// What the host executor keeps per feature width.
 template <class Index, class M> struct HostWidth : HostFinal<Index, M> {
+  HostFinal<Index, M> mixed; ///< the mixed plan's structure, kept when a whole-graph variant is frozen
   bool rest_feature_tiled = false;
   std::vector<std::chrono::steady_clock::time_point> stamps;
 };
@@ -110,6 +111,8 @@ template <class Index, class ExecSpace> struct SpmmState {
   CsrPiece<Index, M> tuning_rest; // entries of single-candidate classes, all rows
   CsrPiece<Index, M> all_csr;     // the whole reordered graph (the final check's reference)
   bool all_csr_ready = false;
+  CsrPiece<Index, M> other_csr; // the same graph with its rows visited in the other candidate order
+  bool other_csr_ready = false;
   std::vector<CsrPiece<Index, M>> class_csr;
   std::vector<TileSet<Index, M>> class_tiles;
   std::vector<std::vector<DenseBlock<Index, M>>> class_dense;
@@ -260,11 +263,13 @@ template <class Index, class ExecSpace> struct SpmmState {
     if (!driver.selector().mixed(w.sel)) { // csr everywhere: the whole reordered graph as it is
       build_all_csr(in);
       static_cast<Final &>(w) = Final{all_csr, {}, {}};
+      w.mixed = w;
       return;
     }
     for (auto const &[c, f] : finals)
       if (c == choice) {
         static_cast<Final &>(w) = f;
+        w.mixed = f;
         return;
       }
     // Only the remainder is new: one CSR over all rows with the entries of every csr class.
@@ -286,6 +291,28 @@ template <class Index, class ExecSpace> struct SpmmState {
     f.rest = to_memory<Index, M>(std::move(csr_groups(d, csr_group, {0})[0]), storage);
     finals.emplace_back(choice, f);
     static_cast<Final &>(w) = f;
+    w.mixed = f;
+  }
+
+  /// The graph in the handle's order with its rows visited in the other candidate order (Decomposition::other_order):
+  /// the single whole-graph kernel of that order on the handle's X and Y (every row written once).
+  void build_other_order() {
+    auto const &d = driver.decomposition();
+    if (other_csr_ready || d.other_order.empty())
+      return;
+    auto const &g = d.permuted;
+    HostCsrPiece<Index> h; // row_map starts at {0}
+    for (auto const r : d.other_order) {
+      for (offset_type k = g.row_map()(r); k < g.row_map()(r + 1); ++k) {
+        h.entries.push_back(g.entries()(k));
+        h.values.push_back(g.values()(k));
+      }
+      h.row_map.push_back(static_cast<offset_type>(h.entries.size()));
+      h.row_ids.push_back(static_cast<Index>(r));
+    }
+    h.nnz = static_cast<std::int64_t>(h.entries.size());
+    other_csr = to_memory<Index, M>(std::move(h), storage);
+    other_csr_ready = true;
   }
 
   void build_all_csr(ExecSpace const &in) {
@@ -312,6 +339,11 @@ template <class Index, class ExecSpace> struct SpmmState {
     variants.push_back(WholeVariant::plan);
     if (tiled)
       variants.push_back(WholeVariant::plan_feature_tiled_rest);
+    // The other order's single whole-graph kernel is always a candidate (the reordering probe's choice re-checked).
+    if (!driver.decomposition().other_order.empty()) {
+      const_cast<SpmmState *>(this)->build_other_order();
+      variants.push_back(WholeVariant::other_order_csr);
+    }
     return variants;
   }
 
@@ -319,8 +351,12 @@ template <class Index, class ExecSpace> struct SpmmState {
   void frozen(Width &w) {
     w.rest_feature_tiled = feature_tiled(w.sel.winner);
     w.sel.plan.rest_kernel = w.rest_feature_tiled ? SpmmAlgorithm::csr_feature_tiled : SpmmAlgorithm::csr;
-    if (whole_graph_csr(w.sel.winner))
+    if (w.sel.winner == WholeVariant::other_order_csr)
+      static_cast<Final &>(w) = Final{other_csr, {}, {}};
+    else if (whole_graph_csr(w.sel.winner))
       static_cast<Final &>(w) = Final{all_csr, {}, {}};
+    else if (w.built) // a re-check gave the win back to the mixed plan
+      static_cast<Final &>(w) = w.mixed;
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -369,10 +405,12 @@ template <class Index, class ExecSpace> struct SpmmState {
   void run_variant(ExecSpace const &in, Width const &w, WholeVariant variant, ConstMatrix<M> const &x,
                    Matrix<M> const &y) const {
     bool const tiled = feature_tiled(variant);
-    if (whole_graph_csr(variant))
+    if (variant == WholeVariant::other_order_csr)
+      run_csr(in, other_csr, x, y, /*accumulate=*/false, false);
+    else if (whole_graph_csr(variant))
       run_csr(in, all_csr, x, y, /*accumulate=*/false, tiled);
     else
-      run_final(in, w, x, y, tiled);
+      run_final(in, w.mixed, x, y, tiled);
   }
 
   void run_frozen(ExecSpace const &in, Width const &w, ConstMatrix<M> const &x, Matrix<M> const &y) const {

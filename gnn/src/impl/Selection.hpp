@@ -16,6 +16,17 @@ namespace tessel::gnn::Impl {
 inline constexpr double switch_margin = 0.95;
 /// A class candidate slower than this factor times the class's fastest after one sample each is not timed again.
 inline constexpr double drop_factor = 2.5;
+/// The whole-apply variants: two whose best samples are within this fraction (or within their measured spread)
+/// are a close call and get more mirrored rounds, up to max_extra_rounds.
+inline constexpr double close_call = 0.05;
+inline constexpr int max_extra_rounds = 2;
+/// The frozen choice runs this many applies interleaved (mirrored) with the runner-up right after freezing, and
+/// is replaced when the runner-up's median is faster beyond the measured spread.
+inline constexpr int recheck_applies = 8;
+
+/// Relative spread of a variant's samples: (median - best) / best (0 for fewer than two samples). A composite plan
+/// must win by more than the spread of the samples it is compared on.
+double spread_of(std::vector<double> const &samples);
 
 /// The whole-apply variants of the final tuning stage. A list of them runs simplest first: within csr on the whole
 /// graph and within the mixed plan, a later variant must beat an earlier one by the switch margin.
@@ -24,13 +35,14 @@ enum class WholeVariant {
   all_csr_feature_tiled,   ///< feature-tiled csr on the whole graph in the handle's order
   plan,                    ///< the mixed plan (csr remainder, then the tile and dense classes)
   plan_feature_tiled_rest, ///< the mixed plan with a feature-tiled remainder
-  plan_cublas_dense        ///< the mixed plan with its dense blocks through cuBLAS (device handle)
+  plan_cublas_dense,       ///< the mixed plan with its dense blocks through cuBLAS (device handle)
+  other_order_csr          ///< csr on the whole graph with rows visited in the other candidate order (host handle)
 };
 /// The variant's name in plans (SpmmPlan::final_measured): all_csr, all_csr+feature_tiled, plan, ...
 char const *name_of(WholeVariant variant);
 /// True for the variants that run csr on the whole graph.
 constexpr bool whole_graph_csr(WholeVariant v) {
-  return v == WholeVariant::all_csr || v == WholeVariant::all_csr_feature_tiled;
+  return v == WholeVariant::all_csr || v == WholeVariant::all_csr_feature_tiled || v == WholeVariant::other_order_csr;
 }
 /// True for the variants whose csr part is feature-tiled.
 constexpr bool feature_tiled(WholeVariant v) {
@@ -52,6 +64,12 @@ struct WidthSelection {
   std::vector<std::vector<double>> final_samples;
   std::size_t final_round = 0;
   WholeVariant winner = WholeVariant::plan; ///< the frozen variant
+  int extra_rounds = 0;                     ///< mirrored rounds added to stage 1 for a close call
+  std::vector<BlockKernel> timed_choice;    ///< the class kernels timed (freeze may overrule them with csr)
+  /// The re-check after freezing: the runner-up variant and both sides' samples (empty when there is none).
+  bool recheck_done = false;
+  WholeVariant runner_up = WholeVariant::plan;
+  std::vector<double> recheck_samples[2]; ///< [0] the frozen choice, [1] the runner-up
 };
 
 /// The selection rules of the adaptive algorithm on one decomposition (see gnn/README.md, "The adaptive
@@ -97,6 +115,11 @@ public:
 
   /// Decides from the whole-apply samples so far (at once when there is a single variant) and freezes the plan.
   void freeze(WidthSelection &w) const;
+  /// The variant to re-check the frozen choice against (the fastest other one); false when there is none.
+  bool runner_up(WidthSelection &w) const;
+  /// After the re-check applies: replaces the winner by the runner-up when its median is faster beyond the
+  /// spread of both; returns true when it did (the backend rebuilds its frozen structure). Records why either way.
+  bool finish_recheck(WidthSelection &w) const;
 
 private:
   Decomposition<Index> const &_d;
