@@ -379,6 +379,38 @@ void bind_sched(nb::module_ &m) {
       nb::arg("per_host"), nb::arg("strategy") = "greedy", nb::arg("profile").none() = nb::none(),
       "The best plan over the Cells of one allocation (every stage count) under a strategy");
   m.def(
+      "cells",
+      [](Cluster const &cluster, std::string const &model, int batch_size, std::string const &gpu_type, int num_gpus,
+         std::vector<std::string> const &strategies, ProfileTable const *profile) {
+        int const type = gpu_index(cluster, gpu_type);
+        if (num_gpus < 1 || (num_gpus & (num_gpus - 1)) != 0)
+          throw nb::value_error(("num_gpus must be a power of two, got " + std::to_string(num_gpus)).c_str());
+        std::vector<PlanStrategy> chosen;
+        for (auto const &s : strategies)
+          chosen.push_back(parse_strategy(s));
+        Estimator const est = make_estimator(cluster, profile);
+        nb::list cells;
+        for (auto const &cell :
+             enumerate_cells(model_index(model), batch_size, type, num_gpus, cluster.type_capacity(type))) {
+          nb::dict c = cell_dict(cluster, cell);
+          nb::list plans;
+          for (auto s : chosen)
+            for (auto const &p : est.enumerate_plans(cell, s)) {
+              nb::dict d = plan_dict(p);
+              d["strategy"] = strategy_name(s);
+              d["estimate"] = estimate_dict(est.estimate(cell, p));
+              plans.append(d);
+            }
+          c["plans"] = plans;
+          cells.append(c);
+        }
+        return cells;
+      },
+      nb::arg("cluster"), nb::arg("model"), nb::arg("batch_size"), nb::arg("gpu_type"), nb::arg("num_gpus"),
+      nb::arg("strategies"), nb::arg("profile").none() = nb::none(),
+      "The Cells of a job on num_gpus GPUs of a type and, per Cell and strategy, the pruned plans with their "
+      "estimates (`tessel-sched cells`)");
+  m.def(
       "node_layouts",
       [](Cluster const &cluster, std::string const &gpu_type, int num_gpus) {
         int const t = gpu_index(cluster, gpu_type);

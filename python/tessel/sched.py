@@ -21,7 +21,7 @@ policy_names = _s.policy_names
 model_names = _s.model_names
 
 __all__ = ["Cluster", "Trace", "ProfileTable", "SimulationResult", "load_cluster", "load_trace", "load_profile",
-           "simulate", "estimate", "best", "best_cell", "policy_names", "model_names", "frame"]
+           "simulate", "estimate", "best", "best_cell", "cells", "policy_names", "model_names", "frame"]
 
 
 def frame(rows):
@@ -111,6 +111,16 @@ def best(model, batch_size, gpu_type, hosts, per_host, strategy="greedy", cluste
     """The best plan over the Cells of one allocation (every pipeline stage count) under one strategy
     (``minimal``, ``uniform`` or ``greedy``)."""
     return _s.best(_cluster(cluster), model, batch_size, gpu_type, hosts, per_host, strategy, _profile(profile))
+
+
+def cells(model, batch_size, gpu_type, num_gpus, strategies="all", cluster="crius", profile=None):
+    """The Cells of a job on ``num_gpus`` GPUs of ``gpu_type`` (every node layout times every pipeline stage count,
+    as ``tessel-sched cells`` lists them) and, per Cell, the pruned plans of each strategy (``minimal``,
+    ``uniform``, ``greedy``, a list of them or ``"all"``) with their estimates: a list of Cell dicts (see
+    :func:`best`), each with ``plans`` [{stages, micro_batches, key, strategy, estimate}]."""
+    if isinstance(strategies, str):
+        strategies = ["minimal", "uniform", "greedy"] if strategies == "all" else [strategies]
+    return _s.cells(_cluster(cluster), model, batch_size, gpu_type, num_gpus, list(strategies), _profile(profile))
 
 
 def best_cell(model, batch_size, num_gpus, cluster="crius", gpu_type=None, profile=None,

@@ -85,3 +85,62 @@ def test_estimate_best_and_best_cell():
                 assert cell["estimate"]["e2e"] <= other["estimate"]["e2e"]
     none = ts.best_cell("gpt__1.3B", 16, 64, cluster=cluster)
     assert not none["feasible"] and "a100: the cluster has 8 GPUs" in none["why"]
+
+
+def cli_cells(args):
+    """The Cells and plans `tessel-sched cells` prints: [((hosts, per_host, stages), [(strategy, key, micro_batches,
+    e2e, comp, intra, inter, memory_gb) or (strategy, None)])]."""
+    out = subprocess.run([str(cli()), "cells"] + args, check=True, capture_output=True, text=True).stdout
+    cells = []
+    for line in out.splitlines()[1:]:
+        f = line.replace("(", " ").replace(")", " ").replace(",", " ").split()
+        if line.startswith("Cell "):
+            cells.append(((int(f[1]), int(f[4]), int(f[6])), []))
+        elif "no plan fits" in line:
+            cells[-1][1].append((f[0], None))
+        else:
+            cells[-1][1].append((f[0], f[1], int(f[3]), float(f[5]), float(f[8]), float(f[10]), float(f[12]),
+                                 float(f[13])))
+    return cells
+
+
+@pytest.mark.parametrize("model,batch,gpu,gpus,profiled", [("gpt__1.3B", 16, "a100", 8, False),
+                                                           ("bert__2.6B", 32, "v100", 16, True),
+                                                           ("gpt__6.7B", 16, "v100", 2, False)],
+                         ids=["gpt-8xa100", "bert-16xv100-profiled", "nothing-fits"])
+def test_cells_match_the_cli(model, batch, gpu, gpus, profiled):
+    args = ["--model", model, "--batch", str(batch), "--gpu", gpu, "--gpus", str(gpus), "--strategy", "all"]
+    profile = None
+    if profiled:
+        profile = crius_dir()
+        args += ["--profile", str(profile)]
+    want = cli_cells(args)
+    got = ts.cells(model, batch, gpu, gpus, strategies="all", profile=profile)
+    assert len(got) == len(want) > 0
+    for cell, (shape, plans) in zip(got, want):
+        assert (cell["hosts"], cell["per_host"], cell["stages"]) == shape
+        assert cell["model"] == model and cell["gpu_type"] == gpu and cell["num_gpus"] == gpus
+        strategies = ["minimal", "uniform", "greedy"]
+        # The CLI prints one "(no plan fits)" line for a strategy without plans; Python returns no plan for it.
+        assert [p["strategy"] for p in cell["plans"]] == [p[0] for p in plans if p[1] is not None]
+        assert {p[0] for p in plans} == set(strategies)
+        for mine, theirs in zip(cell["plans"], [p for p in plans if p[1] is not None]):
+            e = mine["estimate"]
+            assert (mine["key"], mine["micro_batches"]) == theirs[1:3]
+            assert e["valid"] and e["fits"]
+            for value, printed, digits in zip((e["e2e"], e["comp"], e["intra"], e["inter"], e["memory_gb"]),
+                                              theirs[3:], (3, 3, 3, 3, 1)):
+                assert value == pytest.approx(printed, abs=0.5001 * 10 ** -digits), (mine, theirs)
+    if model == "gpt__6.7B":
+        assert all(not c["plans"] for c in got)
+
+
+def test_cells_bad_input():
+    with pytest.raises(ValueError, match="power of two, got 6"):
+        ts.cells("gpt__1.3B", 16, "a100", 6)
+    with pytest.raises(ValueError, match="unknown plan strategy 'fast'"):
+        ts.cells("gpt__1.3B", 16, "a100", 8, strategies="fast")
+    with pytest.raises(ValueError, match="GPU type 'h100' is not in the cluster"):
+        ts.cells("gpt__1.3B", 16, "h100", 8)
+    with pytest.raises(ValueError, match="unknown model 'gpt__2B'"):
+        ts.cells("gpt__2B", 16, "a100", 8)
