@@ -52,6 +52,7 @@ def load(path):
         indices = f["graph/indices"][()].astype(np.int64)
         n = len(indptr) - 1
         name = f.attrs.get("name", os.path.basename(path))
+        random_features = bool(f.attrs.get("features_random", 0))
         if "features/dense" in f:
             x = f["features/dense"][()].astype(np.float32)
         elif "features" in f:
@@ -60,15 +61,17 @@ def load(path):
                                f["features/indptr"][()]), shape=(n, width)).toarray()
         else:
             x = None
+            random_features = True
         y = f["labels"][()].astype(np.int64) if "labels" in f else None
         masks = [f[f"masks/{m}"][()].astype(bool) if f"masks/{m}" in f else None for m in ("train", "val", "test")]
     rows = np.repeat(np.arange(n), np.diff(indptr))
     edge_index = np.vstack([indices, rows])
-    return (name.decode() if isinstance(name, bytes) else str(name)), n, edge_index, x, y, masks
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return name, n, edge_index, x, y, masks, random_features
 
 
 def prepare(path, seed):
-    name, n, edge_index, x, y, masks = load(path)
+    name, n, edge_index, x, y, masks, random_features = load(path)
     rng = np.random.default_rng(seed)
     if x is None:  # graphs without features (MUSAE's were not copied): fixed random features, as tessel-gnn-data's
         x = rng.random((n, 128), dtype=np.float32)
@@ -86,7 +89,7 @@ def prepare(path, seed):
     classes = int(y.max()) + 1
     y = np.where(y < 0, 0, y)
     return name, torch.from_numpy(edge_index), torch.from_numpy(x), torch.from_numpy(y), \
-        [torch.from_numpy(m) for m in masks], classes
+        [torch.from_numpy(m) for m in masks], classes, random_features
 
 
 class GCN(torch.nn.Module):
@@ -103,7 +106,7 @@ class GCN(torch.nn.Module):
 
 
 def run(path):
-    name, edge_index, x, y, (train_m, val_m, test_m), classes = prepare(path, args.seed)
+    name, edge_index, x, y, (train_m, val_m, test_m), classes, random_features = prepare(path, args.seed)
     torch.manual_seed(args.seed)
     model = GCN(x.shape[1], 16, classes)
     opt = torch.optim.Adam([dict(params=model.conv1.parameters(), weight_decay=5e-4),
@@ -124,6 +127,7 @@ def run(path):
     val = float((pred[val_m] == y[val_m]).float().mean())
     row = {"dataset": name, "layer": args.layer, "threads": args.threads, "epochs": args.epochs, "seed": args.seed,
            "nodes": int(x.shape[0]), "edges": int(edge_index.shape[1]), "features": int(x.shape[1]),
+           "random_features": random_features,
            "first_epoch_ms": 1e3 * epoch_s[0], "median_epoch_ms": 1e3 * float(np.median(epoch_s[1:])),
            "total_seconds": float(np.sum(epoch_s)), "test_accuracy": test, "val_accuracy": val}
     print(f"{name}: {args.layer} GCNConv, {args.threads} thread(s): {row['median_epoch_ms']:.2f} ms/epoch (first "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # PyG's GCN with PyG's GCNConv and with Tessel's, interleaved: every data set at one and two threads, seeds 1..RUNS
-# (one process each), then the table (pyg_gcn_table.py). Run under the CPU lock so that nothing else runs meanwhile.
+# (one process each), then the table (pyg_gcn_table.py). Each process takes the CPU lock LOCK when set, so that
+# nothing else runs meanwhile.
 #   python/benchmarks/run_pyg_gcn.sh BUILD_DIR OUT_DIR     (data: TESSEL_DATA_DIR, default ../shared/datasets)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -22,7 +23,7 @@ sets=("$out"/{cora,citeseer,pubmed,facebook,engb}.h5)
 for seed in $(seq 1 "$runs"); do
   for threads in 1 2; do
     for layer in pyg tessel; do
-      PYTHONPATH=$build/python "$py" "$root/python/benchmarks/pyg_gcn.py" --data "${sets[@]}" --layer "$layer" \
+      PYTHONPATH=$build/python ${LOCK:+flock "$LOCK"} "$py" "$root/python/benchmarks/pyg_gcn.py" --data "${sets[@]}" --layer "$layer" \
         --threads "$threads" --seed "$seed" --json "$out/gcn-$layer-t$threads-s$seed.json"
     done
   done
