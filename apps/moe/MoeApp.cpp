@@ -277,14 +277,14 @@ struct Row {
 
 // --stats: every rank's phase times of the last run, printed by rank 0 in rank order.
 void print_stats(Communicator const &world, MoeLayer const &layer, Schedule s, Say const &say) {
-  auto const &st = layer.stats();
+  auto const &stats = layer.stats();
   char line[512];
   std::snprintf(line, sizeof(line),
                 "  [rank %d] %s: total %.2f ms; route %.2f, dispatch %.2f, experts %.2f, combine %.2f, reduce %.2f; "
                 "compute busy %.2f, waiting %.2f; comm threads %.2f ms CPU; %lld expert rows",
-                world.rank(), name_of(s), 1e3 * st.total, 1e3 * st.route, 1e3 * st.dispatch, 1e3 * st.experts,
-                1e3 * st.combine, 1e3 * st.reduce, 1e3 * st.compute_busy, 1e3 * st.compute_wait, 1e3 * st.comm_cpu,
-                static_cast<long long>(st.rows));
+                world.rank(), name_of(s), 1e3 * stats.total, 1e3 * stats.route, 1e3 * stats.dispatch,
+                1e3 * stats.experts, 1e3 * stats.combine, 1e3 * stats.reduce, 1e3 * stats.compute_busy,
+                1e3 * stats.compute_wait, 1e3 * stats.comm_cpu, static_cast<long long>(stats.rows));
   std::vector<char> all(sizeof(line) * static_cast<std::size_t>(world.size()));
   world.host_allgather(line, all.data(), sizeof(line));
   for (int r = 0; r < world.size(); ++r)
@@ -481,15 +481,20 @@ void train_usage() {
       "exit status: 0 success (the loss fell and all schedules agree within 1e-5), 1 otherwise, 2 invalid option\n");
 }
 
-int run_train(tessel::CommandLine &cl) {
-  auto const world = Communicator::world();
-  app::TrainSettings s;
+struct TrainOptions {
+  app::TrainSettings settings;
   std::vector<Schedule> schedules{Schedule::sequential, Schedule::pipelined, Schedule::comet};
+  std::string json, problem;
+};
+
+TrainOptions parse_train(tessel::CommandLine &cl, Communicator const &world) {
+  TrainOptions o;
+  auto &s = o.settings;
   auto const names = cl.get_list("schedule", {"all"});
   if (names != std::vector<std::string>{"all"}) {
-    schedules.clear();
+    o.schedules.clear();
     for (auto const &item : names)
-      schedules.push_back(tessel::CommandLine::parse_value("--schedule", item, parse_schedule));
+      o.schedules.push_back(tessel::CommandLine::parse_value("--schedule", item, parse_schedule));
   }
   s.layer.ep = cl.get_int("ep", 1, 1, 1 << 16);
   s.layer.tp = cl.get_int("tp", 1, 1, 1 << 16);
@@ -508,33 +513,68 @@ int run_train(tessel::CommandLine &cl) {
   s.optimizer.momentum = cl.get_double("momentum", 0.0, tessel::Range{0, 1, true, false});
   s.aux_loss_coef = cl.get_double("aux-loss", 0.01, tessel::Range::closed(0, 1e6));
   s.seed = cl.get_int<std::uint64_t>("seed", 1, 0, ~std::uint64_t{0} >> 1);
-  auto const json = cl.get("json", "");
-  auto const problem = cl.get("problem", "");
+  o.json = cl.get("json", "");
+  o.problem = cl.get("problem", "");
   TESSEL_REQUIRE_USAGE(cl.positionals().empty(), "tessel-moe train takes no file (see --help)");
   TESSEL_REQUIRE_USAGE(s.layer.ep * s.layer.tp == world.size(), "--ep x --tp must be the rank count ", world.size(),
                        ", got ", s.layer.ep, " x ", s.layer.tp);
   TESSEL_REQUIRE_USAGE(s.layer.tokens % world.size() == 0, "--batch ", s.layer.tokens,
                        " must be a multiple of the rank count ", world.size());
-  tessel::require_writable(json);
-  tessel::require_writable(problem);
+  tessel::require_writable(o.json);
+  tessel::require_writable(o.problem);
   auto checked = s.layer;
   checked.tokens /= world.size();
   checked.validate(world.size());
   s.optimizer.validate();
   s.layer_options.tune_on_first_use = true; // the tool tunes and caches on first use (a library user opts in)
-  auto const say = [me = world.rank()](std::string const &line) {
+  return o;
+}
+
+std::string describe_model(TrainOptions const &o, int ranks) {
+  auto const &s = o.settings;
+  auto checked = s.layer;
+  checked.tokens /= ranks;
+  return "model: embedding " + std::to_string(s.vocab) + " x " + std::to_string(s.layer.hidden) + " -> MoE (" +
+         checked.describe() + ") -> head " + std::to_string(s.layer.hidden) + " x " + std::to_string(s.outputs) + "; " +
+         name_of(s.optimizer.kind) + ", " + std::to_string(s.steps) + " steps of " + std::to_string(s.layer.tokens) +
+         " tokens on " + std::to_string(ranks) + " ranks";
+}
+
+// Trains under one schedule: prints and records its loss curve; false when the loss did not fall.
+bool train_schedule(TrainOptions &o, Schedule schedule, Communicator const &comm, Say const &say, tessel::Json &doc,
+                    std::vector<std::vector<double>> &curves) {
+  o.settings.schedule = schedule;
+  auto const r = app::train(HostExecSpace(), comm, o.settings);
+  std::vector<double> steps = r.step_seconds;
+  std::sort(steps.begin(), steps.end());
+  double const median = steps.empty() ? 0.0 : steps[steps.size() / 2];
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-10s loss %.6f -> %.6f; median step %.2f ms", name_of(schedule),
+                r.loss.empty() ? 0.0 : r.loss.front(), r.loss.empty() ? 0.0 : r.loss.back(), 1e3 * median);
+  say(line);
+  bool const fell = r.loss.empty() || r.loss.back() < r.loss.front();
+  if (!fell)
+    say(std::string("the loss did not fall under ") + name_of(schedule));
+  doc["schedules"][name_of(schedule)] = {{"loss", r.loss}, {"step_seconds", r.step_seconds}, {"median_step_s", median}};
+  curves.push_back(r.loss);
+  return fell;
+}
+
+int run_train(tessel::CommandLine &cl) {
+  auto const world = Communicator::world();
+  auto o = parse_train(cl, world);
+  auto const &s = o.settings;
+  Say const say = [me = world.rank()](std::string const &line) {
     if (me == 0) {
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
   };
   say("tessel-moe train " + tessel::build_summary());
-  say("model: embedding " + std::to_string(s.vocab) + " x " + std::to_string(s.layer.hidden) + " -> MoE (" +
-      checked.describe() + ") -> head " + std::to_string(s.layer.hidden) + " x " + std::to_string(s.outputs) + "; " +
-      name_of(s.optimizer.kind) + ", " + std::to_string(s.steps) + " steps of " + std::to_string(s.layer.tokens) +
-      " tokens on " + std::to_string(world.size()) + " ranks");
-  HostExecSpace space;
+  say(describe_model(o, world.size()));
   auto const comm = world.split(0, world.rank());
+  auto checked = s.layer;
+  checked.tokens /= world.size();
   tessel::Json doc{{"app", "tessel-moe train"},
                    {"build", tessel::build_summary()},
                    {"ranks", world.size()},
@@ -543,30 +583,14 @@ int run_train(tessel::CommandLine &cl) {
                    {"batch", s.layer.tokens},
                    {"optimizer", name_of(s.optimizer.kind)},
                    {"learning_rate", s.optimizer.learning_rate}};
-  if (world.rank() == 0 && !problem.empty()) {
-    app::write_problem(problem, s, app::make_problem(space, s));
-    std::printf("problem written to %s\n", problem.c_str());
+  if (world.rank() == 0 && !o.problem.empty()) {
+    app::write_problem(o.problem, s, app::make_problem(HostExecSpace(), s));
+    std::printf("problem written to %s\n", o.problem.c_str());
   }
   std::vector<std::vector<double>> curves;
   bool ok = true;
-  for (auto schedule : schedules) {
-    s.schedule = schedule;
-    auto const r = app::train(space, comm, s);
-    std::vector<double> steps = r.step_seconds;
-    std::sort(steps.begin(), steps.end());
-    double const median = steps.empty() ? 0.0 : steps[steps.size() / 2];
-    char line[256];
-    std::snprintf(line, sizeof(line), "%-10s loss %.6f -> %.6f; median step %.2f ms", name_of(schedule),
-                  r.loss.empty() ? 0.0 : r.loss.front(), r.loss.empty() ? 0.0 : r.loss.back(), 1e3 * median);
-    say(line);
-    if (!r.loss.empty() && !(r.loss.back() < r.loss.front())) {
-      say(std::string("the loss did not fall under ") + name_of(schedule));
-      ok = false;
-    }
-    doc["schedules"][name_of(schedule)] = {
-        {"loss", r.loss}, {"step_seconds", r.step_seconds}, {"median_step_s", median}};
-    curves.push_back(r.loss);
-  }
+  for (auto schedule : o.schedules)
+    ok = train_schedule(o, schedule, comm, say, doc, curves) && ok;
   double worst = 0.0;
   for (auto const &c : curves)
     for (std::size_t i = 0; i < c.size(); ++i)
@@ -579,9 +603,9 @@ int run_train(tessel::CommandLine &cl) {
     ok = false;
   }
   doc["max_relative_difference"] = worst;
-  if (world.rank() == 0 && !json.empty()) {
-    tessel::write_json(json, doc);
-    std::printf("results written to %s\n", json.c_str());
+  if (world.rank() == 0 && !o.json.empty()) {
+    tessel::write_json(o.json, doc);
+    std::printf("results written to %s\n", o.json.c_str());
   }
   return ok ? 0 : 1;
 }

@@ -98,10 +98,10 @@ template <class ExecSpace> void BackwardRun<ExecSpace>::layout() {
     }
   auto const total = rows_at.back();
   gd = ensure(layer.grad_g, "Tessel::moe::grad_rows", sz(total * n));
-  awd = ensure(layer.grad_aw, "Tessel::moe::grad_weighted_hidden", sz(total * kp));
+  awd = ensure(layer.grad_aw, "Tessel::moe::grad_weighted_hidden", sz(total * ffn_per_rank));
   dhd = ensure(layer.grad_dh, "Tessel::moe::grad_pre", sz(total * c0));
   pred = ensure(layer.grad_pre, "Tessel::moe::grad_recomputed_pre", sz(max_rows * c0));
-  qd = ensure(layer.grad_q, "Tessel::moe::grad_q", sz(max_rows * kp));
+  qd = ensure(layer.grad_q, "Tessel::moe::grad_q", sz(max_rows * ffn_per_rank));
   dxd = ensure(layer.grad_dx, "Tessel::moe::grad_x_rows", sz(max_rows * n));
   wsd = ensure(layer.grad_w_send, "Tessel::moe::grad_weight_send", sz(w_send_off.back()));
   // Owner side: the combine weights' gradients each rank returns, its group's rows chunk by chunk.
@@ -266,9 +266,11 @@ template <class ExecSpace> void BackwardRun<ExecSpace>::tiles(int s, int t_begin
     tile_rows += r;
     auto const at = rows_at[block(c, s, e)] + (lo - first);
     MatrixRef<float const> const x{layer.saved.rows[block(c, s, e)] + (lo - first) * n, r, n, n};
-    MatrixRef<float> const g{gd + at * n, r, n, n}, aw{awd + at * kp, r, kp, kp}, dpre{dhd + at * c0, r, c0, c0};
-    MatrixRef<float> const pre{pred, r, c0, c0}, q{qd, r, kp, kp}, dx{dxd, r, n, n};
-    MatrixRef<float const> const w0{&layer.weights.w0(e, 0, 0), n, c0, c0}, w1{&layer.weights.w1(e, 0, 0), kp, n, n};
+    MatrixRef<float> const g{gd + at * n, r, n, n}, aw{awd + at * ffn_per_rank, r, ffn_per_rank, ffn_per_rank},
+        dpre{dhd + at * c0, r, c0, c0};
+    MatrixRef<float> const pre{pred, r, c0, c0}, q{qd, r, ffn_per_rank, ffn_per_rank}, dx{dxd, r, n, n};
+    MatrixRef<float const> const w0{&layer.weights.w0(e, 0, 0), n, c0, c0},
+        w1{&layer.weights.w1(e, 0, 0), ffn_per_rank, n, n};
     Impl::gather_rows(space, {grad_rows_of(s), slots_of[sz(s)], n, n}, slot + lo, r, g);
     gemm_panels(Op::none, x, Op::none, w0, 0.0f, pre);
     gemm_panels(Op::none, g, Op::transpose, w1, 0.0f, q);
@@ -343,9 +345,9 @@ template <class ExecSpace> void BackwardRun<ExecSpace>::weight_gradient_piece() 
   pieces.pop_front();
   auto const r = p.end - p.begin, at = rows_at[block(p.c, p.s, p.e)] + p.begin;
   MatrixRef<float const> const x{layer.saved.rows[block(p.c, p.s, p.e)] + p.begin * n, r, n, n};
-  gemm_panels(Op::transpose, MatrixRef<float const>{awd + at * kp, r, kp, kp}, Op::none,
+  gemm_panels(Op::transpose, MatrixRef<float const>{awd + at * ffn_per_rank, r, ffn_per_rank, ffn_per_rank}, Op::none,
               MatrixRef<float const>{gd + at * n, r, n, n}, 1.0f,
-              MatrixRef<float>{&grads.experts.w1(p.e, 0, 0), kp, n, n});
+              MatrixRef<float>{&grads.experts.w1(p.e, 0, 0), ffn_per_rank, n, n});
   gemm_panels(Op::transpose, x, Op::none, MatrixRef<float const>{dhd + at * c0, r, c0, c0}, 1.0f,
               MatrixRef<float>{&grads.experts.w0(p.e, 0, 0), n, c0, c0});
   compat::fence(space, "Tessel::moe::weight_gradients");
@@ -386,10 +388,17 @@ template <class ExecSpace> void BackwardRun<ExecSpace>::finish() {
 }
 
 template <class ExecSpace> void BackwardRun<ExecSpace>::gate_backward() {
+  auto const dw = combine_weight_gradients();
+  logit_gradients(dw, aux_gradient());
+  if (layer.saved.gate.kind == GateInput::Kind::weight)
+    gate_weight_gradients();
+}
+
+template <class ExecSpace> std::vector<float> BackwardRun<ExecSpace>::combine_weight_gradients() const {
   auto const &plan = layer.plan;
   auto const &routing = layer.routing;
   auto const m = layer.config.tokens;
-  int const topk = layer.config.topk, e_all = layer.config.experts, groups = plan.groups;
+  int const topk = layer.config.topk, groups = plan.groups;
   std::vector<float> dw(sz(m * topk), 0.0f);
   for (int g = 0; g < groups; ++g) {
     std::int64_t in_group = 0;
@@ -412,23 +421,35 @@ template <class ExecSpace> void BackwardRun<ExecSpace>::gate_backward() {
       in_group += plan.block_end(c, g) - plan.block_begin(c, g);
     }
   }
+  return dw;
+}
+
+template <class ExecSpace> std::vector<double> BackwardRun<ExecSpace>::aux_gradient() const {
   // The load-balancing loss E sum_e f_e P_e: dL/dp_te = coef E f_e / T over all ranks' T tokens.
+  int const e_all = layer.config.experts, topk = layer.config.topk;
   std::vector<double> aux_grad(sz(e_all), 0.0);
-  if (aux > 0.0 && mode == Mode::full) {
-    std::vector<double> local(sz(e_all) + 1), global(local.size());
+  if (aux <= 0.0 || mode != Mode::full)
+    return aux_grad;
+  std::vector<double> local(sz(e_all) + 1), global(local.size());
+  for (int e = 0; e < e_all; ++e)
+    local[sz(e)] = static_cast<double>(layer.routing.tokens_per_expert[sz(e)]);
+  local[sz(e_all)] = static_cast<double>(layer.config.tokens);
+  layer.comm.allreduce(local.data(), global.data(), local.size(), ReduceOp::sum);
+  double const tokens = global[sz(e_all)];
+  if (tokens > 0)
     for (int e = 0; e < e_all; ++e)
-      local[sz(e)] = static_cast<double>(routing.tokens_per_expert[sz(e)]);
-    local[sz(e_all)] = static_cast<double>(m);
-    layer.comm.allreduce(local.data(), global.data(), local.size(), ReduceOp::sum);
-    double const tokens = global[sz(e_all)];
-    if (tokens > 0)
-      for (int e = 0; e < e_all; ++e)
-        aux_grad[sz(e)] = aux * e_all * (global[sz(e)] / (tokens * topk)) / tokens;
-  }
+      aux_grad[sz(e)] = aux * e_all * (global[sz(e)] / (tokens * topk)) / tokens;
+  return aux_grad;
+}
+
+template <class ExecSpace>
+void BackwardRun<ExecSpace>::logit_gradients(std::vector<float> const &dw, std::vector<double> const &aux_grad) {
+  auto const m = layer.config.tokens;
+  int const topk = layer.config.topk, e_all = layer.config.experts;
   auto const logits = grads.logits;
-  auto const probs = routing.probabilities;
-  auto const weights = routing.weights;
-  auto const experts = routing.experts;
+  auto const probs = layer.routing.probabilities;
+  auto const weights = layer.routing.weights;
+  auto const experts = layer.routing.experts;
   bool const normalize = layer.config.normalize_topk;
   std::vector<double> dp(sz(e_all));
   for (std::int64_t t = 0; t < m; ++t) {
@@ -458,9 +479,13 @@ template <class ExecSpace> void BackwardRun<ExecSpace>::gate_backward() {
     for (int e = 0; e < e_all; ++e)
       logits(t, e) += static_cast<float>(static_cast<double>(probs(t, e)) * (dp[sz(e)] - mean));
   }
+}
+
+template <class ExecSpace> void BackwardRun<ExecSpace>::gate_weight_gradients() {
   auto const &gate = layer.saved.gate;
-  if (gate.kind != GateInput::Kind::weight)
-    return;
+  auto const m = layer.config.tokens;
+  int const e_all = layer.config.experts;
+  auto const logits = grads.logits;
   // dX += dlogits Wg^T; dWg = X^T dlogits and dbias = column sums, summed over all ranks.
   MatrixRef<float const> const dl{logits.data(), m, e_all, e_all};
   tessel::gemm(space, Op::none, Op::transpose, 1.0f, dl, MatrixRef<float const>{gate.weight.data(), n, e_all, e_all},

@@ -24,34 +24,35 @@ std::int64_t effective_tile_m(MoeConfig const &config, CometParams const &comet)
 
 template <class ExecSpace> class CometForward {
 public:
-  CometForward(MoeLayer::State &st, ExecSpace const &space, std::string context_text, int chunks, Clock::time_point t0)
-      : st(st), space(space), context_text(std::move(context_text)), w(st.world()), me(st.rank()),
-        eg(st.config.experts_per_group()), chunks(chunks), n_splits(st.comet.n_splits), n(st.config.hidden),
-        kp(st.config.ffn_per_rank()), tile_m(effective_tile_m(st.config, st.comet)),
-        merge_rows(std::max<std::int64_t>(tile_m, 512)), t0(t0),
-        engine(st.comm, st.comet.comm_workers, st.comet.in_flight, this->context_text) {}
+  CometForward(MoeLayer::State &layer, ExecSpace const &space, std::string context_text, int chunks,
+               Clock::time_point t0)
+      : layer(layer), space(space), context_text(std::move(context_text)), w(layer.world()), me(layer.rank()),
+        local_experts(layer.config.experts_per_group()), chunks(chunks), n_splits(layer.comet.n_splits),
+        n(layer.config.hidden), ffn_per_rank(layer.config.ffn_per_rank()),
+        tile_m(effective_tile_m(layer.config, layer.comet)), merge_rows(std::max<std::int64_t>(tile_m, 512)), t0(t0),
+        engine(layer.comm, layer.comet.comm_workers, layer.comet.in_flight, this->context_text) {}
 
   // Returns where each (chunk, source, expert)'s input rows are.
   std::vector<float const *> run(HostMatrix out) {
     // 1. Route messages first (they size the receive buffers), then every destination's tiles in ring order.
-    st.post_routes(engine, chunks, routes, true);
+    layer.post_routes(engine, chunks, routes, true);
     post_tiles();
     auto const wait_routes = Clock::now();
     engine.wait([&] { return routes.done.load() == chunks * (w - 1); });
-    st.stats.compute_wait += since(wait_routes);
+    layer.stats.compute_wait += since(wait_routes);
     // 2. Plan, buffers, and the receives of tiles and combine blocks.
-    st.decode_metas(chunks, routes.in, context_text);
+    layer.decode_metas(chunks, routes.in, context_text);
     build_plan();
     layout();
     post_receives();
     // 3. Tiles in plan order as their data lands.
     run_tiles();
     finish(out);
-    std::vector<float const *> at(sz(chunks * w * eg));
+    std::vector<float const *> at(sz(chunks * w * local_experts));
     for (int c = 0; c < chunks; ++c)
       for (int s = 0; s < w; ++s)
-        for (int e = 0; e < eg; ++e)
-          at[sz((c * w + s) * eg + e)] =
+        for (int e = 0; e < local_experts; ++e)
+          at[sz((c * w + s) * local_experts + e)] =
               s == me ? local_chunk[sz(c)] + (overlap->row_offset(s, c, e) - overlap->row_offset(s, c, 0)) * n
                       : xd + x_at[block(s, c, e)] * n;
     return at;
@@ -60,10 +61,10 @@ public:
 private:
   // Rows this rank sends destination group g, as [chunk * E/EP + expert].
   std::vector<std::int64_t> rows_for_group(int g) const {
-    std::vector<std::int64_t> rows(sz(chunks * eg));
+    std::vector<std::int64_t> rows(sz(chunks * local_experts));
     for (int c = 0; c < chunks; ++c)
-      for (int e = 0; e < eg; ++e)
-        rows[sz(c * eg + e)] = st.plan.expert_rows(c, g, e);
+      for (int e = 0; e < local_experts; ++e)
+        rows[sz(c * local_experts + e)] = layer.plan.expert_rows(c, g, e);
     return rows;
   }
 
@@ -75,15 +76,17 @@ private:
   // Each (chunk, expert, M tile) of rows is its own message, so the receiver can start on it as soon as it lands.
   void post_tiles() {
     for (int k = 1; k < w; ++k) {
-      int const d = (me + k) % w, g = st.group_of(d);
-      auto const messages = OverlapPlan::messages_for(rows_for_group(g), eg, tile_m);
+      int const d = (me + k) % w, g = layer.group_of(d);
+      auto const messages = OverlapPlan::messages_for(rows_for_group(g), local_experts, tile_m);
       TESSEL_REQUIRE(static_cast<std::int64_t>(messages.size()) < max_messages, context_text, ": ", messages.size(),
                      " tile messages to rank ", d, " exceed the tag space; raise tile_m");
       for (std::size_t m = 0; m < messages.size(); ++m) {
         auto const &msg = messages[m];
         // The first row of (chunk, group, expert) in the packed rows, plus the tile's offset.
-        auto const row = st.plan.block_offsets[sz((msg.chunk * st.plan.groups + g) * eg + msg.expert)] + msg.row_begin;
-        engine.send(d, tag_data + static_cast<int>(m), st.send_rows.data() + row * n,
+        auto const row =
+            layer.plan.block_offsets[sz((msg.chunk * layer.plan.groups + g) * local_experts + msg.expert)] +
+            msg.row_begin;
+        engine.send(d, tag_data + static_cast<int>(m), layer.send_rows.data() + row * n,
                     sz((msg.row_end - msg.row_begin) * n), DataType::float32, tile_name(m, msg));
       }
     }
@@ -94,14 +97,14 @@ private:
     std::vector<std::vector<std::int64_t>> rows(sz(w));
     for (int s = 0; s < w; ++s)
       for (int c = 0; c < chunks; ++c)
-        for (int e = 0; e < eg; ++e)
-          rows[sz(s)].push_back(st.metas[sz(c)][sz(s)].expert_rows[sz(e)]);
-    shape = PlanShape{me, w, n, eg, chunks, std::move(rows), tile_m, n_splits, st.comet.policy};
+        for (int e = 0; e < local_experts; ++e)
+          rows[sz(s)].push_back(layer.metas[sz(c)][sz(s)].expert_rows[sz(e)]);
+    shape = PlanShape{me, w, n, local_experts, chunks, std::move(rows), tile_m, n_splits, layer.comet.policy};
     overlap.emplace(OverlapPlan::build(shape));
   }
 
-  std::int64_t rows_at(int s, int c, int e) const { return shape.rows[sz(s)][sz(c * eg + e)]; }
-  std::size_t block(int s, int c, int e) const { return sz((c * eg + e) * w + s); }
+  std::int64_t rows_at(int s, int c, int e) const { return shape.rows[sz(s)][sz(c * local_experts + e)]; }
+  std::size_t block(int s, int c, int e) const { return sz((c * local_experts + e) * w + s); }
   std::vector<std::int64_t> const &cols() const { return overlap->split_cols(); }
 
   // Received rows (x) and hidden rows (h) are (chunk, expert)-major, the sources of one (chunk, expert) back to
@@ -109,14 +112,14 @@ private:
   // consecutive sources are then one GEMM, as large as the sequential layer's per-expert calls.
   void layout() {
     auto const &remote = overlap->source_order();
-    x_at.assign(sz(chunks * eg * w), 0);
+    x_at.assign(sz(chunks * local_experts * w), 0);
     h_at.assign(x_at.size(), 0);
     next_remote.assign(sz(w), -1); // the remote source after s in the block order
     for (std::size_t k = 0; k + 1 < remote.size(); ++k)
       next_remote[sz(remote[k])] = remote[k + 1];
     std::int64_t x_total = 0, h_total = 0;
     for (int c = 0; c < chunks; ++c)
-      for (int e = 0; e < eg; ++e) {
+      for (int e = 0; e < local_experts; ++e) {
         for (int s : remote) {
           x_at[block(s, c, e)] = x_total;
           h_at[block(s, c, e)] = h_total;
@@ -133,28 +136,28 @@ private:
       if (t.kind == PlanTile::Kind::layer0)
         layer0_tiles[block(t.source, t.chunk, t.expert)].push_back(static_cast<int>(i));
     }
-    xd = ensure(st.x, "Tessel::moe::recv_rows", sz(x_total * n));
-    hd = ensure(st.h, "Tessel::moe::hidden", sz(h_total * kp));
+    xd = ensure(layer.x, "Tessel::moe::recv_rows", sz(x_total * n));
+    hd = ensure(layer.h, "Tessel::moe::hidden", sz(h_total * ffn_per_rank));
     std::int64_t max_rows = 0, max_width = 0;
     for (int s = 0; s < w; ++s)
       for (auto r : shape.rows[sz(s)])
         max_rows = std::max(max_rows, r);
     for (int b = 0; b < n_splits; ++b)
       max_width = std::max(max_width, cols()[sz(b) + 1] - cols()[sz(b)]);
-    yd = ensure(st.y, "Tessel::moe::expert_out", sz(max_rows * max_width));
-    slots_of = st.source_slots();
-    st.layout_combine(slots_of);
+    yd = ensure(layer.y, "Tessel::moe::expert_out", sz(max_rows * max_width));
+    slots_of = layer.source_slots();
+    layer.layout_combine(slots_of);
     // Layer1 tiles add their experts' weighted outputs into the combine blocks.
-    Impl::zero(space, st.combine_send.data(), st.send_off.back());
+    Impl::zero(space, layer.combine_send.data(), layer.send_off.back());
     // Local rows (this rank's own tokens for its own group): the packed send rows, chunk by chunk.
     local_chunk.resize(sz(chunks));
     for (int c = 0; c < chunks; ++c)
-      local_chunk[sz(c)] = st.local_rows(c);
+      local_chunk[sz(c)] = layer.local_rows(c);
   }
 
   void post_receives() {
     for (int s : overlap->source_order()) {
-      auto const messages = OverlapPlan::messages_for(shape.rows[sz(s)], eg, tile_m);
+      auto const messages = OverlapPlan::messages_for(shape.rows[sz(s)], local_experts, tile_m);
       for (std::size_t m = 0; m < messages.size(); ++m) {
         auto const &msg = messages[m];
         engine.recv(s, tag_data + static_cast<int>(m), xd + (x_at[block(s, msg.chunk, msg.expert)] + msg.row_begin) * n,
@@ -163,22 +166,22 @@ private:
       }
     }
     for (int k = 1; k < w; ++k) {
-      int const r = (me + k) % w, g = st.group_of(r);
-      auto const slots = st.plan.group_slots[sz(g)];
+      int const r = (me + k) % w, g = layer.group_of(r);
+      auto const slots = layer.plan.group_slots[sz(g)];
       for (int c = 0; c < chunks; ++c) {
-        auto const count = st.plan.slot_count(c, g);
+        auto const count = layer.plan.slot_count(c, g);
         if (count == 0)
           continue;
         for (int b = 0; b < n_splits; ++b) {
           auto const cb = cols()[sz(b)], width = cols()[sz(b) + 1] - cb;
           combines_left.fetch_add(1);
-          engine.recv(r, tag_combine + c * n_splits + b,
-                      st.combine_recv.data() + st.recv_off[sz(r)] + slots * cb + st.plan.slot_begin(c, g) * width,
-                      sz(count * width), DataType::float32, tessel::Impl::concat("combine block ", b, " of chunk ", c),
-                      [this] {
-                        combines_left.fetch_sub(1);
-                        engine.notify();
-                      });
+          engine.recv(
+              r, tag_combine + c * n_splits + b,
+              layer.combine_recv.data() + layer.recv_off[sz(r)] + slots * cb + layer.plan.slot_begin(c, g) * width,
+              sz(count * width), DataType::float32, tessel::Impl::concat("combine block ", b, " of chunk ", c), [this] {
+                combines_left.fetch_sub(1);
+                engine.notify();
+              });
         }
       }
     }
@@ -189,7 +192,7 @@ private:
     {
       std::lock_guard<std::mutex> lock(engine.notify_mutex());
       landed_queue.emplace_back(s, m);
-      if (st.options.trace)
+      if (layer.options.trace)
         landed_at.push_back({since(t0), since(t0), tessel::Impl::concat("landed s=", s, " m=", m)});
     }
     engine.notify();
@@ -212,9 +215,9 @@ private:
       if (index < 0) {
         auto const wait0 = Clock::now();
         engine.wait([&] { return !landed_queue.empty(); });
-        st.stats.compute_wait += since(wait0);
-        if (st.options.trace)
-          st.stats.trace.push_back({seconds_between(t0, wait0), since(t0), "wait"});
+        layer.stats.compute_wait += since(wait0);
+        if (layer.options.trace)
+          layer.stats.trace.push_back({seconds_between(t0, wait0), since(t0), "wait"});
         continue;
       }
       auto const tile_start = Clock::now();
@@ -225,9 +228,9 @@ private:
       else
         layer1(tile);
       compat::fence(space, "Tessel::moe::tile");
-      st.stats.compute_busy += since(tile_start);
-      if (st.options.trace)
-        st.stats.trace.push_back({seconds_between(t0, tile_start), since(t0), describe(tile)});
+      layer.stats.compute_busy += since(tile_start);
+      if (layer.options.trace)
+        layer.stats.trace.push_back({seconds_between(t0, tile_start), since(t0), describe(tile)});
       for (int i : gemm_run)
         scheduler.finish(i);
     }
@@ -272,22 +275,22 @@ private:
     if (!engine.threaded() && engine.moving())
       panel =
           std::max<std::int64_t>(256, ((std::int64_t{1} << 28) / std::max<std::int64_t>(rows * n, 1) + 63) / 64 * 64);
-    Impl::layer0_tile(space, st.config, st.weights, e, {src, rows, n, n},
-                      {hd + (h_at[block(s, c, e)] + tile.row_begin) * kp, rows, kp, kp}, st.scratch, panel,
-                      [&] { engine.progress(); });
+    Impl::layer0_tile(space, layer.config, layer.weights, e, {src, rows, n, n},
+                      {hd + (h_at[block(s, c, e)] + tile.row_begin) * ffn_per_rank, rows, ffn_per_rank, ffn_per_rank},
+                      layer.scratch, panel, [&] { engine.progress(); });
   }
 
   // Expert e's slice of column block b: its rows times W1's columns, added per token into the block.
   void layer1(PlanTile const &tile) {
     int const s = tile.source, c = tile.chunk;
     auto const cb = tile.col_begin, width = tile.col_end - tile.col_begin;
-    auto const &ms = st.metas[sz(c)][sz(s)];
+    auto const &ms = layer.metas[sz(c)][sz(s)];
     auto const rows = ms.expert_rows[sz(tile.expert)];
     auto const in_chunk = ms.expert_offset(tile.expert);
-    Impl::layer1_block(space, st.config, st.weights, tile.expert,
-                       {hd + h_at[block(s, c, tile.expert)] * kp, rows, kp, kp}, cb, tile.col_end,
-                       {yd, rows, width, width});
-    float *const dst = st.combine_send.data() + st.send_off[sz(s)] + slots_of[sz(s)] * cb;
+    Impl::layer1_block(space, layer.config, layer.weights, tile.expert,
+                       {hd + h_at[block(s, c, tile.expert)] * ffn_per_rank, rows, ffn_per_rank, ffn_per_rank}, cb,
+                       tile.col_end, {yd, rows, width, width});
+    float *const dst = layer.combine_send.data() + layer.send_off[sz(s)] + slots_of[sz(s)] * cb;
     Impl::scatter_add(space, rows, ms.slot.data() + in_chunk, 0, ms.weight.data() + in_chunk, {yd, rows, width, width},
                       {dst, slots_of[sz(s)], width, width});
     compat::fence(space, "Tessel::moe::layer1");
@@ -307,23 +310,23 @@ private:
   }
 
   void finish(HostMatrix out) {
-    auto const [wait1, busy1] = st.finish_combines(space, engine, combines_left, out, cols());
-    auto &stats = st.stats;
+    auto const [wait1, busy1] = layer.finish_combines(space, engine, combines_left, out, cols());
+    auto &stats = layer.stats;
     stats.total = since(t0);
     for (int s = 0; s < w; ++s)
       stats.rows += overlap->source_rows(s);
-    if (st.options.trace) {
+    if (layer.options.trace) {
       stats.trace.insert(stats.trace.end(), landed_at.begin(), landed_at.end());
       stats.trace.push_back({seconds_between(t0, wait1), seconds_between(t0, busy1), "wait combine"});
       stats.trace.push_back({seconds_between(t0, busy1), stats.total, "final sum"});
     }
   }
 
-  MoeLayer::State &st;
+  MoeLayer::State &layer;
   ExecSpace const &space;
   std::string const context_text;
-  int const w, me, eg, chunks, n_splits;
-  std::int64_t const n, kp, tile_m;
+  int const w, me, local_experts, chunks, n_splits;
+  std::int64_t const n, ffn_per_rank, tile_m;
   // Rows above which the BLAS's packing of an expert's weights is amortized: ready tiles are merged up to it.
   std::int64_t const merge_rows;
   Clock::time_point const t0;

@@ -11,11 +11,11 @@ namespace tessel::moe {
 
 ExpertWeights allocate_expert_weights(MoeConfig const &config) {
   config.validate();
-  auto const eg = static_cast<std::size_t>(config.experts_per_group());
+  auto const local_experts = static_cast<std::size_t>(config.experts_per_group());
   ExpertWeights w;
-  w.w0 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::w0"), eg,
+  w.w0 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::w0"), local_experts,
                     static_cast<std::size_t>(config.hidden), static_cast<std::size_t>(config.gemm0_cols()));
-  w.w1 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::w1"), eg,
+  w.w1 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::w1"), local_experts,
                     static_cast<std::size_t>(config.ffn_per_rank()), static_cast<std::size_t>(config.hidden));
   return w;
 }
@@ -27,20 +27,21 @@ void set_expert_weights(MoeConfig const &config, int rank, int expert, float con
   if (config.group_of_expert(expert) != config.group_of_rank(rank))
     return;
   int const e = expert - config.first_expert_of_rank(rank);
-  std::int64_t const n = config.hidden, k = config.ffn, kp = config.ffn_per_rank();
-  std::int64_t const k0 = kp * config.tp_rank(rank);
+  std::int64_t const n = config.hidden, k = config.ffn, ffn_per_rank = config.ffn_per_rank();
+  std::int64_t const k0 = ffn_per_rank * config.tp_rank(rank);
   std::int64_t const full_cols = (config.gated ? 2 : 1) * k;
   TESSEL_REQUIRE(static_cast<std::int64_t>(weights.w0.extent(1)) == n &&
                      static_cast<std::int64_t>(weights.w0.extent(2)) == config.gemm0_cols() &&
-                     static_cast<std::int64_t>(weights.w1.extent(1)) == kp,
+                     static_cast<std::int64_t>(weights.w1.extent(1)) == ffn_per_rank,
                  "expert weights were allocated for another configuration");
   for (std::int64_t i = 0; i < n; ++i) {
     float const *src = w0_full + i * full_cols;
-    std::memcpy(&weights.w0(e, i, 0), src + k0, static_cast<std::size_t>(kp) * sizeof(float));
+    std::memcpy(&weights.w0(e, i, 0), src + k0, static_cast<std::size_t>(ffn_per_rank) * sizeof(float));
     if (config.gated)
-      std::memcpy(&weights.w0(e, i, kp), src + k + k0, static_cast<std::size_t>(kp) * sizeof(float));
+      std::memcpy(&weights.w0(e, i, ffn_per_rank), src + k + k0,
+                  static_cast<std::size_t>(ffn_per_rank) * sizeof(float));
   }
-  for (std::int64_t i = 0; i < kp; ++i)
+  for (std::int64_t i = 0; i < ffn_per_rank; ++i)
     std::memcpy(&weights.w1(e, i, 0), w1_full + (k0 + i) * n, static_cast<std::size_t>(n) * sizeof(float));
 }
 
@@ -48,10 +49,10 @@ template <class ExecSpace, class Check>
 void grouped_ffn(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, ConstHostMatrix x,
                  std::vector<std::int64_t> const &offsets, HostMatrix y) {
   ScopedRegion region("Tessel::moe::grouped_ffn");
-  int const eg = config.experts_per_group();
-  std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
-  TESSEL_REQUIRE(static_cast<int>(offsets.size()) == eg + 1, "grouped_ffn: ", offsets.size(), " offsets for ", eg,
-                 " local experts (need E/EP + 1)");
+  int const local_experts = config.experts_per_group();
+  std::int64_t const n = config.hidden, ffn_per_rank = config.ffn_per_rank();
+  TESSEL_REQUIRE(static_cast<int>(offsets.size()) == local_experts + 1, "grouped_ffn: ", offsets.size(),
+                 " offsets for ", local_experts, " local experts (need E/EP + 1)");
   TESSEL_REQUIRE(offsets.front() == 0 && offsets.back() == static_cast<std::int64_t>(x.extent(0)),
                  "grouped_ffn: offsets must span the ", x.extent(0), " rows of x");
   TESSEL_REQUIRE(static_cast<std::int64_t>(x.extent(1)) == n && y.extent(0) == x.extent(0) &&
@@ -61,16 +62,16 @@ void grouped_ffn(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
   Impl::Layer0Scratch scratch;
   HostMatrix h(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::ffn_hidden"),
                static_cast<std::size_t>(std::min<std::int64_t>(panel, std::max<std::int64_t>(x.extent(0), 1))),
-               static_cast<std::size_t>(kp));
-  for (int e = 0; e < eg; ++e) {
+               static_cast<std::size_t>(ffn_per_rank));
+  for (int e = 0; e < local_experts; ++e) {
     TESSEL_REQUIRE(offsets[static_cast<std::size_t>(e)] <= offsets[static_cast<std::size_t>(e) + 1],
                    "grouped_ffn: offsets must not decrease");
     for (auto r = offsets[static_cast<std::size_t>(e)]; r < offsets[static_cast<std::size_t>(e) + 1]; r += panel) {
       auto const end = std::min(r + panel, offsets[static_cast<std::size_t>(e) + 1]);
-      MatrixRef<float> const hp{h.data(), end - r, kp, kp};
+      MatrixRef<float> const hp{h.data(), end - r, ffn_per_rank, ffn_per_rank};
       Impl::layer0_tile(space, config, weights, e, {x.data() + r * n, end - r, n, n}, hp, scratch);
       compat::fence(space, "Tessel::moe::grouped_ffn");
-      Impl::layer1_block(space, config, weights, e, {hp.data, hp.rows, kp, kp}, 0, n,
+      Impl::layer1_block(space, config, weights, e, {hp.data, hp.rows, ffn_per_rank, ffn_per_rank}, 0, n,
                          {y.data() + r * n, end - r, n, n});
     }
   }

@@ -1,14 +1,16 @@
 // First-use tuning of the host layer's comet parameters: where no registry entry gives them, the first comet forward
-// looks in the per-user cache (rank 0 reads it and broadcasts), else measures a few candidates derived from the shape
-// within a time budget, runs the winner last (its output is the forward's) and caches it (rank 0 writes).
+// looks in the per-user cache (rank 0 reads it and broadcasts), else runs the comet search of the tools' --tune
+// (CometSearch.hpp) within a time budget, the winner last (its output is the forward's), and caches it (rank 0 writes).
 #include "impl/LayerState.hpp"
+
+#include <tessel/moe/CometSearch.hpp>
 
 #include <tessel/core/Execution.hpp>
 
-#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 namespace tessel::moe {
@@ -47,28 +49,6 @@ CometParams unpack(std::array<std::int64_t, packed_size> const &v) {
   return p;
 }
 
-// The values tried per knob, in the order the search walks the knobs. The M tile matters most on the host (each
-// GEMM call packs the expert's weights), then the column blocks; a communication thread, token ranges and the
-// policy are second-order. Tiles beyond the rows of one (source, expert) pair change nothing, so they stop there.
-struct Knobs {
-  std::vector<std::int64_t> tiles;
-  std::vector<int> splits, workers{0, 1}, ranges{1, 2};
-  std::vector<PlanPolicy> policies{PlanPolicy::critical_path, PlanPolicy::local_first};
-};
-
-Knobs knobs_for(MoeConfig const &config, CometParams const &start) {
-  Knobs k;
-  std::int64_t const per_pair =
-      std::max<std::int64_t>(1, config.tokens * config.topk / std::max<std::int64_t>(config.experts, 1));
-  std::int64_t const top = std::min<std::int64_t>(1024, std::max(start.tile_m, m_bucket(per_pair)));
-  for (std::int64_t t = std::max<std::int64_t>(32, start.tile_m / 2); t <= top; t *= 2)
-    k.tiles.push_back(t);
-  for (int s : {1, 2, 4})
-    if (config.hidden / s >= 32 || s == 1)
-      k.splits.push_back(s);
-  return k;
-}
-
 } // namespace
 
 bool MoeLayer::State::first_use_enabled(LayerOptions const &options) {
@@ -83,20 +63,10 @@ bool MoeLayer::State::first_use_enabled(LayerOptions const &options) {
   return false;
 }
 
-template <class ExecSpace>
-bool MoeLayer::State::comet_first_use(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate,
-                                      HostMatrix out) {
-  auto const t_start = Clock::now();
-  first_use = FirstUseTuning{};
-  first_use.cache = options.tuning_cache.empty() ? default_tuning_cache_path() : options.tuning_cache;
-  auto key = TuningKey::of(config, options.backend);
-  auto const machine = MachineKey::of(comm);
-  key.machine = machine.token();
-  CometParams const fallback = comet;
-
-  // Rank 0 reads the cache and tells the others: every rank must run the same parameters, and the ranks need not
-  // share a home directory.
-  auto found = pack(false, fallback);
+// Rank 0 reads the cache and tells the others: every rank must run the same parameters, and the ranks need not share
+// a home directory. Returns the cached parameters of \p key on this machine, if any.
+std::optional<CometParams> MoeLayer::State::cached_comet(TuningKey const &key, MachineKey const &machine) {
+  auto found = pack(false, comet);
   if (rank() == 0) {
     std::string warning;
     auto const cache = load_tuning_cache(first_use.cache, &warning);
@@ -113,126 +83,72 @@ bool MoeLayer::State::comet_first_use(ExecSpace const &space, ConstHostMatrix to
     }
   }
   comm.broadcast(found.data(), packed_size, DataType::int64, 0);
+  if (found[0] == 0)
+    return std::nullopt;
+  return unpack(found);
+}
+
+// Rank 0 writes the winner into the cache (a cache that cannot be written is a warning, never an error).
+void MoeLayer::State::store_comet(TuningKey const &key, CometSearchResult const &search) {
+  if (rank() != 0)
+    return;
+  char note[160];
+  std::snprintf(note, sizeof(note), "first-use tuning: comet %.3g ms (fallback rule %.3g ms), %d runs in %.3g s",
+                1e3 * search.best_seconds, 1e3 * search.rule_seconds, search.runs, search.seconds);
+  std::string warning;
+  first_use.stored = store_tuning_cache(first_use.cache, TuningEntry{key, comet, note}, &warning);
+  if (!first_use.stored)
+    warn(warning);
+}
+
+template <class ExecSpace>
+bool MoeLayer::State::comet_first_use(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate,
+                                      HostMatrix out) {
+  auto const t_start = Clock::now();
+  first_use = FirstUseTuning{};
+  first_use.cache = options.tuning_cache.empty() ? default_tuning_cache_path() : options.tuning_cache;
+  auto key = TuningKey::of(config, options.backend);
+  auto const machine = MachineKey::of(comm);
+  key.machine = machine.token();
   tune_pending = false;
   comet_checked = false;
-  if (found[0] != 0) {
-    comet = unpack(found);
+  if (auto const cached = cached_comet(key, machine)) {
+    comet = *cached;
     comet_source = "cache";
     return false;
   }
-
-  // The search: one knob at a time, the current best against the knob's other values. A stage measures its
-  // candidates in rounds, one run of each per round, so that a machine whose load changes during the search
-  // slows them alike; a candidate's score is its median over the rounds (the slowest rank's time), so that one
-  // disturbed run does not decide. All ranks decide on the same numbers.
-  int const rounds = 3;
-  double const budget = options.tune_budget;
-  double slowest = 0.0, elapsed = 0.0;
-  CometParams last = fallback;
-  auto const run_once = [&](CometParams const &p) {
-    comet = p;
-    last = p;
-    comm.barrier();
-    auto const t0 = Clock::now();
-    forward_comet(space, tokens, gate, out);
-    double const mine[2] = {since(t0), since(t_start)};
-    double all[2] = {0.0, 0.0};
-    comm.allreduce(mine, all, 2, ReduceOp::max);
-    ++first_use.forwards;
-    slowest = std::max(slowest, all[0]);
-    elapsed = all[1];
-    return all[0];
-  };
-  auto const median = [](std::vector<double> t) {
-    std::sort(t.begin(), t.end());
-    auto const h = t.size() / 2;
-    return t.size() % 2 ? t[h] : 0.5 * (t[h - 1] + t[h]);
-  };
-  CometParams best = fallback;
-  double best_time = 0.0, fallback_time = 0.0;
-  bool out_of_time = false;
-  // Returns the stage's winner (the current best unless another value is faster).
-  auto const stage = [&](auto set, auto const &values) {
-    std::vector<CometParams> candidates{best};
-    for (auto v : values) {
-      auto p = best;
-      set(p, v);
-      if (std::find(candidates.begin(), candidates.end(), p) != candidates.end())
-        continue;
-      try {
-        p.validate(config, backend);
-      } catch (Exception const &) {
-        continue;
-      }
-      candidates.push_back(p);
-    }
-    if (candidates.size() < 2 || out_of_time)
-      return;
-    std::vector<std::vector<double>> times(candidates.size());
-    for (int r = 0; r < rounds; ++r) {
-      // A round starts only if it and the final run fit in what is left of the budget.
-      if (elapsed + static_cast<double>(candidates.size() + 1) * slowest > budget) {
-        out_of_time = true;
-        break;
-      }
-      for (std::size_t c = 0; c < candidates.size(); ++c)
-        times[c].push_back(run_once(candidates[c]));
-    }
-    if (times[0].empty())
-      return;
-    std::size_t win = 0;
-    std::vector<double> score(candidates.size());
-    for (std::size_t c = 0; c < candidates.size(); ++c) {
-      score[c] = median(times[c]);
-      first_use.measured.emplace_back(candidates[c], score[c]);
-      if (candidates[c] == fallback)
-        fallback_time = score[c];
-      if (score[c] < score[win])
-        win = c;
-    }
-    best = candidates[win];
-    best_time = score[win];
-  };
+  // The search of the tools' --tune, within the budget; its last forward, the winner's, is this forward.
+  CometParams const fallback = comet;
+  CometSearchOptions search_options;
+  search_options.budget = options.tune_budget;
+  search_options.start = fallback;
+  CometSearchResult search;
   try {
-    run_once(fallback); // the first comet forward pays for first touches: a warm-up, not a measurement
-    auto const knobs = knobs_for(config, fallback);
-    stage([](CometParams &p, std::int64_t v) { p.tile_m = v; }, knobs.tiles);
-    stage([](CometParams &p, int v) { p.n_splits = v; }, knobs.splits);
-    stage([](CometParams &p, int v) { p.comm_workers = v; }, knobs.workers);
-    stage([](CometParams &p, int v) { p.m_splits = v; }, knobs.ranges);
-    stage([](CometParams &p, PlanPolicy v) { p.policy = v; }, knobs.policies);
-    // Each stage compared its candidates under the same load, but the load may have changed between stages: the
-    // winner must beat the rule once more, side by side.
-    stage([](CometParams &p, CometParams const &v) { p = v; }, std::vector<CometParams>{fallback});
-    // The forward's output is the winner's.
-    if (!(last == best))
-      run_once(best);
-    comet = best;
+    search = search_comet(comm, config, backend, search_options, [&](CometParams const &params) {
+      comet = params;
+      forward_comet(space, tokens, gate, out);
+    });
   } catch (...) {
     comet = fallback;
     tune_pending = true;
     throw;
   }
+  comet = search.best;
   first_use.ran = true;
+  first_use.forwards = search.runs;
+  first_use.measured = search.measured;
   first_use.seconds = comm.allreduce_value(since(t_start), ReduceOp::max);
   // Nothing to compare within the budget: the rule stays, and is not cached, so that a later job with more time
   // (or a larger budget) still tunes.
   if (first_use.measured.empty()) {
     char why[96];
-    std::snprintf(why, sizeof(why), "fallback rule (a tuning budget of %g s allows no comparison)", budget);
+    std::snprintf(why, sizeof(why), "fallback rule (a tuning budget of %g s allows no comparison)",
+                  options.tune_budget);
     comet_source = why;
     return true;
   }
   comet_source = "tuned on first use";
-  if (rank() == 0) {
-    char note[160];
-    std::snprintf(note, sizeof(note), "first-use tuning: comet %.3g ms (fallback rule %.3g ms), %d runs in %.3g s",
-                  1e3 * best_time, 1e3 * fallback_time, first_use.forwards, first_use.seconds);
-    std::string warning;
-    first_use.stored = store_tuning_cache(first_use.cache, TuningEntry{key, comet, note}, &warning);
-    if (!first_use.stored)
-      warn(warning);
-  }
+  store_comet(key, search);
   return true;
 }
 

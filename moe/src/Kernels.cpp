@@ -26,7 +26,7 @@ template <class ExecSpace>
 void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                  MatrixRef<float const> x, MatrixRef<float> h, Layer0Scratch &scratch, std::int64_t panel_cols,
                  std::function<void()> const &between) {
-  std::int64_t const rows = x.rows, kp = config.ffn_per_rank(), n = config.hidden;
+  std::int64_t const rows = x.rows, ffn_per_rank = config.ffn_per_rank(), n = config.hidden;
   if (rows == 0)
     return;
   std::int64_t const cols0 = config.gemm0_cols();
@@ -49,7 +49,7 @@ void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
     Kokkos::parallel_for(
         "Tessel::moe::activation", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
           float *row = hd + i * ld;
-          for (std::int64_t j = 0; j < kp; ++j)
+          for (std::int64_t j = 0; j < ffn_per_rank; ++j)
             row[j] = silu_act ? silu(row[j]) : gelu(row[j]);
         });
     return;
@@ -66,9 +66,9 @@ void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
   Kokkos::parallel_for(
       "Tessel::moe::gated_activation", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(std::int64_t i) {
         float const *gate = pd + i * cols0;
-        float const *up = gate + kp;
+        float const *up = gate + ffn_per_rank;
         float *out = hd + i * ld;
-        for (std::int64_t j = 0; j < kp; ++j)
+        for (std::int64_t j = 0; j < ffn_per_rank; ++j)
           out[j] = (silu_act ? silu(gate[j]) : gelu(gate[j])) * up[j];
       });
 }
@@ -76,8 +76,8 @@ void layer0_tile(ExecSpace const &space, MoeConfig const &config, ExpertWeights 
 template <class ExecSpace>
 void layer1_block(ExecSpace const &space, MoeConfig const &config, ExpertWeights const &weights, int expert,
                   MatrixRef<float const> h, std::int64_t col_begin, std::int64_t col_end, MatrixRef<float> y) {
-  std::int64_t const n = config.hidden, kp = config.ffn_per_rank();
-  MatrixRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, kp, col_end - col_begin, n};
+  std::int64_t const n = config.hidden, ffn_per_rank = config.ffn_per_rank();
+  MatrixRef<float const> const w1{&weights.w1(expert, 0, 0) + col_begin, ffn_per_rank, col_end - col_begin, n};
   tessel::gemm(space, Op::none, Op::none, 1.0f, h, w1, 0.0f, y);
 }
 
@@ -85,9 +85,9 @@ template <class ExecSpace>
 void activation_backward(ExecSpace const &space, MoeConfig const &config, MatrixRef<float const> pre,
                          MatrixRef<float const> q, float const *weight, MatrixRef<float> aw, MatrixRef<float> dpre,
                          float *dw) {
-  std::int64_t const rows = pre.rows, kp = config.ffn_per_rank();
-  TESSEL_REQUIRE(pre.cols == config.gemm0_cols() && q.cols == kp && aw.cols == kp && dpre.cols == pre.cols &&
-                     q.rows == rows && aw.rows == rows && dpre.rows == rows,
+  std::int64_t const rows = pre.rows, ffn_per_rank = config.ffn_per_rank();
+  TESSEL_REQUIRE(pre.cols == config.gemm0_cols() && q.cols == ffn_per_rank && aw.cols == ffn_per_rank &&
+                     dpre.cols == pre.cols && q.rows == rows && aw.rows == rows && dpre.rows == rows,
                  "activation_backward: shapes do not match");
   bool const gated = config.gated, silu_act = config.activation == Activation::silu;
   float const *const pd = pre.data;
@@ -104,17 +104,17 @@ void activation_backward(ExecSpace const &space, MoeConfig const &config, Matrix
         float *d = dd + i * dld;
         float const w = weight[i];
         float dot = 0.0f;
-        for (std::int64_t j = 0; j < kp; ++j) {
+        for (std::int64_t j = 0; j < ffn_per_rank; ++j) {
           float const act = silu_act ? silu(g[j]) : gelu(g[j]);
           float const slope = silu_act ? silu_grad(g[j]) : gelu_grad(g[j]);
-          float const up = gated ? g[kp + j] : 1.0f;
+          float const up = gated ? g[ffn_per_rank + j] : 1.0f;
           float const h = act * up;
           dot += qi[j] * h;
           float const dh = w * qi[j]; // dL/dh of the row: its combine weight times the output gradient's W1^T
           a[j] = w * h;
           d[j] = dh * up * slope;
           if (gated)
-            d[kp + j] = dh * act;
+            d[ffn_per_rank + j] = dh * act;
         }
         dw[i] = dot;
       });

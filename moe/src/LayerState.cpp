@@ -10,15 +10,15 @@ namespace tessel::moe {
 namespace Impl {
 
 std::vector<std::int32_t> encode_route(DispatchPlan const &plan, int chunk, int group) {
-  int const eg = plan.experts_per_group;
+  int const local_experts = plan.experts_per_group;
   auto const begin = plan.block_begin(chunk, group), end = plan.block_end(chunk, group);
   auto const rows = static_cast<std::size_t>(end - begin);
-  std::vector<std::int32_t> words(static_cast<std::size_t>(eg) + 2 + 2 * rows);
-  for (int e = 0; e < eg; ++e)
+  std::vector<std::int32_t> words(static_cast<std::size_t>(local_experts) + 2 + 2 * rows);
+  for (int e = 0; e < local_experts; ++e)
     words[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(plan.expert_rows(chunk, group, e));
-  words[static_cast<std::size_t>(eg)] = static_cast<std::int32_t>(plan.slot_begin(chunk, group));
-  words[static_cast<std::size_t>(eg) + 1] = static_cast<std::int32_t>(plan.slot_count(chunk, group));
-  auto *slots = words.data() + eg + 2;
+  words[static_cast<std::size_t>(local_experts)] = static_cast<std::int32_t>(plan.slot_begin(chunk, group));
+  words[static_cast<std::size_t>(local_experts) + 1] = static_cast<std::int32_t>(plan.slot_count(chunk, group));
+  auto *slots = words.data() + local_experts + 2;
   for (std::size_t r = 0; r < rows; ++r) {
     slots[r] = plan.row_slot[static_cast<std::size_t>(begin) + r];
     std::memcpy(slots + rows + r, &plan.row_weight[static_cast<std::size_t>(begin) + r], sizeof(float));
@@ -31,25 +31,26 @@ std::size_t route_capacity(MoeConfig const &config, std::int64_t chunk_tokens) {
          2 * static_cast<std::size_t>(chunk_tokens) * static_cast<std::size_t>(config.topk);
 }
 
-SourceMeta decode_route(std::vector<std::int32_t> const &words, int eg, int source, std::string const &context) {
+SourceMeta decode_route(std::vector<std::int32_t> const &words, int local_experts, int source,
+                        std::string const &context) {
   SourceMeta meta;
-  TESSEL_REQUIRE(words.size() >= static_cast<std::size_t>(eg) + 2, context, ": route message from rank ", source,
-                 " is too short");
-  meta.expert_rows.resize(static_cast<std::size_t>(eg));
+  TESSEL_REQUIRE(words.size() >= static_cast<std::size_t>(local_experts) + 2, context, ": route message from rank ",
+                 source, " is too short");
+  meta.expert_rows.resize(static_cast<std::size_t>(local_experts));
   std::int64_t rows = 0;
-  for (int e = 0; e < eg; ++e) {
+  for (int e = 0; e < local_experts; ++e) {
     auto const r = words[static_cast<std::size_t>(e)];
     TESSEL_REQUIRE(r >= 0, context, ": route message from rank ", source, " announces ", r, " rows for expert ", e);
     meta.expert_rows[static_cast<std::size_t>(e)] = r;
     rows += r;
   }
-  meta.slot_begin = words[static_cast<std::size_t>(eg)];
-  meta.slot_count = words[static_cast<std::size_t>(eg) + 1];
-  TESSEL_REQUIRE(static_cast<std::size_t>(eg) + 2 + 2 * static_cast<std::size_t>(rows) <= words.size() &&
+  meta.slot_begin = words[static_cast<std::size_t>(local_experts)];
+  meta.slot_count = words[static_cast<std::size_t>(local_experts) + 1];
+  TESSEL_REQUIRE(static_cast<std::size_t>(local_experts) + 2 + 2 * static_cast<std::size_t>(rows) <= words.size() &&
                      meta.slot_begin >= 0 && meta.slot_count >= 0 && meta.slot_count <= rows,
                  context, ": route message from rank ", source, " is inconsistent (", rows, " rows, ", meta.slot_count,
                  " slots, ", words.size(), " words)");
-  auto const *slots = words.data() + eg + 2;
+  auto const *slots = words.data() + local_experts + 2;
   meta.slot.assign(slots, slots + rows);
   meta.weight.resize(static_cast<std::size_t>(rows));
   if (rows > 0) // an empty vector's data() may be null, which memcpy must not get even for zero bytes
@@ -196,14 +197,16 @@ void MoeLayer::State::final_sum(ExecSpace const &space, HostMatrix out, std::vec
 
 template <class ExecSpace>
 void MoeLayer::State::ffn_rows(ExecSpace const &space, int e, MatrixRef<float const> xin, MatrixRef<float> yout) {
-  std::int64_t const kp = config.ffn_per_rank(), n = config.hidden, panel = 2048;
-  float *const hp = ensure(h, "Tessel::moe::hidden", static_cast<std::size_t>(std::min(panel, xin.rows) * kp));
+  std::int64_t const ffn_per_rank = config.ffn_per_rank(), n = config.hidden, panel = 2048;
+  float *const hp =
+      ensure(h, "Tessel::moe::hidden", static_cast<std::size_t>(std::min(panel, xin.rows) * ffn_per_rank));
   for (std::int64_t r = 0; r < xin.rows; r += panel) {
     auto const end = std::min(r + panel, xin.rows);
-    MatrixRef<float> const hr{hp, end - r, kp, kp};
+    MatrixRef<float> const hr{hp, end - r, ffn_per_rank, ffn_per_rank};
     Impl::layer0_tile(space, config, weights, e, xin.rows_range(r, end), hr, scratch);
     compat::fence(space, "Tessel::moe::ffn");
-    Impl::layer1_block(space, config, weights, e, {hp, end - r, kp, kp}, 0, n, yout.rows_range(r, end));
+    Impl::layer1_block(space, config, weights, e, {hp, end - r, ffn_per_rank, ffn_per_rank}, 0, n,
+                       yout.rows_range(r, end));
   }
 }
 
@@ -211,7 +214,7 @@ template <class ExecSpace>
 void MoeLayer::State::baseline_compute(ExecSpace const &space, int chunk, std::vector<float const *> const &source_rows,
                                        std::function<void()> const &between_experts) {
   ScopedRegion region("Tessel::moe::experts");
-  int const w = world(), eg = config.experts_per_group();
+  int const w = world(), local_experts = config.experts_per_group();
   std::int64_t const n = config.hidden;
   auto const &meta = metas[static_cast<std::size_t>(chunk)];
   std::int64_t total = 0;
@@ -222,9 +225,9 @@ void MoeLayer::State::baseline_compute(ExecSpace const &space, int chunk, std::v
   std::vector<std::vector<std::int64_t>> row_map(static_cast<std::size_t>(w));
   for (int s = 0; s < w; ++s)
     row_map[static_cast<std::size_t>(s)].resize(static_cast<std::size_t>(meta[static_cast<std::size_t>(s)].rows()));
-  std::vector<std::int64_t> expert_begin(static_cast<std::size_t>(eg) + 1, 0);
+  std::vector<std::int64_t> expert_begin(static_cast<std::size_t>(local_experts) + 1, 0);
   std::int64_t pos = 0;
-  for (int e = 0; e < eg; ++e) {
+  for (int e = 0; e < local_experts; ++e) {
     expert_begin[static_cast<std::size_t>(e)] = pos;
     for (int s = 0; s < w; ++s) {
       auto const &ms = meta[static_cast<std::size_t>(s)];
@@ -238,9 +241,9 @@ void MoeLayer::State::baseline_compute(ExecSpace const &space, int chunk, std::v
       pos += rows;
     }
   }
-  expert_begin[static_cast<std::size_t>(eg)] = pos;
+  expert_begin[static_cast<std::size_t>(local_experts)] = pos;
   compat::fence(space, "Tessel::moe::permute");
-  for (int e = 0; e < eg; ++e) {
+  for (int e = 0; e < local_experts; ++e) {
     auto const b = expert_begin[static_cast<std::size_t>(e)], end = expert_begin[static_cast<std::size_t>(e) + 1];
     if (end > b)
       ffn_rows(space, e, {xpd + b * n, end - b, n, n}, {yd + b * n, end - b, n, n});

@@ -47,6 +47,96 @@ std::vector<std::int64_t> OverlapPlan::split_columns(std::int64_t hidden, int n_
   return cols;
 }
 
+namespace {
+
+std::size_t sz(int i) { return static_cast<std::size_t>(i); }
+
+using PerChunk = std::vector<std::vector<PlanTile>>; // one source's tiles of one layer, [chunk]
+
+// Source \p s's layer0 tiles, one per message of \p messages (local tiles, s == rank, have no message).
+PerChunk layer0_tiles(PlanShape const &shape, int s, std::vector<OverlapPlan::Message> const &messages) {
+  PerChunk per_chunk(sz(shape.chunks));
+  for (std::size_t m = 0; m < messages.size(); ++m) {
+    PlanTile t;
+    t.kind = PlanTile::Kind::layer0;
+    t.source = s;
+    t.chunk = messages[m].chunk;
+    t.expert = messages[m].expert;
+    t.row_begin = messages[m].row_begin;
+    t.row_end = messages[m].row_end;
+    t.message = s == shape.rank ? -1 : static_cast<int>(m);
+    per_chunk[sz(t.chunk)].push_back(t);
+  }
+  return per_chunk;
+}
+
+// Source \p s's layer1 tiles in their natural order: expert-major (experts with rows), then column block.
+PerChunk layer1_tiles(PlanShape const &shape, int s, std::vector<std::int64_t> const &split_cols) {
+  auto const &rows = shape.rows[sz(s)];
+  PerChunk per_chunk(sz(shape.chunks));
+  for (int c = 0; c < shape.chunks; ++c) {
+    std::vector<int> with_rows;
+    for (int e = 0; e < shape.experts; ++e)
+      if (rows[sz(c * shape.experts + e)] > 0)
+        with_rows.push_back(e);
+    for (std::size_t p = 0; p < with_rows.size(); ++p)
+      for (int b = 0; b < shape.n_splits; ++b) {
+        PlanTile t;
+        t.kind = PlanTile::Kind::layer1;
+        t.source = s;
+        t.chunk = c;
+        t.expert = with_rows[p];
+        t.split = b;
+        t.col_begin = split_cols[sz(b)];
+        t.col_end = split_cols[sz(b) + 1];
+        t.position = static_cast<int>(p);
+        t.completes_block = p + 1 == with_rows.size();
+        per_chunk[sz(c)].push_back(t);
+      }
+  }
+  return per_chunk;
+}
+
+// Every source's tiles in the policy's priority order (\p layer0[s], \p layer1[s]: source s's tiles).
+std::vector<PlanTile> priority_order(PlanShape const &shape, std::vector<int> const &source_order,
+                                     std::vector<PerChunk> const &layer0, std::vector<PerChunk> const &layer1) {
+  int const me = shape.rank;
+  std::vector<PlanTile> tiles;
+  auto const append_source = [&](PerChunk const &per_chunk) {
+    for (auto const &part : per_chunk)
+      tiles.insert(tiles.end(), part.begin(), part.end());
+  };
+  // COMET's column-major order: for each block, every expert, before the next block.
+  auto const column_major = [&](std::vector<PlanTile> const &part, int b) {
+    for (auto const &t : part)
+      if (t.split == b)
+        tiles.push_back(t);
+  };
+  if (shape.policy == PlanPolicy::local_first) {
+    append_source(layer0[sz(me)]);
+    for (int s : source_order)
+      append_source(layer0[sz(s)]);
+    // Every remote source's block b (per chunk) before block b + 1.
+    for (int c = 0; c < shape.chunks; ++c)
+      for (int b = 0; b < shape.n_splits; ++b)
+        for (int s : source_order)
+          column_major(layer1[sz(s)][sz(c)], b);
+    for (int c = 0; c < shape.chunks; ++c)
+      for (int b = 0; b < shape.n_splits; ++b)
+        column_major(layer1[sz(me)][sz(c)], b);
+  } else {
+    for (int s : source_order)
+      append_source(layer1[sz(s)]);
+    for (int s : source_order)
+      append_source(layer0[sz(s)]);
+    append_source(layer0[sz(me)]);
+    append_source(layer1[sz(me)]);
+  }
+  return tiles;
+}
+
+} // namespace
+
 OverlapPlan OverlapPlan::build(PlanShape const &shape) {
   int const w = shape.world, me = shape.rank, chunks = shape.chunks, experts = shape.experts;
   TESSEL_REQUIRE(w >= 1 && me >= 0 && me < w, "plan: rank ", me, " of ", w);
@@ -59,15 +149,9 @@ OverlapPlan OverlapPlan::build(PlanShape const &shape) {
   plan._split_cols = split_columns(shape.hidden, shape.n_splits);
   for (int k = 1; k < w; ++k)
     plan._source_order.push_back((me - k + w) % w);
-  plan._messages.assign(static_cast<std::size_t>(w), 0);
-  plan._layer0_count.assign(static_cast<std::size_t>(w),
-                            std::vector<int>(static_cast<std::size_t>(chunks * experts), 0));
-  plan._message_tile.assign(static_cast<std::size_t>(w), {});
-
-  auto const sz = [](int i) { return static_cast<std::size_t>(i); };
-  // layer0[s][c] and layer1[s][c] in their natural order (layer1: expert-major, then block).
-  std::vector<std::vector<std::vector<PlanTile>>> layer0(sz(w), std::vector<std::vector<PlanTile>>(sz(chunks))),
-      layer1(sz(w), std::vector<std::vector<PlanTile>>(sz(chunks)));
+  plan._messages.assign(sz(w), 0);
+  plan._layer0_count.assign(sz(w), std::vector<int>(sz(chunks * experts), 0));
+  std::vector<PerChunk> layer0(sz(w)), layer1(sz(w));
   for (int s = 0; s < w; ++s) {
     auto const &rows = shape.rows[sz(s)];
     TESSEL_REQUIRE(rows.size() == sz(chunks * experts), "plan: source ", s, " gives ", rows.size(),
@@ -75,78 +159,20 @@ OverlapPlan OverlapPlan::build(PlanShape const &shape) {
     for (auto r : rows)
       TESSEL_REQUIRE(r >= 0, "plan: negative row count ", r, " from source ", s);
     auto const messages = messages_for(rows, experts, shape.tile_m);
-    for (std::size_t m = 0; m < messages.size(); ++m) {
-      PlanTile t;
-      t.kind = PlanTile::Kind::layer0;
-      t.source = s;
-      t.chunk = messages[m].chunk;
-      t.expert = messages[m].expert;
-      t.row_begin = messages[m].row_begin;
-      t.row_end = messages[m].row_end;
-      t.message = s == me ? -1 : static_cast<int>(m);
-      layer0[sz(s)][sz(t.chunk)].push_back(t);
-      plan._layer0_count[sz(s)][sz(t.chunk * experts + t.expert)] += 1;
-    }
+    for (auto const &m : messages)
+      plan._layer0_count[sz(s)][sz(m.chunk * experts + m.expert)] += 1;
     if (s != me)
       plan._messages[sz(s)] = static_cast<int>(messages.size());
-    for (int c = 0; c < chunks; ++c) {
-      std::vector<int> with_rows;
-      for (int e = 0; e < experts; ++e)
-        if (rows[sz(c * experts + e)] > 0)
-          with_rows.push_back(e);
-      for (std::size_t p = 0; p < with_rows.size(); ++p)
-        for (int b = 0; b < shape.n_splits; ++b) {
-          PlanTile t;
-          t.kind = PlanTile::Kind::layer1;
-          t.source = s;
-          t.chunk = c;
-          t.expert = with_rows[p];
-          t.split = b;
-          t.col_begin = plan._split_cols[sz(b)];
-          t.col_end = plan._split_cols[sz(b) + 1];
-          t.position = static_cast<int>(p);
-          t.completes_block = p + 1 == with_rows.size();
-          layer1[sz(s)][sz(c)].push_back(t);
-        }
-    }
+    layer0[sz(s)] = layer0_tiles(shape, s, messages);
+    layer1[sz(s)] = layer1_tiles(shape, s, plan._split_cols);
   }
-  auto &tiles = plan._tiles;
-  auto const append = [&](std::vector<PlanTile> const &part) { tiles.insert(tiles.end(), part.begin(), part.end()); };
-  auto const append_source = [&](auto const &per_chunk) {
-    for (auto const &part : per_chunk)
-      append(part);
-  };
-  // COMET's column-major order: for each block, every expert, before the next block.
-  auto const column_major = [&](std::vector<PlanTile> const &part, int b) {
-    for (auto const &t : part)
-      if (t.split == b)
-        tiles.push_back(t);
-  };
-  if (shape.policy == PlanPolicy::local_first) {
-    append_source(layer0[sz(me)]);
-    for (int s : plan._source_order)
-      append_source(layer0[sz(s)]);
-    // Every remote source's block b (per chunk) before block b + 1.
-    for (int c = 0; c < chunks; ++c)
-      for (int b = 0; b < shape.n_splits; ++b)
-        for (int s : plan._source_order)
-          column_major(layer1[sz(s)][sz(c)], b);
-    for (int c = 0; c < chunks; ++c)
-      for (int b = 0; b < shape.n_splits; ++b)
-        column_major(layer1[sz(me)][sz(c)], b);
-  } else {
-    for (int s : plan._source_order)
-      append_source(layer1[sz(s)]);
-    for (int s : plan._source_order)
-      append_source(layer0[sz(s)]);
-    append_source(layer0[sz(me)]);
-    append_source(layer1[sz(me)]);
-  }
+  plan._tiles = priority_order(shape, plan._source_order, layer0, layer1);
+  plan._message_tile.assign(sz(w), {});
   for (int s = 0; s < w; ++s)
     plan._message_tile[sz(s)].assign(sz(plan._messages[sz(s)]), -1);
-  for (std::size_t i = 0; i < tiles.size(); ++i)
-    if (tiles[i].kind == PlanTile::Kind::layer0 && tiles[i].message >= 0)
-      plan._message_tile[sz(tiles[i].source)][sz(tiles[i].message)] = static_cast<int>(i);
+  for (std::size_t i = 0; i < plan._tiles.size(); ++i)
+    if (plan._tiles[i].kind == PlanTile::Kind::layer0 && plan._tiles[i].message >= 0)
+      plan._message_tile[sz(plan._tiles[i].source)][sz(plan._tiles[i].message)] = static_cast<int>(i);
   return plan;
 }
 

@@ -13,28 +13,28 @@ namespace {
 
 template <class ExecSpace> class PipelinedForward {
 public:
-  PipelinedForward(MoeLayer::State &st, ExecSpace const &space, std::string context_text)
-      : st(st), space(space), context_text(std::move(context_text)), chunks(st.pipeline_chunks), w(st.world()),
-        me(st.rank()), n(st.config.hidden), data_left(sz(chunks)),
-        engine(st.comm, st.options.pipeline_comm_workers, 0, this->context_text) {}
+  PipelinedForward(MoeLayer::State &layer, ExecSpace const &space, std::string context_text)
+      : layer(layer), space(space), context_text(std::move(context_text)), chunks(layer.pipeline_chunks),
+        w(layer.world()), me(layer.rank()), n(layer.config.hidden), data_left(sz(chunks)),
+        engine(layer.comm, layer.options.pipeline_comm_workers, 0, this->context_text) {}
 
   // Returns where each (chunk, source)'s rows start in the received rows.
   std::vector<std::int64_t> run(HostMatrix out, Clock::time_point start) {
     t0 = start;
-    st.post_routes(engine, chunks, routes, false);
+    layer.post_routes(engine, chunks, routes, false);
     post_dispatch();
     engine.wait([&] { return routes.done.load() == chunks * (w - 1); });
-    st.decode_metas(chunks, routes.in, context_text);
+    layer.decode_metas(chunks, routes.in, context_text);
     layout();
     post_receives();
     for (int c = 0; c < chunks; ++c)
       compute_chunk(c);
-    auto const [wait1, busy1] = st.finish_combines(space, engine, combines_left, out, {0, n});
-    st.stats.total = since(t0);
-    st.stats.rows = st.total_rows();
-    if (st.options.trace) {
-      st.stats.trace.push_back({seconds_between(t0, wait1), seconds_between(t0, busy1), "wait combine"});
-      st.stats.trace.push_back({seconds_between(t0, busy1), st.stats.total, "final sum"});
+    auto const [wait1, busy1] = layer.finish_combines(space, engine, combines_left, out, {0, n});
+    layer.stats.total = since(t0);
+    layer.stats.rows = layer.total_rows();
+    if (layer.options.trace) {
+      layer.stats.trace.push_back({seconds_between(t0, wait1), seconds_between(t0, busy1), "wait combine"});
+      layer.stats.trace.push_back({seconds_between(t0, busy1), layer.stats.total, "final sum"});
     }
     return xo;
   }
@@ -43,10 +43,10 @@ private:
   void post_dispatch() {
     for (int c = 0; c < chunks; ++c)
       for (int k = 1; k < w; ++k) {
-        int const d = (me + k) % w, g = st.group_of(d);
-        auto const rows = st.plan.block_end(c, g) - st.plan.block_begin(c, g);
+        int const d = (me + k) % w, g = layer.group_of(d);
+        auto const rows = layer.plan.block_end(c, g) - layer.plan.block_begin(c, g);
         if (rows > 0)
-          engine.send(d, tag_data + c, st.send_rows.data() + st.plan.block_begin(c, g) * n, sz(rows * n),
+          engine.send(d, tag_data + c, layer.send_rows.data() + layer.plan.block_begin(c, g) * n, sz(rows * n),
                       DataType::float32, tessel::Impl::concat("dispatch rows of chunk ", c));
       }
   }
@@ -55,10 +55,10 @@ private:
   void layout() {
     for (int c = 0; c < chunks; ++c)
       for (int s = 0; s < w; ++s)
-        x_rows.push_back(s == me ? 0 : st.metas[sz(c)][sz(s)].rows());
+        x_rows.push_back(s == me ? 0 : layer.metas[sz(c)][sz(s)].rows());
     xo = exclusive_offsets(x_rows);
-    xd = ensure(st.x, "Tessel::moe::recv_rows", sz(xo.back() * n));
-    st.layout_combine(st.source_slots());
+    xd = ensure(layer.x, "Tessel::moe::recv_rows", sz(xo.back() * n));
+    layer.layout_combine(layer.source_slots());
   }
 
   void post_receives() {
@@ -82,13 +82,14 @@ private:
       }
     for (int c = 0; c < chunks; ++c)
       for (int k = 1; k < w; ++k) {
-        int const r = (me + k) % w, g = st.group_of(r);
-        auto const count = st.plan.slot_count(c, g);
+        int const r = (me + k) % w, g = layer.group_of(r);
+        auto const count = layer.plan.slot_count(c, g);
         if (count == 0)
           continue;
         combines_left.fetch_add(1);
-        engine.recv(r, tag_combine + c, st.combine_recv.data() + st.recv_off[sz(r)] + st.plan.slot_begin(c, g) * n,
-                    sz(count * n), DataType::float32, tessel::Impl::concat("combine rows of chunk ", c), [this] {
+        engine.recv(r, tag_combine + c,
+                    layer.combine_recv.data() + layer.recv_off[sz(r)] + layer.plan.slot_begin(c, g) * n, sz(count * n),
+                    DataType::float32, tessel::Impl::concat("combine rows of chunk ", c), [this] {
                       combines_left.fetch_sub(1);
                       engine.notify();
                     });
@@ -100,27 +101,27 @@ private:
     engine.progress();
     auto const wait0 = Clock::now();
     engine.wait([&] { return data_left[sz(c)].load() == 0; });
-    st.stats.compute_wait += since(wait0);
+    layer.stats.compute_wait += since(wait0);
     auto const busy0 = Clock::now();
-    if (st.options.trace)
-      st.stats.trace.push_back({seconds_between(t0, wait0), seconds_between(t0, busy0), "wait"});
+    if (layer.options.trace)
+      layer.stats.trace.push_back({seconds_between(t0, wait0), seconds_between(t0, busy0), "wait"});
     std::vector<float const *> src(sz(w));
     for (int s = 0; s < w; ++s)
-      src[sz(s)] = s == me ? st.local_rows(c) : xd + xo[sz(c * w + s)] * n;
-    st.baseline_compute(space, c, src, [&] { engine.progress(); });
+      src[sz(s)] = s == me ? layer.local_rows(c) : xd + xo[sz(c * w + s)] * n;
+    layer.baseline_compute(space, c, src, [&] { engine.progress(); });
     for (int k = 1; k < w; ++k) {
       int const s = (me - k + w) % w;
-      auto const &ms = st.metas[sz(c)][sz(s)];
+      auto const &ms = layer.metas[sz(c)][sz(s)];
       if (ms.slot_count > 0)
-        engine.send(s, tag_combine + c, st.combine_send.data() + st.send_off[sz(s)] + ms.slot_begin * n,
+        engine.send(s, tag_combine + c, layer.combine_send.data() + layer.send_off[sz(s)] + ms.slot_begin * n,
                     sz(ms.slot_count * n), DataType::float32, tessel::Impl::concat("combine rows of chunk ", c));
     }
-    st.stats.compute_busy += since(busy0);
-    if (st.options.trace)
-      st.stats.trace.push_back({seconds_between(t0, busy0), since(t0), tessel::Impl::concat("experts chunk ", c)});
+    layer.stats.compute_busy += since(busy0);
+    if (layer.options.trace)
+      layer.stats.trace.push_back({seconds_between(t0, busy0), since(t0), tessel::Impl::concat("experts chunk ", c)});
   }
 
-  MoeLayer::State &st;
+  MoeLayer::State &layer;
   ExecSpace const &space;
   std::string const context_text;
   int const chunks, w, me;

@@ -75,122 +75,14 @@ double act_grad(Activation a, double g) {
   return 0.5 * (1.0 + std::erf(g / std::sqrt(2.0))) + g * std::exp(-0.5 * g * g) / 2.5066282746310002 /* sqrt(2 pi) */;
 }
 
-} // namespace
+std::size_t z(std::int64_t i) { return static_cast<std::size_t>(i); }
 
-ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
-                                  HostIndexMatrix chosen, DenseWeights const &weights) {
-  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
-  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
+// Each token's combine weights [T, topk] from its chosen experts' probabilities (renormalized over the chosen, or
+// not).
+std::vector<double> combine_weights(MoeConfig const &config, std::vector<double> const &probs, HostIndexMatrix chosen,
+                                    std::int64_t t_count) {
   int const e_count = config.experts, topk = config.topk;
-  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == n, "reference: tokens have ", tokens.extent(1),
-                 " columns, expected N=", n);
-  TESSEL_REQUIRE(static_cast<std::int64_t>(chosen.extent(0)) == t_count && static_cast<int>(chosen.extent(1)) == topk,
-                 "reference: expert choice is ", chosen.extent(0), " x ", chosen.extent(1), ", expected ", t_count,
-                 " x ", topk);
-  ReferenceResult result;
-  result.out =
-      HostMatrix64("Tessel::moe::reference_out", static_cast<std::size_t>(t_count), static_cast<std::size_t>(n));
-
-  std::vector<double> const probs = reference_probabilities(config, tokens, gate);
-
-  // Combine weights of the chosen experts, and the check that they are a top-k.
-  std::vector<double> weight(static_cast<std::size_t>(t_count * topk));
-  for (std::int64_t t = 0; t < t_count; ++t) {
-    double const *p = probs.data() + t * e_count;
-    double chosen_min = 2.0, other_max = -1.0, chosen_sum = 0.0;
-    bool distinct = true;
-    for (int j = 0; j < topk; ++j) {
-      int const e = chosen(t, j);
-      TESSEL_REQUIRE(e >= 0 && e < e_count, "reference: token ", t, " is routed to expert ", e);
-      for (int i = 0; i < j; ++i)
-        distinct = distinct && chosen(t, i) != e;
-      chosen_min = std::min(chosen_min, p[e]);
-      chosen_sum += p[e];
-    }
-    for (int e = 0; e < e_count; ++e) {
-      bool is_chosen = false;
-      for (int j = 0; j < topk; ++j)
-        is_chosen = is_chosen || chosen(t, j) == e;
-      if (!is_chosen)
-        other_max = std::max(other_max, p[e]);
-    }
-    if (!distinct || other_max > chosen_min + 1e-5) {
-      if (result.routing_violations++ == 0) {
-        std::ostringstream os;
-        os << "token " << t << ": chosen experts have min probability " << chosen_min << " but an unchosen expert has "
-           << other_max << (distinct ? "" : " (an expert is chosen twice)");
-        result.first_violation = os.str();
-      }
-    }
-    for (int j = 0; j < topk; ++j) {
-      double const pe = p[chosen(t, j)];
-      weight[static_cast<std::size_t>(t * topk + j)] = config.normalize_topk ? pe / chosen_sum : pe;
-    }
-  }
-
-  // Per expert: gather its tokens, GEMM0, activation, GEMM1, weighted scatter-add (double, full K).
-  std::vector<double> w0(static_cast<std::size_t>(n * k0)), w1(static_cast<std::size_t>(k * n));
-  for (int e = 0; e < e_count; ++e) {
-    std::vector<std::int64_t> rows;
-    std::vector<double> row_weight;
-    for (std::int64_t t = 0; t < t_count; ++t)
-      for (int j = 0; j < topk; ++j)
-        if (chosen(t, j) == e) {
-          rows.push_back(t);
-          row_weight.push_back(weight[static_cast<std::size_t>(t * topk + j)]);
-        }
-    if (rows.empty())
-      continue;
-    auto const r = static_cast<std::int64_t>(rows.size());
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < k0; ++j)
-        w0[static_cast<std::size_t>(i * k0 + j)] = weights.w0(e, i, j);
-    for (std::int64_t i = 0; i < k; ++i)
-      for (std::int64_t j = 0; j < n; ++j)
-        w1[static_cast<std::size_t>(i * n + j)] = weights.w1(e, i, j);
-    std::vector<double> a(static_cast<std::size_t>(r * n)), pre(static_cast<std::size_t>(r * k0)),
-        hid(static_cast<std::size_t>(r * k)), y(static_cast<std::size_t>(r * n));
-    for (std::int64_t i = 0; i < r; ++i)
-      for (std::int64_t j = 0; j < n; ++j)
-        a[static_cast<std::size_t>(i * n + j)] = tokens(rows[static_cast<std::size_t>(i)], j);
-    tessel::gemm<HostExecSpace, double>(HostExecSpace(), Op::none, Op::none, 1.0, {a.data(), r, n, n},
-                                        {w0.data(), n, k0, k0}, 0.0, {pre.data(), r, k0, k0});
-    for (std::int64_t i = 0; i < r; ++i)
-      for (std::int64_t j = 0; j < k; ++j) {
-        double const g = pre[static_cast<std::size_t>(i * k0 + j)];
-        double const act = act_of(config.activation, g);
-        hid[static_cast<std::size_t>(i * k + j)] =
-            config.gated ? act * pre[static_cast<std::size_t>(i * k0 + k + j)] : act;
-      }
-    tessel::gemm<HostExecSpace, double>(HostExecSpace(), Op::none, Op::none, 1.0, {hid.data(), r, k, k},
-                                        {w1.data(), k, n, n}, 0.0, {y.data(), r, n, n});
-    for (std::int64_t i = 0; i < r; ++i)
-      for (std::int64_t j = 0; j < n; ++j)
-        result.out(rows[static_cast<std::size_t>(i)], j) +=
-            row_weight[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(i * n + j)];
-  }
-  return result;
-}
-
-ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
-                                      HostIndexMatrix chosen, DenseWeights const &weights, ConstHostMatrix d_out,
-                                      double aux_loss_coef) {
-  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
-  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
-  int const e_count = config.experts, topk = config.topk;
-  TESSEL_REQUIRE(static_cast<std::int64_t>(d_out.extent(0)) == t_count &&
-                     static_cast<std::int64_t>(d_out.extent(1)) == n,
-                 "reference_backward: output gradient is ", d_out.extent(0), " x ", d_out.extent(1), ", expected ",
-                 t_count, " x ", n);
-  auto const probs = reference_probabilities(config, tokens, gate);
-  auto const z = [](std::int64_t i) { return static_cast<std::size_t>(i); };
-  ReferenceGradients g;
-  g.tokens = HostMatrix64("Tessel::moe::reference_grad_tokens", z(t_count), z(n));
-  g.logits = HostMatrix64("Tessel::moe::reference_grad_logits", z(t_count), z(e_count));
-  g.w0.assign(z(e_count * n * k0), 0.0);
-  g.w1.assign(z(e_count * k * n), 0.0);
-  // Combine weights and their gradients dL/dw = d_out . FFN_e(token).
-  std::vector<double> weight(z(t_count * topk)), dweight(z(t_count * topk), 0.0);
+  std::vector<double> weight(z(t_count * topk));
   for (std::int64_t t = 0; t < t_count; ++t) {
     double chosen_sum = 0.0;
     for (int j = 0; j < topk; ++j)
@@ -200,30 +92,83 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
       weight[z(t * topk + j)] = config.normalize_topk ? pe / chosen_sum : pe;
     }
   }
-  std::vector<double> w0(z(n * k0)), w1(z(k * n));
-  HostExecSpace const host;
-  for (int e = 0; e < e_count; ++e) {
-    std::vector<std::int64_t> rows, slot;
-    for (std::int64_t t = 0; t < t_count; ++t)
+  return weight;
+}
+
+// Counts the tokens whose chosen experts are not distinct or not a top-k of the probabilities (by more than 1e-5)
+// into \p result, describing the first.
+void check_topk(MoeConfig const &config, std::vector<double> const &probs, HostIndexMatrix chosen, std::int64_t t_count,
+                ReferenceResult &result) {
+  int const e_count = config.experts, topk = config.topk;
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    double const *p = probs.data() + t * e_count;
+    double chosen_min = 2.0, other_max = -1.0;
+    bool distinct = true;
+    for (int j = 0; j < topk; ++j) {
+      int const e = chosen(t, j);
+      TESSEL_REQUIRE(e >= 0 && e < e_count, "reference: token ", t, " is routed to expert ", e);
+      for (int i = 0; i < j; ++i)
+        distinct = distinct && chosen(t, i) != e;
+      chosen_min = std::min(chosen_min, p[e]);
+    }
+    for (int e = 0; e < e_count; ++e) {
+      bool is_chosen = false;
       for (int j = 0; j < topk; ++j)
+        is_chosen = is_chosen || chosen(t, j) == e;
+      if (!is_chosen)
+        other_max = std::max(other_max, p[e]);
+    }
+    if ((!distinct || other_max > chosen_min + 1e-5) && result.routing_violations++ == 0) {
+      std::ostringstream os;
+      os << "token " << t << ": chosen experts have min probability " << chosen_min << " but an unchosen expert has "
+         << other_max << (distinct ? "" : " (an expert is chosen twice)");
+      result.first_violation = os.str();
+    }
+  }
+}
+
+// One expert in double precision: its weights, the tokens routed to it (rows, and their (token, choice) slots
+// t * topk + j), and the forward of those rows: x, pre = x W0, hid = act-gated(pre), y = hid W1.
+struct DenseExpert {
+  MoeConfig const &config;
+  std::int64_t n, k, k0, r = 0;
+  std::vector<double> w0, w1;
+  std::vector<std::int64_t> rows, slots;
+  std::vector<double> x, pre, hid, y;
+
+  explicit DenseExpert(MoeConfig const &c)
+      : config(c), n(c.hidden), k(c.ffn), k0((c.gated ? 2 : 1) * c.ffn), w0(z(n * k0)), w1(z(k * n)) {}
+
+  // Loads expert \p e and the tokens routed to it; false when none is.
+  bool load(int e, DenseWeights const &weights, HostIndexMatrix chosen, ConstHostMatrix tokens) {
+    rows.clear();
+    slots.clear();
+    auto const t_count = static_cast<std::int64_t>(chosen.extent(0));
+    for (std::int64_t t = 0; t < t_count; ++t)
+      for (int j = 0; j < config.topk; ++j)
         if (chosen(t, j) == e) {
           rows.push_back(t);
-          slot.push_back(t * topk + j);
+          slots.push_back(t * config.topk + j);
         }
-    if (rows.empty())
-      continue;
-    auto const r = static_cast<std::int64_t>(rows.size());
+    r = static_cast<std::int64_t>(rows.size());
+    if (r == 0)
+      return false;
     for (std::int64_t i = 0; i < n * k0; ++i)
       w0[z(i)] = weights.w0.data()[z(e * n * k0 + i)];
     for (std::int64_t i = 0; i < k * n; ++i)
       w1[z(i)] = weights.w1.data()[z(e * k * n + i)];
-    std::vector<double> x(z(r * n)), pre(z(r * k0)), hid(z(r * k)), y(z(r * n)), dy(z(r * n)), dh(z(r * k)),
-        dpre(z(r * k0)), dx(z(r * n));
+    x.assign(z(r * n), 0.0);
     for (std::int64_t i = 0; i < r; ++i)
-      for (std::int64_t j = 0; j < n; ++j) {
+      for (std::int64_t j = 0; j < n; ++j)
         x[z(i * n + j)] = tokens(rows[z(i)], j);
-        dy[z(i * n + j)] = weight[z(slot[z(i)])] * static_cast<double>(d_out(rows[z(i)], j));
-      }
+    return true;
+  }
+
+  void forward() {
+    pre.assign(z(r * k0), 0.0);
+    hid.assign(z(r * k), 0.0);
+    y.assign(z(r * n), 0.0);
+    HostExecSpace const host;
     tessel::gemm<HostExecSpace, double>(host, Op::none, Op::none, 1.0, {x.data(), r, n, n}, {w0.data(), n, k0, k0}, 0.0,
                                         {pre.data(), r, k0, k0});
     for (std::int64_t i = 0; i < r; ++i)
@@ -233,15 +178,26 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
       }
     tessel::gemm<HostExecSpace, double>(host, Op::none, Op::none, 1.0, {hid.data(), r, k, k}, {w1.data(), k, n, n}, 0.0,
                                         {y.data(), r, n, n});
+  }
+
+  // The backward of the forward for the output gradient \p d_out and combine weights \p weight: each row's
+  // combine-weight gradient into \p dweight, the expert's weight gradients into \p dw0, \p dw1 and the rows' token
+  // gradients added into \p dtokens.
+  void backward(ConstHostMatrix d_out, std::vector<double> const &weight, std::vector<double> &dweight, double *dw0,
+                double *dw1, HostMatrix64 dtokens) const {
+    std::vector<double> dy(z(r * n)), dh(z(r * k)), dpre(z(r * k0)), dx(z(r * n));
     for (std::int64_t i = 0; i < r; ++i) {
       double dot = 0.0;
-      for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t j = 0; j < n; ++j) {
+        dy[z(i * n + j)] = weight[z(slots[z(i)])] * static_cast<double>(d_out(rows[z(i)], j));
         dot += static_cast<double>(d_out(rows[z(i)], j)) * y[z(i * n + j)];
-      dweight[z(slot[z(i)])] = dot;
+      }
+      dweight[z(slots[z(i)])] = dot;
     }
     // dW1 = hid^T dy; dhid = dy W1^T; through the activation; dW0 = x^T dpre; dx = dpre W0^T.
+    HostExecSpace const host;
     tessel::gemm<HostExecSpace, double>(host, Op::transpose, Op::none, 1.0, {hid.data(), r, k, k}, {dy.data(), r, n, n},
-                                        0.0, {g.w1.data() + e * k * n, k, n, n});
+                                        0.0, {dw1, k, n, n});
     tessel::gemm<HostExecSpace, double>(host, Op::none, Op::transpose, 1.0, {dy.data(), r, n, n}, {w1.data(), k, n, n},
                                         0.0, {dh.data(), r, k, k});
     for (std::int64_t i = 0; i < r; ++i)
@@ -253,15 +209,22 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
           dpre[z(i * k0 + k + j)] = dh[z(i * k + j)] * act_of(config.activation, gv);
       }
     tessel::gemm<HostExecSpace, double>(host, Op::transpose, Op::none, 1.0, {x.data(), r, n, n},
-                                        {dpre.data(), r, k0, k0}, 0.0, {g.w0.data() + e * n * k0, n, k0, k0});
+                                        {dpre.data(), r, k0, k0}, 0.0, {dw0, n, k0, k0});
     tessel::gemm<HostExecSpace, double>(host, Op::none, Op::transpose, 1.0, {dpre.data(), r, k0, k0},
                                         {w0.data(), n, k0, k0}, 0.0, {dx.data(), r, n, n});
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < n; ++j)
-        g.tokens(rows[z(i)], j) += dx[z(i * n + j)];
+        dtokens(rows[z(i)], j) += dx[z(i * n + j)];
   }
-  g.combine_weights = dweight;
-  // The gate: dL/dp (the combine weights', and the load-balancing loss's E f_e / T per token), then the softmax.
+};
+
+// The logits' gradient: dL/dp (the combine weights' \p dweight, and the load-balancing loss's E f_e / T per
+// token), then through the softmax.
+void logit_gradients(MoeConfig const &config, std::vector<double> const &probs, HostIndexMatrix chosen,
+                     std::vector<double> const &weight, std::vector<double> const &dweight, double aux_loss_coef,
+                     HostMatrix64 logits) {
+  auto const t_count = static_cast<std::int64_t>(chosen.extent(0));
+  int const e_count = config.experts, topk = config.topk;
   std::vector<double> count(z(e_count), 0.0);
   for (std::int64_t t = 0; t < t_count; ++t)
     for (int j = 0; j < topk; ++j)
@@ -289,21 +252,88 @@ ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix t
     for (int e = 0; e < e_count; ++e)
       mean += p[e] * dp[z(e)];
     for (int e = 0; e < e_count; ++e)
-      g.logits(t, e) = p[e] * (dp[z(e)] - mean);
+      logits(t, e) = p[e] * (dp[z(e)] - mean);
   }
-  if (gate.kind == GateInput::Kind::weight) {
-    g.gate_weight.assign(z(n * e_count), 0.0);
-    g.bias.assign(z(e_count), 0.0);
-    for (std::int64_t t = 0; t < t_count; ++t)
-      for (int e = 0; e < e_count; ++e) {
-        double const d = g.logits(t, e);
-        g.bias[z(e)] += d;
-        for (std::int64_t i = 0; i < n; ++i) {
-          g.gate_weight[z(i * e_count + e)] += static_cast<double>(tokens(t, i)) * d;
-          g.tokens(t, i) += d * static_cast<double>(gate.weight(i, e));
-        }
+}
+
+// Through a gate given as a weight: the weight's and bias's gradients, and the tokens' share.
+void gate_gradients(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate, ReferenceGradients &g) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden;
+  int const e_count = config.experts;
+  g.gate_weight.assign(z(n * e_count), 0.0);
+  g.bias.assign(z(e_count), 0.0);
+  for (std::int64_t t = 0; t < t_count; ++t)
+    for (int e = 0; e < e_count; ++e) {
+      double const d = g.logits(t, e);
+      g.bias[z(e)] += d;
+      for (std::int64_t i = 0; i < n; ++i) {
+        g.gate_weight[z(i * e_count + e)] += static_cast<double>(tokens(t, i)) * d;
+        g.tokens(t, i) += d * static_cast<double>(gate.weight(i, e));
       }
+    }
+}
+
+} // namespace
+
+ReferenceResult reference_forward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                  HostIndexMatrix chosen, DenseWeights const &weights) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden;
+  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == n, "reference: tokens have ", tokens.extent(1),
+                 " columns, expected N=", n);
+  TESSEL_REQUIRE(static_cast<std::int64_t>(chosen.extent(0)) == t_count &&
+                     static_cast<int>(chosen.extent(1)) == config.topk,
+                 "reference: expert choice is ", chosen.extent(0), " x ", chosen.extent(1), ", expected ", t_count,
+                 " x ", config.topk);
+  ReferenceResult result;
+  result.out = HostMatrix64("Tessel::moe::reference_out", z(t_count), z(n));
+  auto const probs = reference_probabilities(config, tokens, gate);
+  check_topk(config, probs, chosen, t_count, result);
+  auto const weight = combine_weights(config, probs, chosen, t_count);
+  // Per expert: its rows' FFN in double (full K), added into their tokens with the combine weights.
+  DenseExpert expert(config);
+  for (int e = 0; e < config.experts; ++e) {
+    if (!expert.load(e, weights, chosen, tokens))
+      continue;
+    expert.forward();
+    for (std::int64_t i = 0; i < expert.r; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        result.out(expert.rows[z(i)], j) += weight[z(expert.slots[z(i)])] * expert.y[z(i * n + j)];
   }
+  return result;
+}
+
+ReferenceGradients reference_backward(MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                                      HostIndexMatrix chosen, DenseWeights const &weights, ConstHostMatrix d_out,
+                                      double aux_loss_coef) {
+  auto const t_count = static_cast<std::int64_t>(tokens.extent(0));
+  std::int64_t const n = config.hidden, k = config.ffn, k0 = (config.gated ? 2 : 1) * config.ffn;
+  int const e_count = config.experts, topk = config.topk;
+  TESSEL_REQUIRE(static_cast<std::int64_t>(d_out.extent(0)) == t_count &&
+                     static_cast<std::int64_t>(d_out.extent(1)) == n,
+                 "reference_backward: output gradient is ", d_out.extent(0), " x ", d_out.extent(1), ", expected ",
+                 t_count, " x ", n);
+  auto const probs = reference_probabilities(config, tokens, gate);
+  ReferenceGradients g;
+  g.tokens = HostMatrix64("Tessel::moe::reference_grad_tokens", z(t_count), z(n));
+  g.logits = HostMatrix64("Tessel::moe::reference_grad_logits", z(t_count), z(e_count));
+  g.w0.assign(z(e_count * n * k0), 0.0);
+  g.w1.assign(z(e_count * k * n), 0.0);
+  // Combine weights and their gradients dL/dw = d_out . FFN_e(token), expert by expert.
+  auto const weight = combine_weights(config, probs, chosen, t_count);
+  std::vector<double> dweight(z(t_count * topk), 0.0);
+  DenseExpert expert(config);
+  for (int e = 0; e < e_count; ++e) {
+    if (!expert.load(e, weights, chosen, tokens))
+      continue;
+    expert.forward();
+    expert.backward(d_out, weight, dweight, g.w0.data() + e * n * k0, g.w1.data() + e * k * n, g.tokens);
+  }
+  g.combine_weights = dweight;
+  logit_gradients(config, probs, chosen, weight, dweight, aux_loss_coef, g.logits);
+  if (gate.kind == GateInput::Kind::weight)
+    gate_gradients(config, tokens, gate, g);
   return g;
 }
 

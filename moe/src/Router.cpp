@@ -17,25 +17,13 @@ template <class View> void ensure_shape(View &view, char const *label, std::size
     view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows, cols);
 }
 
-} // namespace
-
-template <class ExecSpace, class Check>
-void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
-           Routing &routing) {
-  ScopedRegion region("Tessel::moe::route");
+// The logits of \p tokens: the given ones copied, or tokens x gate weight (+ bias).
+template <class ExecSpace>
+void gate_logits(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+                 HostMatrix logits) {
   auto const m = static_cast<std::int64_t>(tokens.extent(0));
   auto const n = config.hidden;
-  int const e_count = config.experts, topk = config.topk;
-  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == n, "route: tokens have ", tokens.extent(1),
-                 " columns, the config's hidden size is ", n);
-  ensure_shape(routing.logits, "Tessel::moe::logits", static_cast<std::size_t>(m), static_cast<std::size_t>(e_count));
-  ensure_shape(routing.probabilities, "Tessel::moe::probabilities", static_cast<std::size_t>(m),
-               static_cast<std::size_t>(e_count));
-  ensure_shape(routing.experts, "Tessel::moe::routing_experts", static_cast<std::size_t>(m),
-               static_cast<std::size_t>(topk));
-  ensure_shape(routing.weights, "Tessel::moe::routing_weights", static_cast<std::size_t>(m),
-               static_cast<std::size_t>(topk));
-  auto const logits = routing.logits;
+  int const e_count = config.experts;
   if (gate.kind == GateInput::Kind::logits) {
     TESSEL_REQUIRE(static_cast<std::int64_t>(gate.logits.extent(0)) == m &&
                        static_cast<int>(gate.logits.extent(1)) == e_count,
@@ -47,25 +35,31 @@ void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix toke
           for (int e = 0; e < e_count; ++e)
             logits(t, e) = given(t, e);
         });
-  } else {
-    TESSEL_REQUIRE(static_cast<std::int64_t>(gate.weight.extent(0)) == n &&
-                       static_cast<int>(gate.weight.extent(1)) == e_count,
-                   "route: gate weight is ", gate.weight.extent(0), " x ", gate.weight.extent(1), ", expected ", n,
-                   " x ", e_count, " (hidden x experts)");
-    TESSEL_REQUIRE(gate.bias.data() == nullptr || static_cast<int>(gate.bias.extent(0)) == e_count,
-                   "route: gate bias has ", gate.bias.extent(0), " entries, expected ", e_count);
-    tessel::gemm<ExecSpace, float>(space, Op::none, Op::none, 1.0f, {tokens.data(), m, n, n},
-                                   {gate.weight.data(), n, e_count, e_count}, 0.0f,
-                                   {logits.data(), m, e_count, e_count});
-    if (gate.bias.data() != nullptr) {
-      auto const bias = gate.bias;
-      Kokkos::parallel_for(
-          "Tessel::moe::gate_bias", Kokkos::RangePolicy<ExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
-            for (int e = 0; e < e_count; ++e)
-              logits(t, e) += bias(e);
-          });
-    }
+    return;
   }
+  TESSEL_REQUIRE(static_cast<std::int64_t>(gate.weight.extent(0)) == n &&
+                     static_cast<int>(gate.weight.extent(1)) == e_count,
+                 "route: gate weight is ", gate.weight.extent(0), " x ", gate.weight.extent(1), ", expected ", n, " x ",
+                 e_count, " (hidden x experts)");
+  TESSEL_REQUIRE(gate.bias.data() == nullptr || static_cast<int>(gate.bias.extent(0)) == e_count,
+                 "route: gate bias has ", gate.bias.extent(0), " entries, expected ", e_count);
+  tessel::gemm<ExecSpace, float>(space, Op::none, Op::none, 1.0f, {tokens.data(), m, n, n},
+                                 {gate.weight.data(), n, e_count, e_count}, 0.0f, {logits.data(), m, e_count, e_count});
+  if (gate.bias.data() != nullptr) {
+    auto const bias = gate.bias;
+    Kokkos::parallel_for(
+        "Tessel::moe::gate_bias", Kokkos::RangePolicy<ExecSpace>(space, 0, m), KOKKOS_LAMBDA(std::int64_t t) {
+          for (int e = 0; e < e_count; ++e)
+            logits(t, e) += bias(e);
+        });
+  }
+}
+
+// Per token: the softmax of its logits, its top-k experts and their weights (renormalized over the chosen or not).
+template <class ExecSpace> void topk_softmax(ExecSpace const &space, MoeConfig const &config, Routing &routing) {
+  auto const m = static_cast<std::int64_t>(routing.logits.extent(0));
+  int const e_count = config.experts, topk = config.topk;
+  auto const logits = routing.logits;
   auto const probs = routing.probabilities;
   auto const experts = routing.experts;
   auto const weights = routing.weights;
@@ -105,15 +99,33 @@ void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix toke
           for (int k = 0; k < topk; ++k)
             weights(t, k) /= chosen;
       });
+}
+
+} // namespace
+
+template <class ExecSpace, class Check>
+void route(ExecSpace const &space, MoeConfig const &config, ConstHostMatrix tokens, GateInput const &gate,
+           Routing &routing) {
+  ScopedRegion region("Tessel::moe::route");
+  auto const m = static_cast<std::size_t>(tokens.extent(0));
+  auto const e_count = static_cast<std::size_t>(config.experts), topk = static_cast<std::size_t>(config.topk);
+  TESSEL_REQUIRE(static_cast<std::int64_t>(tokens.extent(1)) == config.hidden, "route: tokens have ", tokens.extent(1),
+                 " columns, the config's hidden size is ", config.hidden);
+  ensure_shape(routing.logits, "Tessel::moe::logits", m, e_count);
+  ensure_shape(routing.probabilities, "Tessel::moe::probabilities", m, e_count);
+  ensure_shape(routing.experts, "Tessel::moe::routing_experts", m, topk);
+  ensure_shape(routing.weights, "Tessel::moe::routing_weights", m, topk);
+  gate_logits(space, config, tokens, gate, routing.logits);
+  topk_softmax(space, config, routing);
   compat::fence(space, "Tessel::moe::route");
   // Statistics for the auxiliary loss, summed in double in a fixed order.
-  routing.tokens_per_expert.assign(static_cast<std::size_t>(e_count), 0);
-  routing.probability_sum.assign(static_cast<std::size_t>(e_count), 0.0);
-  for (std::int64_t t = 0; t < m; ++t) {
-    for (int k = 0; k < topk; ++k)
-      routing.tokens_per_expert[static_cast<std::size_t>(experts(t, k))] += 1;
-    for (int e = 0; e < e_count; ++e)
-      routing.probability_sum[static_cast<std::size_t>(e)] += probs(t, e);
+  routing.tokens_per_expert.assign(e_count, 0);
+  routing.probability_sum.assign(e_count, 0.0);
+  for (std::size_t t = 0; t < m; ++t) {
+    for (std::size_t k = 0; k < topk; ++k)
+      routing.tokens_per_expert[static_cast<std::size_t>(routing.experts(t, k))] += 1;
+    for (std::size_t e = 0; e < e_count; ++e)
+      routing.probability_sum[e] += routing.probabilities(t, e);
   }
 }
 
@@ -166,7 +178,7 @@ DispatchPlan make_dispatch_plan(MoeConfig const &config, Routing const &routing,
   plan.chunks = chunks;
   plan.groups = config.ep;
   plan.experts_per_group = config.experts_per_group();
-  int const groups = plan.groups, eg = plan.experts_per_group;
+  int const groups = plan.groups, local_experts = plan.experts_per_group;
   plan.chunk_tokens.resize(static_cast<std::size_t>(chunks) + 1);
   for (int c = 0; c <= chunks; ++c)
     plan.chunk_tokens[static_cast<std::size_t>(c)] = m * c / chunks;
@@ -197,7 +209,7 @@ DispatchPlan make_dispatch_plan(MoeConfig const &config, Routing const &routing,
     for (auto t = plan.chunk_tokens[static_cast<std::size_t>(c)];
          t < plan.chunk_tokens[static_cast<std::size_t>(c) + 1]; ++t)
       for (int k = 0; k < topk; ++k) {
-        int const g = routing.experts(t, k) / eg;
+        int const g = routing.experts(t, k) / local_experts;
         auto &slot =
             plan.token_slot[static_cast<std::size_t>(g) * static_cast<std::size_t>(m) + static_cast<std::size_t>(t)];
         if (slot < 0)
@@ -221,7 +233,7 @@ DispatchPlan make_dispatch_plan(MoeConfig const &config, Routing const &routing,
         auto const row = static_cast<std::size_t>(cursor[static_cast<std::size_t>(c * e_count + e)]++);
         plan.row_token[row] = static_cast<std::int32_t>(t);
         plan.row_weight[row] = routing.weights(t, k);
-        plan.row_slot[row] = plan.token_slot[static_cast<std::size_t>(e / eg) * static_cast<std::size_t>(m) +
+        plan.row_slot[row] = plan.token_slot[static_cast<std::size_t>(e / local_experts) * static_cast<std::size_t>(m) +
                                              static_cast<std::size_t>(t)];
       }
   return plan;

@@ -81,8 +81,8 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
   config.gated = c.gated;
   config.activation = c.activation;
   config.normalize_topk = c.normalize;
-  int const world = config.world(), eg = c.experts_per_group, topk = c.topk;
-  std::int64_t const m = c.m, n = c.n, kp = c.k, c0 = config.gemm0_cols(), e_all = config.experts;
+  int const world = config.world(), local_experts = c.experts_per_group, topk = c.topk;
+  std::int64_t const m = c.m, n = c.n, ffn_per_rank = c.k, c0 = config.gemm0_cols(), e_all = config.experts;
   std::string const what = config.describe() + " chunks " + std::to_string(c.chunks) + " seed " + std::to_string(seed) +
                            (nccl ? " (NcclMoeLayer's messages)" : " (VirtualRanksLayer's copies)");
   SCOPED_TRACE(what);
@@ -203,10 +203,11 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
     int const g = config.group_of_rank(d);
     auto const &sh = shards[z(d)];
     auto &dw = dw_all[z(d)];
-    std::vector<float> x(z(w.rows * n), nan_value), gr(z(w.rows * n), nan_value), aw(z(w.rows * kp), nan_value),
-        dpre(z(w.rows * c0), nan_value), dx(z(w.rows * n), nan_value), combine_send(z(world * m * n), nan_value);
-    grad_w0[z(d)].assign(z(eg * n * c0), 0.0);
-    grad_w1[z(d)].assign(z(eg * kp * n), 0.0);
+    std::vector<float> x(z(w.rows * n), nan_value), gr(z(w.rows * n), nan_value),
+        aw(z(w.rows * ffn_per_rank), nan_value), dpre(z(w.rows * c0), nan_value), dx(z(w.rows * n), nan_value),
+        combine_send(z(world * m * n), nan_value);
+    grad_w0[z(d)].assign(z(local_experts * n * c0), 0.0);
+    grad_w1[z(d)].assign(z(local_experts * ffn_per_rank * n), 0.0);
     for (int ch = 0; ch < c.chunks; ++ch)
       for (int s = 0; s < world; ++s) {
         auto const &b = w.blocks[z(s)][z(ch)];
@@ -228,16 +229,16 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
             gr[z(i * n + col)] =
                 static_cast<float>(read(g_in[z(d)], (lists.in_off[z(s)] + row_slot[z(d)][z(i)]) * n + col));
         }
-        for (int e = 0; e < eg; ++e)
+        for (int e = 0; e < local_experts; ++e)
           for (auto i = row0 + b.expert_offset[z(e)]; i < row0 + b.expert_offset[z(e) + 1]; ++i) {
-            std::vector<float> pre(z(c0)), q(z(kp));
+            std::vector<float> pre(z(c0)), q(z(ffn_per_rank));
             for (std::int64_t j = 0; j < c0; ++j) {
               double acc = 0.0;
               for (std::int64_t k = 0; k < n; ++k)
                 acc += read(x, i * n + k) * sh.w0(z(e), z(k), z(j));
               pre[z(j)] = static_cast<float>(acc);
             }
-            for (std::int64_t j = 0; j < kp; ++j) {
+            for (std::int64_t j = 0; j < ffn_per_rank; ++j) {
               double acc = 0.0;
               for (std::int64_t k = 0; k < n; ++k)
                 acc += read(gr, i * n + k) * sh.w1(z(e), z(j), z(k));
@@ -245,14 +246,14 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
             }
             double const wt = read(row_weight[z(d)], i), dot = [&] {
               double sum = 0.0;
-              for (std::int64_t j = 0; j < kp; ++j) {
-                double const a = act(config, pre[z(j)]), up = c.gated ? pre[z(kp + j)] : 1.0;
+              for (std::int64_t j = 0; j < ffn_per_rank; ++j) {
+                double const a = act(config, pre[z(j)]), up = c.gated ? pre[z(ffn_per_rank + j)] : 1.0;
                 sum += q[z(j)] * a * up;
                 double const dh = wt * q[z(j)];
-                aw[z(i * kp + j)] = static_cast<float>(wt * a * up);
+                aw[z(i * ffn_per_rank + j)] = static_cast<float>(wt * a * up);
                 dpre[z(i * c0 + j)] = static_cast<float>(dh * up * slope(config, pre[z(j)]));
                 if (c.gated)
-                  dpre[z(i * c0 + kp + j)] = static_cast<float>(dh * a);
+                  dpre[z(i * c0 + ffn_per_rank + j)] = static_cast<float>(dh * a);
               }
               return sum;
             }();
@@ -264,9 +265,10 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
               dx[z(i * n + col)] = static_cast<float>(acc);
             }
             // Weight gradients.
-            for (std::int64_t j = 0; j < kp; ++j)
+            for (std::int64_t j = 0; j < ffn_per_rank; ++j)
               for (std::int64_t col = 0; col < n; ++col)
-                grad_w1[z(d)][z((e * kp + j) * n + col)] += read(aw, i * kp + j) * read(gr, i * n + col);
+                grad_w1[z(d)][z((e * ffn_per_rank + j) * n + col)] +=
+                    read(aw, i * ffn_per_rank + j) * read(gr, i * n + col);
             for (std::int64_t k = 0; k < n; ++k)
               for (std::int64_t j = 0; j < c0; ++j)
                 grad_w0[z(d)][z((e * n + k) * c0 + j)] += read(x, i * n + k) * read(dpre, i * c0 + j);
@@ -339,7 +341,7 @@ void run_case(Case const &c, std::uint64_t seed, bool nccl) {
       }
     auto dwk = [&](std::int64_t t, int k) {
       auto const at = z(t * topk + k);
-      int const group = routing.experts(z(t), z(k)) / eg;
+      int const group = routing.experts(z(t), z(k)) / local_experts;
       float sum = 0.0f;
       for (int r = 0; r < world; ++r)
         if (config.group_of_rank(r) == group)

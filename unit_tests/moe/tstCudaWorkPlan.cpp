@@ -54,14 +54,14 @@ struct Emulator {
   std::vector<std::vector<std::int32_t>> table_rows;
   std::vector<std::vector<float>> table_weights;
   std::vector<std::vector<std::int64_t>> table_bases;
-  std::int64_t m = 0, n = 0, kp = 0, cols0 = 0;
+  std::int64_t m = 0, n = 0, ffn_per_rank = 0, cols0 = 0;
   int world = 1;
   /// Reads of an element that no work item had written (yet): NaN flows on, and the count tells where it came from.
   std::int64_t stale_reads = 0;
 
   Emulator(MoeConfig const &c, std::vector<ExpertWeights> const &s, std::vector<DispatchPlan> const &p,
            std::vector<HostMatrix> const &tokens)
-      : config(c), shards(s), plans(p), m(c.tokens), n(c.hidden), kp(c.ffn_per_rank()), cols0(c.gemm0_cols()),
+      : config(c), shards(s), plans(p), m(c.tokens), n(c.hidden), ffn_per_rank(c.ffn_per_rank()), cols0(c.gemm0_cols()),
         world(c.world()) {
     CometParams unused;
     WorkPlanner const planner(config, plans, unused);
@@ -96,14 +96,14 @@ struct Emulator {
            w0(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(j));
       if (config.gated)
         u += static_cast<double>(a[k]) *
-             w0(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(kp + j));
+             w0(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(ffn_per_rank + j));
     }
     return static_cast<float>(config.gated ? act(config, g) * u : act(config, g));
   }
   float y_value(int d, float const *h, int e, std::int64_t col) const {
     auto const &w1 = shards[static_cast<std::size_t>(d)].w1;
     double acc = 0.0;
-    for (std::int64_t k = 0; k < kp; ++k)
+    for (std::int64_t k = 0; k < ffn_per_rank; ++k)
       acc += static_cast<double>(h[k]) *
              w1(static_cast<std::size_t>(e), static_cast<std::size_t>(k), static_cast<std::size_t>(col));
     return static_cast<float>(acc);
@@ -176,7 +176,8 @@ struct Emulator {
       RankWork w = planner.work_of(d, 1, table_bases);
       planner.comet_work(d, w);
       std::vector<float> x(static_cast<std::size_t>(w.rows * n), nan_value),
-          h(static_cast<std::size_t>(w.rows * kp), nan_value), y(static_cast<std::size_t>(w.rows * n), nan_value);
+          h(static_cast<std::size_t>(w.rows * ffn_per_rank), nan_value),
+          y(static_cast<std::size_t>(w.rows * n), nan_value);
       std::vector<int> h_count(h.size(), 0), y_count(y.size(), 0);
       for (auto const &msg : w.messages) {
         ASSERT_NE(msg.source, d) << what;
@@ -214,8 +215,8 @@ struct Emulator {
           a = send_rows[static_cast<std::size_t>(d)].data() + it.a_row * n;
         }
         for (int r = 0; r < it.rows; ++r)
-          for (std::int64_t c = it.col0; c < std::min<std::int64_t>(it.col0 + item_cols, kp); ++c) {
-            auto const at = static_cast<std::size_t>((it.h_row + r) * kp + c);
+          for (std::int64_t c = it.col0; c < std::min<std::int64_t>(it.col0 + item_cols, ffn_per_rank); ++c) {
+            auto const at = static_cast<std::size_t>((it.h_row + r) * ffn_per_rank + c);
             h[at] = h_value(d, a + r * n, it.expert, c);
             ++h_count[at];
           }
@@ -257,7 +258,7 @@ struct Emulator {
         for (int r = 0; r < it.rows; ++r)
           for (int c = it.col0; c < it.col0 + it.cols; ++c) {
             auto const at = static_cast<std::size_t>((it.row + r) * n + c);
-            y[at] = y_value(d, h.data() + (it.row + r) * kp, it.expert, c);
+            y[at] = y_value(d, h.data() + (it.row + r) * ffn_per_rank, it.expert, c);
             ++y_count[at];
           }
         if (++per_split[static_cast<std::size_t>(it.split)] == w.split_tiles[static_cast<std::size_t>(it.split)] &&
@@ -357,7 +358,8 @@ struct Emulator {
     for (int d = 0; d < world; ++d) {
       RankWork const &w = work[static_cast<std::size_t>(d)];
       std::vector<float> x(static_cast<std::size_t>(w.rows * n), nan_value),
-          h(static_cast<std::size_t>(w.rows * kp), nan_value), y(static_cast<std::size_t>(w.rows * n), nan_value);
+          h(static_cast<std::size_t>(w.rows * ffn_per_rank), nan_value),
+          y(static_cast<std::size_t>(w.rows * n), nan_value);
       if (nccl)
         x = x_recv[static_cast<std::size_t>(d)];
       for (int ch = 0; ch < chunks && !nccl; ++ch)
@@ -405,10 +407,10 @@ struct Emulator {
           rows += p.rows;
           for (auto r = p.row; r < p.row + p.rows; ++r) {
             ++covered[static_cast<std::size_t>(r)];
-            for (std::int64_t j = 0; j < kp; ++j)
-              h[static_cast<std::size_t>(r * kp + j)] = h_value(d, x.data() + r * n, p.expert, j);
+            for (std::int64_t j = 0; j < ffn_per_rank; ++j)
+              h[static_cast<std::size_t>(r * ffn_per_rank + j)] = h_value(d, x.data() + r * n, p.expert, j);
             for (std::int64_t c = 0; c < n; ++c)
-              y[static_cast<std::size_t>(r * n + c)] = y_value(d, h.data() + r * kp, p.expert, c);
+              y[static_cast<std::size_t>(r * n + c)] = y_value(d, h.data() + r * ffn_per_rank, p.expert, c);
           }
         }
         ASSERT_EQ(rows, expected_rows) << what << ", chunk " << ch;

@@ -5,6 +5,7 @@
 // warning. Each test uses its own cache file in a temporary directory, never the user's.
 #include "MoeTestUtils.hpp"
 
+#include <tessel/moe/CometSearch.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Reference.hpp>
 
@@ -12,6 +13,7 @@
 
 #include <TesselTestError.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -117,6 +119,17 @@ TEST(FirstUseTuning, tunes_once_caches_and_the_next_layer_reuses) {
   EXPECT_GT(t.seconds, 0.0);
   EXPECT_EQ(t.cache, dir.file());
   f.expect_same_everywhere(first.comet_params());
+  // The search is the tools' --tune search: every candidate lies on its grid (or keeps the rule's value).
+  auto const grid = CometSearchGrid::of(f.config);
+  auto const rule = fallback_params(f.config);
+  auto const on = [](auto const &values, auto value, auto rule_value) {
+    return value == rule_value || std::find(values.begin(), values.end(), value) != values.end();
+  };
+  for (auto const &[p, seconds] : t.measured)
+    EXPECT_TRUE(on(grid.tiles, p.tile_m, rule.tile_m) && on(grid.splits, p.n_splits, rule.n_splits) &&
+                on(grid.workers, p.comm_workers, rule.comm_workers) && on(grid.ranges, p.m_splits, rule.m_splits) &&
+                on(grid.in_flight, p.in_flight, rule.in_flight))
+        << p.describe() << " (" << seconds << " s)";
   // Only rank 0 writes; the entry is the machine's and holds what the layer runs.
   EXPECT_EQ(t.stored, f.comm.rank() == 0);
   if (f.comm.rank() == 0) {

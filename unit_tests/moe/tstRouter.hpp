@@ -125,7 +125,7 @@ TEST(TEST_CATEGORY, router_dispatch_plan_sorts_by_chunk_group_expert_token) {
     route(space, config, tokens, GateInput::from_logits(logits), r);
     auto const plan = make_dispatch_plan(config, r, chunks);
     ASSERT_EQ(plan.rows(), m * topk);
-    int const eg = e / ep;
+    int const local_experts = e / ep;
     auto const chunk_of = [&](std::int64_t t) {
       for (int c = 0; c < chunks; ++c)
         if (t < plan.chunk_tokens[static_cast<std::size_t>(c) + 1])
@@ -152,7 +152,7 @@ TEST(TEST_CATEGORY, router_dispatch_plan_sorts_by_chunk_group_expert_token) {
           EXPECT_EQ(plan.row_weight[static_cast<std::size_t>(row)], r.weights(t, k));
           seen[{t, x}] += 1;
           // The slot names this token in the group.
-          int const g = x / eg;
+          int const g = x / local_experts;
           EXPECT_EQ(plan.row_slot[static_cast<std::size_t>(row)], plan.token_slot[static_cast<std::size_t>(g * m + t)]);
         }
       }
@@ -163,7 +163,7 @@ TEST(TEST_CATEGORY, router_dispatch_plan_sorts_by_chunk_group_expert_token) {
       for (std::int64_t t = 0; t < m; ++t) {
         bool in_group = false;
         for (int j = 0; j < topk; ++j)
-          in_group = in_group || r.experts(t, j) / eg == g;
+          in_group = in_group || r.experts(t, j) / local_experts == g;
         auto const slot = plan.token_slot[static_cast<std::size_t>(g * m + t)];
         if (in_group) {
           EXPECT_EQ(slot, next++);

@@ -19,63 +19,64 @@ void sgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, st
                                    CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-float const *w0_of(RankState const &rs, MoeConfig const &config, int e) {
-  return reinterpret_cast<float const *>(rs.w0.data()) + e * config.hidden * config.gemm0_cols();
+float const *w0_of(RankState const &rank_state, MoeConfig const &config, int e) {
+  return reinterpret_cast<float const *>(rank_state.w0.data()) + e * config.hidden * config.gemm0_cols();
 }
-float const *w1_of(RankState const &rs, MoeConfig const &config, int e) {
-  return reinterpret_cast<float const *>(rs.w1.data()) + e * config.ffn_per_rank() * config.hidden;
+float const *w1_of(RankState const &rank_state, MoeConfig const &config, int e) {
+  return reinterpret_cast<float const *>(rank_state.w1.data()) + e * config.ffn_per_rank() * config.hidden;
 }
 
-// The expert side's backward of problem \p p on rs's stream (its cuBLAS handle): pre = x W0_e, q = g W1_e^T, the
-// activation's backward (aw, dpre, dw), dx = dpre W0_e^T. x: the forward's x_recv (float32).
-void expert_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, ExpertGemm const &p) {
+// The expert side's backward of problem \p p on rank_state's stream (its cuBLAS handle): pre = x W0_e, q = g W1_e^T,
+// the activation's backward (aw, dpre, dw), dx = dpre W0_e^T. x: the forward's x_recv (float32).
+void expert_backward(RankState &rank_state, RankBackward &rb, MoeConfig const &config, ExpertGemm const &p) {
   if (p.rows == 0)
     return;
-  std::int64_t const n = config.hidden, kp = config.ffn_per_rank(), c0 = config.gemm0_cols(), r = p.rows;
-  cublasHandle_t const h = rs.cublas.get();
-  float const *x = reinterpret_cast<float const *>(rs.x_recv.data()) + p.row * n;
-  float const *w0 = w0_of(rs, config, p.expert), *w1 = w1_of(rs, config, p.expert);
+  std::int64_t const n = config.hidden, ffn_per_rank = config.ffn_per_rank(), c0 = config.gemm0_cols(), r = p.rows;
+  cublasHandle_t const h = rank_state.cublas.get();
+  float const *x = reinterpret_cast<float const *>(rank_state.x_recv.data()) + p.row * n;
+  float const *w0 = w0_of(rank_state, config, p.expert), *w1 = w1_of(rank_state, config, p.expert);
   float *pre = rb.pre.data() + p.row * c0, *dpre = rb.dpre.data() + p.row * c0;
-  float *q = rb.q.data() + p.row * kp, *aw = rb.aw.data() + p.row * kp;
+  float *q = rb.q.data() + p.row * ffn_per_rank, *aw = rb.aw.data() + p.row * ffn_per_rank;
   float const *g = rb.g.data() + p.row * n;
   // pre = x W0_e (GEMM0 again: the forward keeps x, not the hidden rows).
   sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c0, r, n, w0, c0, x, n, 0.0f, pre, c0);
   // q = g W1_e^T.
-  sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, kp, r, n, w1, n, g, n, 0.0f, q, kp);
-  TESSEL_CUDA_CHECK(activation_backward(rs.stream.get(), static_cast<int>(config.activation), config.gated, pre, q,
-                                        rb.row_weight.data() + p.row, r, kp, aw, dpre, rb.dw.data() + p.row));
+  sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, ffn_per_rank, r, n, w1, n, g, n, 0.0f, q, ffn_per_rank);
+  TESSEL_CUDA_CHECK(activation_backward(rank_state.stream.get(), static_cast<int>(config.activation), config.gated, pre,
+                                        q, rb.row_weight.data() + p.row, r, ffn_per_rank, aw, dpre,
+                                        rb.dw.data() + p.row));
   // dx = dpre W0_e^T.
   sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, r, c0, w0, c0, dpre, c0, 0.0f, rb.dx.data() + p.row * n, n);
 }
 
 // dW1_e += aw^T g and dW0_e += x^T dpre over the rows of \p p, on \p handle's stream.
-void weight_gradients(RankState const &rs, RankBackward &rb, MoeConfig const &config, ExpertGemm const &p,
+void weight_gradients(RankState const &rank_state, RankBackward &rb, MoeConfig const &config, ExpertGemm const &p,
                       cublasHandle_t handle) {
   if (p.rows == 0)
     return;
-  std::int64_t const n = config.hidden, kp = config.ffn_per_rank(), c0 = config.gemm0_cols(), r = p.rows;
-  float const *x = reinterpret_cast<float const *>(rs.x_recv.data()) + p.row * n;
-  // dW1_e [kp, N] += aw^T g.
-  sgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, n, kp, r, rb.g.data() + p.row * n, n, rb.aw.data() + p.row * kp, kp, 1.0f,
-        rb.grad_w1.data() + p.expert * kp * n, n);
+  std::int64_t const n = config.hidden, ffn_per_rank = config.ffn_per_rank(), c0 = config.gemm0_cols(), r = p.rows;
+  float const *x = reinterpret_cast<float const *>(rank_state.x_recv.data()) + p.row * n;
+  // dW1_e [ffn_per_rank, N] += aw^T g.
+  sgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, n, ffn_per_rank, r, rb.g.data() + p.row * n, n,
+        rb.aw.data() + p.row * ffn_per_rank, ffn_per_rank, 1.0f, rb.grad_w1.data() + p.expert * ffn_per_rank * n, n);
   // dW0_e [N, cols0] += x^T dpre.
   sgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, c0, n, r, rb.dpre.data() + p.row * c0, c0, x, n, 1.0f,
         rb.grad_w0.data() + p.expert * n * c0, c0);
 }
 
 // The gate's GEMMs: grad_x += dlogits Wg^T and grad_gate_w = tokens^T dlogits.
-void gate_gemms(RankState &rs, RankBackward &rb, MoeConfig const &config) {
+void gate_gemms(RankState &rank_state, RankBackward &rb, MoeConfig const &config) {
   std::int64_t const m = config.tokens, n = config.hidden, e = config.experts;
-  cublasHandle_t const h = rs.cublas.get();
+  cublasHandle_t const h = rank_state.cublas.get();
   // grad_x [M, N] += dlogits Wg^T.
   sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, e, rb.gate_w.data(), e, rb.dlogits.data(), e, 1.0f, rb.grad_x.data(), n);
   // grad_gate_w [N, E] = tokens^T dlogits.
   if (m == 0)
-    TESSEL_CUDA_CHECK(
-        cudaMemsetAsync(rb.grad_gate_w.data(), 0, static_cast<std::size_t>(n * e) * sizeof(float), rs.stream.get()));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(rb.grad_gate_w.data(), 0, static_cast<std::size_t>(n * e) * sizeof(float),
+                                      rank_state.stream.get()));
   else
-    sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, e, n, m, rb.dlogits.data(), e, rs.tokens.data(), n, 0.0f, rb.grad_gate_w.data(),
-          e);
+    sgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, e, n, m, rb.dlogits.data(), e, rank_state.tokens.data(), n, 0.0f,
+          rb.grad_gate_w.data(), e);
 }
 
 } // namespace
@@ -83,8 +84,9 @@ void gate_gemms(RankState &rs, RankBackward &rb, MoeConfig const &config) {
 void ensure_backward(RankBackward &rb, MoeConfig const &config, std::int64_t rows, std::int64_t slots_in,
                      std::int64_t slots_out) {
   auto const z = [](std::int64_t v) { return static_cast<std::size_t>(v); };
-  std::int64_t const m = config.tokens, n = config.hidden, kp = config.ffn_per_rank(), c0 = config.gemm0_cols(),
-                     e = config.experts, eg = config.experts_per_group(), topk = config.topk;
+  std::int64_t const m = config.tokens, n = config.hidden, ffn_per_rank = config.ffn_per_rank(),
+                     c0 = config.gemm0_cols(), e = config.experts, local_experts = config.experts_per_group(),
+                     topk = config.topk;
   ensure(rb.d_out, z(m * n), "Tessel::moe::cuda::grad_out");
   ensure(rb.g_out, z(slots_out * n), "Tessel::moe::cuda::grad_out_slots");
   ensure(rb.slot_token, z(slots_out), "Tessel::moe::cuda::grad_slot_token");
@@ -106,10 +108,10 @@ void ensure_backward(RankBackward &rb, MoeConfig const &config, std::int64_t row
   ensure(rb.dx, z(rows * n), "Tessel::moe::cuda::grad_x_rows");
   ensure(rb.pre, z(rows * c0), "Tessel::moe::cuda::grad_recomputed_pre");
   ensure(rb.dpre, z(rows * c0), "Tessel::moe::cuda::grad_pre");
-  ensure(rb.q, z(rows * kp), "Tessel::moe::cuda::grad_q");
-  ensure(rb.aw, z(rows * kp), "Tessel::moe::cuda::grad_weighted_hidden");
-  ensure(rb.grad_w0, z(eg * n * c0), "Tessel::moe::cuda::grad_w0");
-  ensure(rb.grad_w1, z(eg * kp * n), "Tessel::moe::cuda::grad_w1");
+  ensure(rb.q, z(rows * ffn_per_rank), "Tessel::moe::cuda::grad_q");
+  ensure(rb.aw, z(rows * ffn_per_rank), "Tessel::moe::cuda::grad_weighted_hidden");
+  ensure(rb.grad_w0, z(local_experts * n * c0), "Tessel::moe::cuda::grad_w0");
+  ensure(rb.grad_w1, z(local_experts * ffn_per_rank * n), "Tessel::moe::cuda::grad_w1");
 }
 
 void poison_backward(RankBackward &rb, cudaStream_t stream) {
@@ -132,15 +134,15 @@ void poison_backward(RankBackward &rb, cudaStream_t stream) {
   fill(rb.aw);
 }
 
-void prepare_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, BackwardInputs const &in,
+void prepare_backward(RankState &rank_state, RankBackward &rb, MoeConfig const &config, BackwardInputs const &in,
                       Timeout timeout) {
   auto const &lists = *in.lists;
   auto const &w = *in.work;
   auto const &routing = *in.routing;
   std::int64_t const m = config.tokens, n = config.hidden, e_all = config.experts, topk = config.topk;
-  cudaStream_t const stream = rs.stream.get();
+  cudaStream_t const stream = rank_state.stream.get();
   ensure_backward(rb, config, w.rows, lists.in_off.back(), lists.out_off.back());
-  ensure(rs.combine_send, static_cast<std::size_t>(config.world()) * static_cast<std::size_t>(m * n),
+  ensure(rank_state.combine_send, static_cast<std::size_t>(config.world()) * static_cast<std::size_t>(m * n),
          "Tessel::moe::cuda::combine_send");
   auto const mk = static_cast<std::size_t>(m * topk), me = static_cast<std::size_t>(m * e_all);
   if (m * n > 0)
@@ -174,24 +176,24 @@ void prepare_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, 
     }
     TESSEL_CUDA_CHECK(
         cudaMemsetAsync(in.sym_base + in.layout->combine, 0xff, in.layout->packed_flag - in.layout->combine, stream));
-    TESSEL_CUDA_CHECK(cudaMemsetAsync(rs.combine_send.data(), 0xff, rs.combine_send.bytes(), stream));
+    TESSEL_CUDA_CHECK(cudaMemsetAsync(rank_state.combine_send.data(), 0xff, rank_state.combine_send.bytes(), stream));
   }
   // `items` dies here: the copies must be done by then.
-  rs.stream.synchronize(timeout);
+  rank_state.stream.synchronize(timeout);
 }
 
-void pack_output_gradient(RankState &rs, RankBackward &rb, MoeConfig const &config, BackwardWork const &lists) {
+void pack_output_gradient(RankState &rank_state, RankBackward &rb, MoeConfig const &config, BackwardWork const &lists) {
   auto const slots = lists.out_off.back();
   if (slots > 0)
-    TESSEL_CUDA_CHECK(pack_rows(rs.stream.get(), DataType::float32, rb.d_out.data(), rb.slot_token.data(), slots,
-                                config.hidden, rb.g_out.data()));
+    TESSEL_CUDA_CHECK(pack_rows(rank_state.stream.get(), DataType::float32, rb.d_out.data(), rb.slot_token.data(),
+                                slots, config.hidden, rb.g_out.data()));
 }
 
-void backward_tile(RankState &rs, RankBackward &rb, MoeConfig const &config, RankView const &view, RankWork const &w,
-                   BackwardWork const &lists, int s, int ch) {
+void backward_tile(RankState &rank_state, RankBackward &rb, MoeConfig const &config, RankView const &view,
+                   RankWork const &w, BackwardWork const &lists, int s, int ch) {
   auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
   std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)], n = config.hidden;
-  cudaStream_t const stream = rs.stream.get();
+  cudaStream_t const stream = rank_state.stream.get();
   if (b.rows > 0)
     TESSEL_CUDA_CHECK(pack_rows(stream, DataType::float32,
                                 rb.g_in.data() + lists.in_off[static_cast<std::size_t>(s)] * n,
@@ -199,29 +201,30 @@ void backward_tile(RankState &rs, RankBackward &rb, MoeConfig const &config, Ran
   for (int e = 0; e < config.experts_per_group(); ++e) {
     auto const begin = b.expert_offset[static_cast<std::size_t>(e)],
                end = b.expert_offset[static_cast<std::size_t>(e) + 1];
-    expert_backward(rs, rb, config, ExpertGemm{e, row0 + begin, end - begin});
+    expert_backward(rank_state, rb, config, ExpertGemm{e, row0 + begin, end - begin});
   }
   auto const &at = lists.reduce_at[static_cast<std::size_t>(ch)];
   auto const first = at[static_cast<std::size_t>(s)], last = at[static_cast<std::size_t>(s) + 1];
   TESSEL_CUDA_CHECK(slot_sum(stream, view, rb.dx.data(), static_cast<int>(last - first), rb.reduces.data() + first,
-                             rs.combine_send.data()));
+                             rank_state.combine_send.data()));
 }
 
-void backward_weights(RankState const &rs, RankBackward &rb, MoeConfig const &config, RankWork const &w, int s, int ch,
-                      cublasHandle_t handle) {
+void backward_weights(RankState const &rank_state, RankBackward &rb, MoeConfig const &config, RankWork const &w, int s,
+                      int ch, cublasHandle_t handle) {
   auto const &b = w.blocks[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
   std::int64_t const row0 = w.row[static_cast<std::size_t>(s)][static_cast<std::size_t>(ch)];
   for (int e = 0; e < config.experts_per_group(); ++e) {
     auto const begin = b.expert_offset[static_cast<std::size_t>(e)],
                end = b.expert_offset[static_cast<std::size_t>(e) + 1];
-    weight_gradients(rs, rb, config, ExpertGemm{e, row0 + begin, end - begin}, handle);
+    weight_gradients(rank_state, rb, config, ExpertGemm{e, row0 + begin, end - begin}, handle);
   }
 }
 
-void owner_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, RankView const &view,
+void owner_backward(RankState &rank_state, RankBackward &rb, MoeConfig const &config, RankView const &view,
                     std::int32_t const *rank_group, bool gate_weight, int final_sum_blocks) {
-  cudaStream_t const stream = rs.stream.get();
-  TESSEL_CUDA_CHECK(final_sum(stream, view, rs.token_slot.data(), rank_group, 0, final_sum_blocks, rb.grad_x.data()));
+  cudaStream_t const stream = rank_state.stream.get();
+  TESSEL_CUDA_CHECK(
+      final_sum(stream, view, rank_state.token_slot.data(), rank_group, 0, final_sum_blocks, rb.grad_x.data()));
   GateBackwardArgs a;
   a.m = config.tokens;
   a.experts = config.experts;
@@ -240,15 +243,16 @@ void owner_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, Ra
   a.dlogits = rb.dlogits.data();
   TESSEL_CUDA_CHECK(gate_backward(stream, a));
   if (gate_weight)
-    gate_gemms(rs, rb, config);
+    gate_gemms(rank_state, rb, config);
 }
 
-void copy_gradients(RankState &rs, RankBackward &rb, MoeConfig const &config, MoeGradients &gr, bool gate_weight,
-                    bool gate_bias, std::vector<float> &gate_partial) {
+void copy_gradients(RankState &rank_state, RankBackward &rb, MoeConfig const &config, MoeGradients &gr,
+                    bool gate_weight, bool gate_bias, std::vector<float> &gate_partial) {
   auto const m = static_cast<std::size_t>(config.tokens), n = static_cast<std::size_t>(config.hidden),
              e_all = static_cast<std::size_t>(config.experts),
-             eg = static_cast<std::size_t>(config.experts_per_group()),
-             kp = static_cast<std::size_t>(config.ffn_per_rank()), c0 = static_cast<std::size_t>(config.gemm0_cols());
+             local_experts = static_cast<std::size_t>(config.experts_per_group()),
+             ffn_per_rank = static_cast<std::size_t>(config.ffn_per_rank()),
+             c0 = static_cast<std::size_t>(config.gemm0_cols());
   auto const shape_is = [](auto const &v, std::size_t a, std::size_t b, std::size_t c = 0) {
     return v.extent(0) == a && v.extent(1) == b && (c == 0 || v.extent(2) == c);
   };
@@ -256,15 +260,15 @@ void copy_gradients(RankState &rs, RankBackward &rb, MoeConfig const &config, Mo
     gr.tokens = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::cuda::grad_tokens"), m, n);
   if (!shape_is(gr.logits, m, e_all))
     gr.logits = HostMatrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::cuda::grad_logits"), m, e_all);
-  if (!shape_is(gr.experts.w0, eg, n, c0))
-    gr.experts.w0 = HostTensor("Tessel::moe::cuda::grad_w0", eg, n, c0);
-  if (!shape_is(gr.experts.w1, eg, kp, n))
-    gr.experts.w1 = HostTensor("Tessel::moe::cuda::grad_w1", eg, kp, n);
+  if (!shape_is(gr.experts.w0, local_experts, n, c0))
+    gr.experts.w0 = HostTensor("Tessel::moe::cuda::grad_w0", local_experts, n, c0);
+  if (!shape_is(gr.experts.w1, local_experts, ffn_per_rank, n))
+    gr.experts.w1 = HostTensor("Tessel::moe::cuda::grad_w1", local_experts, ffn_per_rank, n);
   if (gate_weight && !shape_is(gr.gate_weight, n, e_all))
     gr.gate_weight = HostMatrix("Tessel::moe::cuda::grad_gate_weight", n, e_all);
   if (gate_weight && gate_bias && gr.gate_bias.extent(0) != e_all)
     gr.gate_bias = HostVector("Tessel::moe::cuda::grad_gate_bias", e_all);
-  cudaStream_t const stream = rs.stream.get();
+  cudaStream_t const stream = rank_state.stream.get();
   if (m > 0) {
     rb.grad_x.copy_to_host(gr.tokens.data(), m * n, stream);
     rb.dlogits.copy_to_host(gr.logits.data(), m * e_all, stream);

@@ -30,31 +30,31 @@ unsigned blocks_for(std::int64_t work, std::int64_t per_block) {
 // One warp per row (grid-stride over rows): lanes over the K/TP columns, the row's dw reduced by shuffles.
 __global__ void __launch_bounds__(threads)
     activation_backward_kernel(int activation, bool gated, float const *__restrict__ pre, float const *__restrict__ q,
-                               float const *__restrict__ weight, std::int64_t rows, std::int64_t kp,
+                               float const *__restrict__ weight, std::int64_t rows, std::int64_t ffn_per_rank,
                                float *__restrict__ aw, float *__restrict__ dpre, float *__restrict__ dw) {
   int const lane = static_cast<int>(threadIdx.x % 32);
-  std::int64_t const cols0 = gated ? 2 * kp : kp;
+  std::int64_t const cols0 = gated ? 2 * ffn_per_rank : ffn_per_rank;
   std::int64_t const step = static_cast<std::int64_t>(gridDim.x) * warps_per_block;
   for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(warps_per_block) + threadIdx.x / 32; row < rows;
        row += step) {
     float const *p = pre + row * cols0;
-    float const *qi = q + row * kp;
-    float *a = aw + row * kp;
+    float const *qi = q + row * ffn_per_rank;
+    float *a = aw + row * ffn_per_rank;
     float *d = dpre + row * cols0;
     float const w = weight[row];
     float dot = 0.0f;
-    for (std::int64_t j = lane; j < kp; j += 32) {
+    for (std::int64_t j = lane; j < ffn_per_rank; j += 32) {
       float const x = p[j];
       float const act = activate_value(activation, x);
       float const slope = activation_slope(activation, x);
-      float const up = gated ? p[kp + j] : 1.0f;
+      float const up = gated ? p[ffn_per_rank + j] : 1.0f;
       float const h = act * up;
       dot = fmaf(qi[j], h, dot);
       float const dh = w * qi[j]; // dL/dh of the row: its combine weight times the output gradient's W1^T
       a[j] = w * h;
       d[j] = dh * up * slope;
       if (gated)
-        d[kp + j] = dh * act;
+        d[ffn_per_rank + j] = dh * act;
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2)
@@ -142,12 +142,12 @@ __global__ void __launch_bounds__(threads) gate_backward_kernel(GateBackwardArgs
 } // namespace
 
 cudaError_t activation_backward(cudaStream_t stream, int activation, bool gated, float const *pre, float const *q,
-                                float const *weight, std::int64_t rows, std::int64_t kp, float *aw, float *dpre,
-                                float *dw) {
+                                float const *weight, std::int64_t rows, std::int64_t ffn_per_rank, float *aw,
+                                float *dpre, float *dw) {
   if (rows == 0)
     return cudaSuccess;
-  activation_backward_kernel<<<blocks_for(rows, warps_per_block), threads, 0, stream>>>(activation, gated, pre, q,
-                                                                                        weight, rows, kp, aw, dpre, dw);
+  activation_backward_kernel<<<blocks_for(rows, warps_per_block), threads, 0, stream>>>(
+      activation, gated, pre, q, weight, rows, ffn_per_rank, aw, dpre, dw);
   return cudaGetLastError();
 }
 

@@ -65,32 +65,32 @@ struct BackwardInputs {
 };
 
 /// Sizes the buffers, uploads the lists and inputs, zeroes the weight gradients and (poison) fills the rest with
-/// NaN, on rs's stream; synchronizes it (the host vectors may die after).
-void prepare_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, BackwardInputs const &in,
+/// NaN, on rank_state's stream; synchronizes it (the host vectors may die after).
+void prepare_backward(RankState &rank_state, RankBackward &rb, MoeConfig const &config, BackwardInputs const &in,
                       Timeout timeout);
 
-/// The owner's output gradient per slot of every group (g_out) on rs's stream.
-void pack_output_gradient(RankState &rs, RankBackward &rb, MoeConfig const &config, BackwardWork const &lists);
+/// The owner's output gradient per slot of every group (g_out) on rank_state's stream.
+void pack_output_gradient(RankState &rank_state, RankBackward &rb, MoeConfig const &config, BackwardWork const &lists);
 
-/// The expert side's token-gradient work of (source \p s, chunk \p ch) on rs's stream: gather the rows' output
+/// The expert side's token-gradient work of (source \p s, chunk \p ch) on rank_state's stream: gather the rows' output
 /// gradients from g_in (source s's block, its slot numbering), each local expert's expert_backward, the sum of dx
 /// per slot (the forward's reduction items of (s, ch)) into combine_send (source-major, as the forward's).
-void backward_tile(RankState &rs, RankBackward &rb, MoeConfig const &config, RankView const &view, RankWork const &w,
-                   BackwardWork const &lists, int s, int ch);
+void backward_tile(RankState &rank_state, RankBackward &rb, MoeConfig const &config, RankView const &view,
+                   RankWork const &w, BackwardWork const &lists, int s, int ch);
 
 /// The weight gradients of (source \p s, chunk \p ch) through \p handle (on its stream).
-void backward_weights(RankState const &rs, RankBackward &rb, MoeConfig const &config, RankWork const &w, int s, int ch,
-                      cublasHandle_t handle);
+void backward_weights(RankState const &rank_state, RankBackward &rb, MoeConfig const &config, RankWork const &w, int s,
+                      int ch, cublasHandle_t handle);
 
-/// The owner's end on rs's stream, once every rank's replies are in: the token gradients summed over the ranks in
-/// rank order (final_sum into grad_x), the gate's backward (dlogits), and with a gate weight its GEMMs.
-void owner_backward(RankState &rs, RankBackward &rb, MoeConfig const &config, RankView const &view,
+/// The owner's end on rank_state's stream, once every rank's replies are in: the token gradients summed over the ranks
+/// in rank order (final_sum into grad_x), the gate's backward (dlogits), and with a gate weight its GEMMs.
+void owner_backward(RankState &rank_state, RankBackward &rb, MoeConfig const &config, RankView const &view,
                     std::int32_t const *rank_group, bool gate_weight, int final_sum_blocks);
 
-/// Sizes \p grads (MoeLayer::backward's shapes) and enqueues the copies of this rank's gradients to it on rs's
+/// Sizes \p grads (MoeLayer::backward's shapes) and enqueues the copies of this rank's gradients to it on rank_state's
 /// stream (the gate weight's partial gradient into \p gate_partial, [N, E]); the caller synchronizes.
-void copy_gradients(RankState &rs, RankBackward &rb, MoeConfig const &config, MoeGradients &grads, bool gate_weight,
-                    bool gate_bias, std::vector<float> &gate_partial);
+void copy_gradients(RankState &rank_state, RankBackward &rb, MoeConfig const &config, MoeGradients &grads,
+                    bool gate_weight, bool gate_bias, std::vector<float> &gate_partial);
 
 /// dL/dp_e of the load-balancing loss E sum_e f_e P_e for \p counts, every expert's assignments over all ranks'
 /// \p tokens tokens: coef E f_e / T (the host's gate_backward).

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(fused_threads, 2) comet_dispatch_gemm_kernel(L
   T const *x_recv = static_cast<T const *>(args.x_recv);
   T const *w0 = static_cast<T const *>(args.w0);
   T *h = static_cast<T *>(args.h);
-  std::int64_t const n = v.n, kp = v.kp;
+  std::int64_t const n = v.n, ffn_per_rank = v.ffn_per_rank;
   constexpr int per_thread = tile_m * tile_n / fused_threads;
   for (;;) {
     int const i = block_next(&v.control->next_item0, &slot);
@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(fused_threads, 2) comet_dispatch_gemm_kernel(L
     }
     T const *a = (it.message >= 0 ? x_recv : own) + it.a_row * n;
     T const *b = w0 + static_cast<std::int64_t>(it.expert) * n * args.cols0;
-    int const cols = static_cast<int>(min(static_cast<std::int64_t>(tile_n), kp - it.col0));
+    int const cols = static_cast<int>(min(static_cast<std::int64_t>(tile_n), ffn_per_rank - it.col0));
     if (args.gated) {
-      tile_gemm(smem, a, n, it.rows, n, b, args.cols0, kp + it.col0, cols);
+      tile_gemm(smem, a, n, it.rows, n, b, args.cols0, ffn_per_rank + it.col0, cols);
       // Each thread copies the elements it later reads (same idx mapping), so no barrier is needed in between.
 #pragma unroll
       for (int e = 0; e < per_thread; ++e) {
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(fused_threads, 2) comet_dispatch_gemm_kernel(L
       int const r = idx / tile_n, c = idx % tile_n;
       if (r < it.rows && c < cols) {
         float const g = activate_value(args.activation, smem.c[r][c]);
-        h[(it.h_row + r) * kp + it.col0 + c] = from_float<T>(args.gated ? g * shared.up[r][c] : g);
+        h[(it.h_row + r) * ffn_per_rank + it.col0 + c] = from_float<T>(args.gated ? g * shared.up[r][c] : g);
       }
     }
   }
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(fused_threads, 2) comet_gemm_combine_kernel(La
   __shared__ TileSmem<T> smem;
   __shared__ int slot, ok;
   RankView const &v = args.view;
-  std::int64_t const n = v.n, kp = v.kp;
+  std::int64_t const n = v.n, ffn_per_rank = v.ffn_per_rank;
   if (block_next(&v.control->tickets1, &slot) < static_cast<int>(gridDim.x) - args.comm_blocks) {
     // GEMM block: y = h W1, item by item in the host's (split-major) order; each finished item counts for its split.
     T const *h = static_cast<T const *>(args.h);
@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(fused_threads, 2) comet_gemm_combine_kernel(La
       if (i >= args.items)
         break;
       Layer1Item const it = args.item[i];
-      tile_gemm(smem, h + it.row * kp, kp, it.rows, kp, w1 + static_cast<std::int64_t>(it.expert) * kp * n, n, it.col0,
-                it.cols);
+      tile_gemm(smem, h + it.row * ffn_per_rank, ffn_per_rank, it.rows, ffn_per_rank,
+                w1 + static_cast<std::int64_t>(it.expert) * ffn_per_rank * n, n, it.col0, it.cols);
       constexpr int per_thread = tile_m * tile_n / fused_threads;
 #pragma unroll
       for (int e = 0; e < per_thread; ++e) {

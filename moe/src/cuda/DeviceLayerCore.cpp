@@ -44,26 +44,26 @@ void DeviceLayerCore::require_usable() const {
                  "); its ranks' flags are out of step: create a new layer");
 }
 
-void DeviceLayerCore::check_device(RankState &rs, char const *sym_base, std::string const &context) {
-  host_wait([&] { check_control(rs, sym_base, layout, timeout(), context, options.timeout_seconds); });
+void DeviceLayerCore::check_device(RankState &rank_state, char const *sym_base, std::string const &context) {
+  host_wait([&] { check_control(rank_state, sym_base, layout, timeout(), context, options.timeout_seconds); });
 }
 
-void DeviceLayerCore::poison(RankState &rs, char *sym_base) const {
+void DeviceLayerCore::poison(RankState &rank_state, char *sym_base) const {
   if (!options.debug.poison_buffers)
     return;
-  cudaStream_t const s = rs.stream.get();
+  cudaStream_t const s = rank_state.stream.get();
   auto fill = [s](void *p, std::size_t bytes) {
     if (p != nullptr && bytes > 0)
       TESSEL_CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes, s));
   };
   fill(sym_base + layout.send_rows, layout.slot_rows - layout.send_rows);
   fill(sym_base + layout.combine, layout.packed_flag - layout.combine);
-  fill(rs.x_recv.data(), rs.x_recv.bytes());
-  fill(rs.h.data(), rs.h.bytes());
-  fill(rs.y.data(), rs.y.bytes());
-  fill(rs.c0.data(), rs.c0.bytes());
-  fill(rs.combine_send.data(), rs.combine_send.bytes());
-  fill(rs.out.data(), rs.out.bytes());
+  fill(rank_state.x_recv.data(), rank_state.x_recv.bytes());
+  fill(rank_state.h.data(), rank_state.h.bytes());
+  fill(rank_state.y.data(), rank_state.y.bytes());
+  fill(rank_state.c0.data(), rank_state.c0.bytes());
+  fill(rank_state.combine_send.data(), rank_state.combine_send.bytes());
+  fill(rank_state.out.data(), rank_state.out.bytes());
 }
 
 RankView DeviceLayerCore::view(int rank, char *const *peer_base, Control *control) const {
@@ -74,7 +74,7 @@ RankView DeviceLayerCore::view(int rank, char *const *peer_base, Control *contro
   v.layout = layout;
   v.m = config.tokens;
   v.n = config.hidden;
-  v.kp = config.ffn_per_rank();
+  v.ffn_per_rank = config.ffn_per_rank();
   v.topk = config.topk;
   v.timeout_ns = static_cast<long long>(options.timeout_seconds * 1e9);
   v.control = control;

@@ -41,9 +41,9 @@ struct DeviceLayerCore : moe::Impl::LayerCore {
 
   /// Throws when an earlier forward stopped on a timeout: the flags and windows of the ranks are then out of step.
   void require_usable() const;
-  /// check_control() for rank state \p rs whose symmetric allocation is at \p sym_base; a failure also marks the
-  /// layer unusable.
-  void check_device(RankState &rs, char const *sym_base, std::string const &context);
+  /// check_control() for rank state \p rank_state whose symmetric allocation is at \p sym_base; a failure also marks
+  /// the layer unusable.
+  void check_device(RankState &rank_state, char const *sym_base, std::string const &context);
   /// Runs \p wait (host synchronizations); a TimeoutError marks the layer unusable and is rethrown.
   template <class F> void host_wait(F &&wait) {
     try {
@@ -53,9 +53,9 @@ struct DeviceLayerCore : moe::Impl::LayerCore {
       throw;
     }
   }
-  /// With DeviceDebug::poison_buffers: fills the buffers rank state \p rs's forward writes (its symmetric send rows
-  /// and combine buffer at \p sym_base too) with NaN on its stream (every byte 0xff: NaN in fp32, fp16 and bf16).
-  void poison(RankState &rs, char *sym_base) const;
+  /// With DeviceDebug::poison_buffers: fills the buffers rank state \p rank_state's forward writes (its symmetric send
+  /// rows and combine buffer at \p sym_base too) with NaN on its stream (every byte 0xff: NaN in fp32, fp16 and bf16).
+  void poison(RankState &rank_state, char *sym_base) const;
 
   std::string stopped; ///< the error that stopped the layer (empty: usable)
 };

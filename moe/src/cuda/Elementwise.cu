@@ -45,13 +45,13 @@ __global__ void signal_packed_kernel(RankView const view, std::uint64_t epoch) {
 
 template <class T>
 __global__ void activate_kernel(int activation, bool gated, float const *__restrict__ c, std::int64_t rows,
-                                std::int64_t kp, T *__restrict__ h) {
-  std::int64_t const total = rows * kp, ldc = gated ? 2 * kp : kp;
+                                std::int64_t ffn_per_rank, T *__restrict__ h) {
+  std::int64_t const total = rows * ffn_per_rank, ldc = gated ? 2 * ffn_per_rank : ffn_per_rank;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::int64_t const r = i / kp, j = i % kp;
+    std::int64_t const r = i / ffn_per_rank, j = i % ffn_per_rank;
     float const g = activate_value(activation, c[r * ldc + j]);
-    h[i] = from_float<T>(gated ? g * c[r * ldc + kp + j] : g);
+    h[i] = from_float<T>(gated ? g * c[r * ldc + ffn_per_rank + j] : g);
   }
 }
 
@@ -132,19 +132,20 @@ cudaError_t signal_packed(cudaStream_t stream, RankView const &view, std::uint64
 }
 
 cudaError_t activate(cudaStream_t stream, tessel::DataType dtype, int activation, bool gated, float const *c,
-                     std::int64_t rows, std::int64_t kp, void *h) {
-  if (rows * kp == 0)
+                     std::int64_t rows, std::int64_t ffn_per_rank, void *h) {
+  if (rows * ffn_per_rank == 0)
     return cudaSuccess;
-  unsigned const grid = grid_for(rows * kp);
+  unsigned const grid = grid_for(rows * ffn_per_rank);
   switch (dtype) {
   case tessel::DataType::float16:
-    activate_kernel<<<grid, threads, 0, stream>>>(activation, gated, c, rows, kp, static_cast<__half *>(h));
+    activate_kernel<<<grid, threads, 0, stream>>>(activation, gated, c, rows, ffn_per_rank, static_cast<__half *>(h));
     break;
   case tessel::DataType::bfloat16:
-    activate_kernel<<<grid, threads, 0, stream>>>(activation, gated, c, rows, kp, static_cast<__nv_bfloat16 *>(h));
+    activate_kernel<<<grid, threads, 0, stream>>>(activation, gated, c, rows, ffn_per_rank,
+                                                  static_cast<__nv_bfloat16 *>(h));
     break;
   default:
-    activate_kernel<<<grid, threads, 0, stream>>>(activation, gated, c, rows, kp, static_cast<float *>(h));
+    activate_kernel<<<grid, threads, 0, stream>>>(activation, gated, c, rows, ffn_per_rank, static_cast<float *>(h));
   }
   return cudaGetLastError();
 }

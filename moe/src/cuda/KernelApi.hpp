@@ -114,7 +114,7 @@ struct RankView {
   int rank = 0, world = 1;
   char *const *peer_base = nullptr; ///< device array [world]
   SymmetricLayout layout;
-  std::int64_t m = 0, n = 0, kp = 0; ///< tokens per rank, hidden, K/TP
+  std::int64_t m = 0, n = 0, ffn_per_rank = 0; ///< tokens per rank, hidden, K/TP
   int topk = 1;
   long long timeout_ns = 0; ///< spins give up (and report) after this long
   Control *control = nullptr;
@@ -194,9 +194,10 @@ cudaError_t convert(cudaStream_t stream, tessel::DataType dtype, float const *in
 /// Stores \p epoch into packed_flag[rank] of every rank (release, system scope), after the packing on the stream.
 cudaError_t signal_packed(cudaStream_t stream, RankView const &view, std::uint64_t epoch);
 
-/// h[r, j] = act(c[r, j]) * c[r, kp + j] (gated) or act(c[r, j]), c fp32 [rows, cols0], h in the layer's dtype.
+/// h[r, j] = act(c[r, j]) * c[r, ffn_per_rank + j] (gated) or act(c[r, j]), c fp32 [rows, cols0], h in the layer's
+/// dtype.
 cudaError_t activate(cudaStream_t stream, tessel::DataType dtype, int activation, bool gated, float const *c,
-                     std::int64_t rows, std::int64_t kp, void *h);
+                     std::int64_t rows, std::int64_t ffn_per_rank, void *h);
 
 /// The baselines' top-k reduction: items as in the fused kernel, writing to \p out + (source * M + slot) * N
 /// (local) when \p out is given, else to the source's combine buffer (peer pointer).
@@ -217,12 +218,12 @@ constexpr int waiting_blocks_per_sm = 4;
 // -------------------------------------------------------------------------------------------------------------
 
 /// The expert FFN's activation backward for \p rows rows (one warp per row): with pre = x W0 (fp32 [rows, cols0],
-/// gated: [gate | up]), q = g W1^T ([rows, kp]) and the rows' combine weights \p weight, writes aw = w act(pre)
-/// (gated: times up) [rows, kp], dpre = dL/d pre [rows, cols0] for dL/dh = w q, and dw[i] = q_i . h_i (dL/d w_i;
-/// this rank's K-shard: a partial sum when TP > 1). The host path's activation_backward (Kernels.cpp).
+/// gated: [gate | up]), q = g W1^T ([rows, ffn_per_rank]) and the rows' combine weights \p weight, writes aw = w
+/// act(pre) (gated: times up) [rows, ffn_per_rank], dpre = dL/d pre [rows, cols0] for dL/dh = w q, and dw[i] = q_i .
+/// h_i (dL/d w_i; this rank's K-shard: a partial sum when TP > 1). The host path's activation_backward (Kernels.cpp).
 cudaError_t activation_backward(cudaStream_t stream, int activation, bool gated, float const *pre, float const *q,
-                                float const *weight, std::int64_t rows, std::int64_t kp, float *aw, float *dpre,
-                                float *dw);
+                                float const *weight, std::int64_t rows, std::int64_t ffn_per_rank, float *aw,
+                                float *dpre, float *dw);
 
 /// The backward's sum per slot: for each item, out[(source * M + slot) * N + col] = sum of the slot's rows of
 /// \p dx (through the source's slot table, in its order) with weight 1 (the combine weight is already in dx).

@@ -23,25 +23,25 @@ struct GemmLayer {
   char *weights = nullptr, *in = nullptr;
   float *out = nullptr;
   std::int64_t in_cols = 0, out_cols = 0;
-  std::size_t es = 0;
-  void *weight(int e) const { return weights + static_cast<std::size_t>(e * in_cols * out_cols) * es; }
-  void *input(std::int64_t row) const { return in + static_cast<std::size_t>(row * in_cols) * es; }
+  std::size_t element_size = 0;
+  void *weight(int e) const { return weights + static_cast<std::size_t>(e * in_cols * out_cols) * element_size; }
+  void *input(std::int64_t row) const { return in + static_cast<std::size_t>(row * in_cols) * element_size; }
   void *output(std::int64_t row) const { return out + row * out_cols; }
 };
 
-GemmLayer gemm_layer(RankState const &rs, MoeConfig const &config, int layer) {
+GemmLayer gemm_layer(RankState const &rank_state, MoeConfig const &config, int layer) {
   GemmLayer g;
-  g.es = size_of(config.dtype);
+  g.element_size = size_of(config.dtype);
   if (layer == 0) {
-    g.weights = rs.w0.data();
-    g.in = rs.x_recv.data();
-    g.out = rs.c0.data();
+    g.weights = rank_state.w0.data();
+    g.in = rank_state.x_recv.data();
+    g.out = rank_state.c0.data();
     g.in_cols = config.hidden;
     g.out_cols = config.gemm0_cols();
   } else {
-    g.weights = rs.w1.data();
-    g.in = rs.h.data();
-    g.out = rs.y.data();
+    g.weights = rank_state.w1.data();
+    g.in = rank_state.h.data();
+    g.out = rank_state.y.data();
     g.in_cols = config.ffn_per_rank();
     g.out_cols = config.hidden;
   }
@@ -52,7 +52,7 @@ GemmLayer gemm_layer(RankState const &rs, MoeConfig const &config, int layer) {
 
 SymmetricLayout symmetric_layout(MoeConfig const &config) {
   std::int64_t const m = config.tokens, n = config.hidden, topk = config.topk;
-  std::size_t const es = size_of(config.dtype), world = static_cast<std::size_t>(config.world());
+  std::size_t const element_size = size_of(config.dtype), world = static_cast<std::size_t>(config.world());
   SymmetricLayout layout;
   std::size_t off = 0;
   auto take = [&](std::size_t bytes) {
@@ -60,7 +60,7 @@ SymmetricLayout symmetric_layout(MoeConfig const &config) {
     off = align_up(off + std::max<std::size_t>(bytes, 1));
     return at;
   };
-  layout.send_rows = take(static_cast<std::size_t>(m * topk * n) * es);
+  layout.send_rows = take(static_cast<std::size_t>(m * topk * n) * element_size);
   layout.slot_rows = take(static_cast<std::size_t>(m * topk * topk) * sizeof(std::int32_t));
   layout.slot_weight = take(static_cast<std::size_t>(m * topk * topk) * sizeof(float));
   layout.combine = take(world * static_cast<std::size_t>(m * n) * sizeof(float));
@@ -71,62 +71,63 @@ SymmetricLayout symmetric_layout(MoeConfig const &config) {
   return layout;
 }
 
-void load_weights(RankState &rs, MoeConfig const &config, int rank, ExpertWeights const &w, Timeout timeout) {
-  std::int64_t const n = config.hidden, cols0 = config.gemm0_cols(), kp = config.ffn_per_rank();
-  auto const eg = static_cast<std::size_t>(config.experts_per_group());
-  std::size_t const es = size_of(config.dtype);
-  TESSEL_REQUIRE(w.w0.extent(0) == eg && w.w0.extent(1) == static_cast<std::size_t>(n) &&
+void load_weights(RankState &rank_state, MoeConfig const &config, int rank, ExpertWeights const &w, Timeout timeout) {
+  std::int64_t const n = config.hidden, cols0 = config.gemm0_cols(), ffn_per_rank = config.ffn_per_rank();
+  auto const local_experts = static_cast<std::size_t>(config.experts_per_group());
+  std::size_t const element_size = size_of(config.dtype);
+  TESSEL_REQUIRE(w.w0.extent(0) == local_experts && w.w0.extent(1) == static_cast<std::size_t>(n) &&
                      w.w0.extent(2) == static_cast<std::size_t>(cols0),
                  "tessel::moe::cuda: rank ", rank, "'s w0 is ", w.w0.extent(0), " x ", w.w0.extent(1), " x ",
-                 w.w0.extent(2), ", expected E/EP x N x gemm0_cols = ", eg, " x ", n, " x ", cols0);
-  TESSEL_REQUIRE(w.w1.extent(0) == eg && w.w1.extent(1) == static_cast<std::size_t>(kp) &&
+                 w.w0.extent(2), ", expected E/EP x N x gemm0_cols = ", local_experts, " x ", n, " x ", cols0);
+  TESSEL_REQUIRE(w.w1.extent(0) == local_experts && w.w1.extent(1) == static_cast<std::size_t>(ffn_per_rank) &&
                      w.w1.extent(2) == static_cast<std::size_t>(n),
                  "tessel::moe::cuda: rank ", rank, "'s w1 is ", w.w1.extent(0), " x ", w.w1.extent(1), " x ",
-                 w.w1.extent(2), ", expected E/EP x K/TP x N = ", eg, " x ", kp, " x ", n);
-  std::size_t const n0 = eg * static_cast<std::size_t>(n * cols0), n1 = eg * static_cast<std::size_t>(kp * n);
-  rs.w0 = DeviceBuffer<char>(n0 * es, "Tessel::moe::cuda::w0");
-  rs.w1 = DeviceBuffer<char>(n1 * es, "Tessel::moe::cuda::w1");
+                 w.w1.extent(2), ", expected E/EP x K/TP x N = ", local_experts, " x ", ffn_per_rank, " x ", n);
+  std::size_t const n0 = local_experts * static_cast<std::size_t>(n * cols0),
+                    n1 = local_experts * static_cast<std::size_t>(ffn_per_rank * n);
+  rank_state.w0 = DeviceBuffer<char>(n0 * element_size, "Tessel::moe::cuda::w0");
+  rank_state.w1 = DeviceBuffer<char>(n1 * element_size, "Tessel::moe::cuda::w1");
   DeviceBuffer<float> stage(std::max(n0, n1), "Tessel::moe::cuda::weight_stage");
-  stage.copy_from_host(w.w0.data(), n0, rs.stream.get());
-  TESSEL_CUDA_CHECK(convert(rs.stream.get(), config.dtype, stage.data(), n0, rs.w0.data()));
-  rs.stream.synchronize(timeout);
-  stage.copy_from_host(w.w1.data(), n1, rs.stream.get());
-  TESSEL_CUDA_CHECK(convert(rs.stream.get(), config.dtype, stage.data(), n1, rs.w1.data()));
-  rs.stream.synchronize(timeout);
+  stage.copy_from_host(w.w0.data(), n0, rank_state.stream.get());
+  TESSEL_CUDA_CHECK(convert(rank_state.stream.get(), config.dtype, stage.data(), n0, rank_state.w0.data()));
+  rank_state.stream.synchronize(timeout);
+  stage.copy_from_host(w.w1.data(), n1, rank_state.stream.get());
+  TESSEL_CUDA_CHECK(convert(rank_state.stream.get(), config.dtype, stage.data(), n1, rank_state.w1.data()));
+  rank_state.stream.synchronize(timeout);
 }
 
-void ensure_compute(RankState &rs, MoeConfig const &config, std::int64_t rows, bool c0) {
-  std::int64_t const n = config.hidden, kp = config.ffn_per_rank(), cols0 = config.gemm0_cols();
-  std::size_t const es = size_of(config.dtype);
-  ensure(rs.x_recv, static_cast<std::size_t>(rows * n) * es, "Tessel::moe::cuda::x_recv");
-  ensure(rs.h, static_cast<std::size_t>(rows * kp) * es, "Tessel::moe::cuda::h");
-  ensure(rs.y, static_cast<std::size_t>(rows * n), "Tessel::moe::cuda::y");
+void ensure_compute(RankState &rank_state, MoeConfig const &config, std::int64_t rows, bool c0) {
+  std::int64_t const n = config.hidden, ffn_per_rank = config.ffn_per_rank(), cols0 = config.gemm0_cols();
+  std::size_t const element_size = size_of(config.dtype);
+  ensure(rank_state.x_recv, static_cast<std::size_t>(rows * n) * element_size, "Tessel::moe::cuda::x_recv");
+  ensure(rank_state.h, static_cast<std::size_t>(rows * ffn_per_rank) * element_size, "Tessel::moe::cuda::h");
+  ensure(rank_state.y, static_cast<std::size_t>(rows * n), "Tessel::moe::cuda::y");
   if (c0)
-    ensure(rs.c0, static_cast<std::size_t>(rows * cols0), "Tessel::moe::cuda::c0");
+    ensure(rank_state.c0, static_cast<std::size_t>(rows * cols0), "Tessel::moe::cuda::c0");
 }
 
-void upload_work(RankState &rs, MoeConfig const &config, RankWork const &w, bool comet) {
-  cudaStream_t const s = rs.stream.get();
+void upload_work(RankState &rank_state, MoeConfig const &config, RankWork const &w, bool comet) {
+  cudaStream_t const s = rank_state.stream.get();
   if (comet) {
-    upload(rs.messages, w.messages, "Tessel::moe::cuda::messages", s);
-    upload(rs.items0, w.items0, "Tessel::moe::cuda::items0", s);
-    upload(rs.items1, w.items1, "Tessel::moe::cuda::items1", s);
-    upload(rs.reduces, w.reduces, "Tessel::moe::cuda::reduces", s);
-    upload(rs.split_tiles, w.split_tiles, "Tessel::moe::cuda::split_tiles", s);
+    upload(rank_state.messages, w.messages, "Tessel::moe::cuda::messages", s);
+    upload(rank_state.items0, w.items0, "Tessel::moe::cuda::items0", s);
+    upload(rank_state.items1, w.items1, "Tessel::moe::cuda::items1", s);
+    upload(rank_state.reduces, w.reduces, "Tessel::moe::cuda::reduces", s);
+    upload(rank_state.split_tiles, w.split_tiles, "Tessel::moe::cuda::split_tiles", s);
   } else {
     std::vector<ReduceItem> all;
     for (auto const &c : w.chunk_reduces)
       all.insert(all.end(), c.begin(), c.end());
-    upload(rs.chunk_reduces, all, "Tessel::moe::cuda::reduces", s);
+    upload(rank_state.chunk_reduces, all, "Tessel::moe::cuda::reduces", s);
     // cublasGemmGroupedBatchedEx reads the matrix pointers from device memory (the shapes and scalars from host
     // arrays): all of one forward's are uploaded here, ahead of the timed region, in the order chunk_ffn passes
     // them (per chunk: GEMM0's weights, inputs, outputs, then GEMM1's).
     std::vector<void *> ptrs;
-    rs.gemm_ptr_base.clear();
+    rank_state.gemm_ptr_base.clear();
     if (grouped_gemms(config.dtype))
       for (auto const &g : w.gemms) {
-        rs.gemm_ptr_base.push_back(ptrs.size());
-        for (auto const &layer : {gemm_layer(rs, config, 0), gemm_layer(rs, config, 1)}) {
+        rank_state.gemm_ptr_base.push_back(ptrs.size());
+        for (auto const &layer : {gemm_layer(rank_state, config, 0), gemm_layer(rank_state, config, 1)}) {
           for (auto const &p : g.problems)
             ptrs.push_back(layer.weight(p.expert));
           for (auto const &p : g.problems)
@@ -135,7 +136,7 @@ void upload_work(RankState &rs, MoeConfig const &config, RankWork const &w, bool
             ptrs.push_back(layer.output(p.row));
         }
       }
-    upload(rs.gemm_ptrs, ptrs, "Tessel::moe::cuda::gemm_pointers", s);
+    upload(rank_state.gemm_ptrs, ptrs, "Tessel::moe::cuda::gemm_pointers", s);
     // `all` and `ptrs` die here: the copies must have left them.
     TESSEL_CUDA_CHECK(cudaStreamSynchronize(s));
   }
@@ -157,7 +158,8 @@ namespace {
 
 // One GEMM problem batch of a chunk, through cuBLAS: grouped (device pointer arrays at \p ptrs: weights, inputs,
 // outputs of the chunk's problems) or one cublasGemmEx per problem (\p ptrs null).
-void run_gemms(RankState &rs, MoeConfig const &config, ChunkGemms const &g, GemmLayer const &layer, void *const *ptrs) {
+void run_gemms(RankState &rank_state, MoeConfig const &config, ChunkGemms const &g, GemmLayer const &layer,
+               void *const *ptrs) {
   cudaDataType_t const t = cuda_type(config.dtype);
   // Row-major C = A W is column-major C^T = W^T A^T: m = output columns, n = rows, k = input columns.
   int const m = static_cast<int>(layer.out_cols), k = static_cast<int>(layer.in_cols);
@@ -170,7 +172,7 @@ void run_gemms(RankState &rs, MoeConfig const &config, ChunkGemms const &g, Gemm
     for (std::size_t i = 0; i < groups; ++i)
       ns[i] = static_cast<int>(g.group_rows[i]);
     std::vector<float> const alpha(groups, 1.0f), beta(groups, 0.0f);
-    TESSEL_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(rs.cublas.get(), op.data(), op.data(), ms.data(), ns.data(),
+    TESSEL_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(rank_state.cublas.get(), op.data(), op.data(), ms.data(), ns.data(),
                                                    ks.data(), alpha.data(), ptrs, t, ms.data(), ptrs + problems, t,
                                                    ks.data(), beta.data(), ptrs + 2 * problems, CUDA_R_32F, ms.data(),
                                                    static_cast<int>(groups), g.group_size.data(), CUBLAS_COMPUTE_32F));
@@ -179,48 +181,50 @@ void run_gemms(RankState &rs, MoeConfig const &config, ChunkGemms const &g, Gemm
   }
   float const one = 1.0f, zero = 0.0f;
   for (auto const &p : g.problems)
-    TESSEL_CUBLAS_CHECK(cublasGemmEx(rs.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, m, static_cast<int>(p.rows), k, &one,
-                                     layer.weight(p.expert), t, m, layer.input(p.row), t, k, &zero, layer.output(p.row),
-                                     CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TESSEL_CUBLAS_CHECK(cublasGemmEx(rank_state.cublas.get(), CUBLAS_OP_N, CUBLAS_OP_N, m, static_cast<int>(p.rows), k,
+                                     &one, layer.weight(p.expert), t, m, layer.input(p.row), t, k, &zero,
+                                     layer.output(p.row), CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 } // namespace
 
-void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch) {
+void chunk_ffn(RankState &rank_state, MoeConfig const &config, RankWork const &w, int ch) {
   auto const &g = w.gemms[static_cast<std::size_t>(ch)];
   if (g.problems.empty())
     return;
   void *const *ptrs = nullptr;
   if (grouped_gemms(config.dtype)) {
-    TESSEL_REQUIRE(static_cast<std::size_t>(ch) < rs.gemm_ptr_base.size(),
+    TESSEL_REQUIRE(static_cast<std::size_t>(ch) < rank_state.gemm_ptr_base.size(),
                    "internal: tessel::moe::cuda: the GEMM pointers of chunk ", ch, " were not uploaded");
-    ptrs = rs.gemm_ptrs.data() + rs.gemm_ptr_base[static_cast<std::size_t>(ch)];
+    ptrs = rank_state.gemm_ptrs.data() + rank_state.gemm_ptr_base[static_cast<std::size_t>(ch)];
   }
-  run_gemms(rs, config, g, gemm_layer(rs, config, 0), ptrs);
-  std::int64_t const kp = config.ffn_per_rank(), cols0 = config.gemm0_cols();
-  std::size_t const es = size_of(config.dtype);
+  run_gemms(rank_state, config, g, gemm_layer(rank_state, config, 0), ptrs);
+  std::int64_t const ffn_per_rank = config.ffn_per_rank(), cols0 = config.gemm0_cols();
+  std::size_t const element_size = size_of(config.dtype);
   for (std::size_t src = 0; src < w.blocks.size(); ++src) {
     auto const &b = w.blocks[src][static_cast<std::size_t>(ch)];
     std::int64_t const row = w.row[src][static_cast<std::size_t>(ch)];
     if (b.rows > 0)
-      TESSEL_CUDA_CHECK(activate(rs.stream.get(), config.dtype, static_cast<int>(config.activation), config.gated,
-                                 rs.c0.data() + row * cols0, b.rows, kp,
-                                 rs.h.data() + static_cast<std::size_t>(row * kp) * es));
+      TESSEL_CUDA_CHECK(activate(rank_state.stream.get(), config.dtype, static_cast<int>(config.activation),
+                                 config.gated, rank_state.c0.data() + row * cols0, b.rows, ffn_per_rank,
+                                 rank_state.h.data() + static_cast<std::size_t>(row * ffn_per_rank) * element_size));
   }
-  run_gemms(rs, config, g, gemm_layer(rs, config, 1), ptrs == nullptr ? nullptr : ptrs + 3 * g.problems.size());
+  run_gemms(rank_state, config, g, gemm_layer(rank_state, config, 1),
+            ptrs == nullptr ? nullptr : ptrs + 3 * g.problems.size());
 }
 
-void pipelined_compute(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view, int chunks) {
-  cudaStream_t const s = rs.stream.get();
+void pipelined_compute(RankState &rank_state, MoeConfig const &config, RankWork const &w, RankView const &view,
+                       int chunks) {
+  cudaStream_t const s = rank_state.stream.get();
   std::size_t offset = 0;
   for (int ch = 0; ch < chunks; ++ch) {
-    rs.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
-    chunk_ffn(rs, config, w, ch);
+    rank_state.chunk_in[static_cast<std::size_t>(ch)].wait_on(s);
+    chunk_ffn(rank_state, config, w, ch);
     auto const count = w.chunk_reduces[static_cast<std::size_t>(ch)].size();
-    TESSEL_CUDA_CHECK(topk_reduce(s, view, rs.y.data(), static_cast<int>(count), rs.chunk_reduces.data() + offset,
-                                  rs.combine_send.data()));
+    TESSEL_CUDA_CHECK(topk_reduce(s, view, rank_state.y.data(), static_cast<int>(count),
+                                  rank_state.chunk_reduces.data() + offset, rank_state.combine_send.data()));
     offset += count;
-    rs.chunk_out[static_cast<std::size_t>(ch)].record(s);
+    rank_state.chunk_out[static_cast<std::size_t>(ch)].record(s);
   }
 }
 
@@ -253,14 +257,14 @@ CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int shar
   return g;
 }
 
-std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view,
-                                 CometGrid const &grid, int n_splits, std::uint64_t epoch) {
-  cudaStream_t const s = rs.stream.get();
+std::pair<int, int> launch_comet(RankState &rank_state, MoeConfig const &config, RankWork const &w,
+                                 RankView const &view, CometGrid const &grid, int n_splits, std::uint64_t epoch) {
+  cudaStream_t const s = rank_state.stream.get();
   int const messages = static_cast<int>(w.messages.size());
-  ensure(rs.ready, static_cast<std::size_t>(messages + n_splits), "Tessel::moe::cuda::ready");
-  TESSEL_CUDA_CHECK(cudaMemsetAsync(rs.control.data(), 0, sizeof(Control), s));
+  ensure(rank_state.ready, static_cast<std::size_t>(messages + n_splits), "Tessel::moe::cuda::ready");
+  TESSEL_CUDA_CHECK(cudaMemsetAsync(rank_state.control.data(), 0, sizeof(Control), s));
   TESSEL_CUDA_CHECK(
-      cudaMemsetAsync(rs.ready.data(), 0, static_cast<std::size_t>(messages + n_splits) * sizeof(int), s));
+      cudaMemsetAsync(rank_state.ready.data(), 0, static_cast<std::size_t>(messages + n_splits) * sizeof(int), s));
 
   Layer0Args a0;
   a0.view = view;
@@ -269,14 +273,14 @@ std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWor
   a0.gated = config.gated;
   a0.epoch = epoch;
   a0.messages = messages;
-  a0.message = rs.messages.data();
-  a0.message_ready = rs.ready.data();
+  a0.message = rank_state.messages.data();
+  a0.message_ready = rank_state.ready.data();
   a0.items = static_cast<int>(w.items0.size());
-  a0.item = rs.items0.data();
-  a0.x_recv = rs.x_recv.data();
-  a0.w0 = rs.w0.data();
+  a0.item = rank_state.items0.data();
+  a0.x_recv = rank_state.x_recv.data();
+  a0.w0 = rank_state.w0.data();
   a0.cols0 = config.gemm0_cols();
-  a0.h = rs.h.data();
+  a0.h = rank_state.h.data();
   a0.comm_blocks = std::clamp(std::min(grid.comm_blocks, messages), 1, grid.cap0 - 1);
   int const grid0 = a0.comm_blocks + std::clamp(a0.items, 1, grid.cap0 - a0.comm_blocks);
   TESSEL_CUDA_CHECK(comet_layer0(s, a0, grid0));
@@ -285,15 +289,15 @@ std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWor
   a1.view = view;
   a1.dtype = config.dtype;
   a1.items = static_cast<int>(w.items1.size());
-  a1.item = rs.items1.data();
-  a1.h = rs.h.data();
-  a1.w1 = rs.w1.data();
-  a1.y = rs.y.data();
+  a1.item = rank_state.items1.data();
+  a1.h = rank_state.h.data();
+  a1.w1 = rank_state.w1.data();
+  a1.y = rank_state.y.data();
   a1.splits = n_splits;
-  a1.split_tiles = rs.split_tiles.data();
-  a1.split_done = rs.ready.data() + messages;
+  a1.split_tiles = rank_state.split_tiles.data();
+  a1.split_done = rank_state.ready.data() + messages;
   a1.reduces = static_cast<int>(w.reduces.size());
-  a1.reduce = rs.reduces.data();
+  a1.reduce = rank_state.reduces.data();
   a1.comm_blocks = grid.comm_blocks;
   int const grid1 = grid.comm_blocks + std::clamp(a1.items, 1, grid.cap1 - grid.comm_blocks);
   TESSEL_CUDA_CHECK(comet_layer1(s, a1, grid1));
@@ -334,13 +338,13 @@ std::string device_failure(std::uint64_t word, int error, int error_arg, double 
                               " s; every rank's kernels stopped");
 }
 
-void check_control(RankState &rs, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
+void check_control(RankState &rank_state, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
                    std::string const &context, double timeout_seconds) {
   Control control;
   std::uint64_t word = 0;
-  rs.control.copy_to_host(&control, 1, rs.stream.get());
-  tessel::cuda::Impl::copy(&word, sym_base + layout.abort, sizeof(word), rs.stream.get());
-  rs.stream.synchronize(timeout);
+  rank_state.control.copy_to_host(&control, 1, rank_state.stream.get());
+  tessel::cuda::Impl::copy(&word, sym_base + layout.abort, sizeof(word), rank_state.stream.get());
+  rank_state.stream.synchronize(timeout);
   if (word == 0 && control.error == no_error)
     return;
   int peer = -1;

@@ -67,14 +67,15 @@ struct RankState {
 };
 
 /// Checks the shapes of rank \p rank's weights and uploads them in the device precision (synchronizes the stream).
-void load_weights(RankState &rs, MoeConfig const &config, int rank, ExpertWeights const &weights, Timeout timeout);
+void load_weights(RankState &rank_state, MoeConfig const &config, int rank, ExpertWeights const &weights,
+                  Timeout timeout);
 
 /// Sizes x_recv, h, y (and c0 for the baselines) for \p rows rows.
-void ensure_compute(RankState &rs, MoeConfig const &config, std::int64_t rows, bool c0);
+void ensure_compute(RankState &rank_state, MoeConfig const &config, std::int64_t rows, bool c0);
 
 /// Uploads the work lists of one forward (comet's or the baselines'; for the baselines with grouped GEMMs, the GEMM
 /// pointer arrays into the buffers ensure_compute sized: call it first).
-void upload_work(RankState &rs, MoeConfig const &config, RankWork const &w, bool comet);
+void upload_work(RankState &rank_state, MoeConfig const &config, RankWork const &w, bool comet);
 
 /// True when the baselines' expert GEMMs in \p dtype run as one cublasGemmGroupedBatchedEx per GEMM layer and
 /// chunk; false: one cublasGemmEx per (source, expert) problem.
@@ -82,12 +83,13 @@ bool grouped_gemms(DataType dtype);
 
 /// The baselines' expert FFN of token chunk \p ch (every source's block): GEMM0 over the chunk's (source, expert)
 /// problems (inputs in the device precision, fp32 accumulation and output), activation per block, GEMM1 likewise.
-void chunk_ffn(RankState &rs, MoeConfig const &config, RankWork const &w, int ch);
+void chunk_ffn(RankState &rank_state, MoeConfig const &config, RankWork const &w, int ch);
 
 /// The compute side of the pipelined schedule on one rank's stream: per token chunk, once its rows have landed
 /// (chunk_in recorded on the communication stream), chunk_ffn and the top-k reduce into the combine buffer, then
 /// chunk_out for the chunk's combine.
-void pipelined_compute(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view, int chunks);
+void pipelined_compute(RankState &rank_state, MoeConfig const &config, RankWork const &w, RankView const &view,
+                       int chunks);
 
 /// Communication blocks and block budgets of the fused kernels when \p sharing ranks share the device.
 struct CometGrid {
@@ -96,8 +98,8 @@ struct CometGrid {
 CometGrid comet_grid(MoeConfig const &config, CometParams const &comet, int sharing);
 
 /// Enqueues comet's fused kernels of one rank (control words zeroed first); returns the grids {layer0, layer1}.
-std::pair<int, int> launch_comet(RankState &rs, MoeConfig const &config, RankWork const &w, RankView const &view,
-                                 CometGrid const &grid, int n_splits, std::uint64_t epoch);
+std::pair<int, int> launch_comet(RankState &rank_state, MoeConfig const &config, RankWork const &w,
+                                 RankView const &view, CometGrid const &grid, int n_splits, std::uint64_t epoch);
 
 /// Final-sum blocks of a rank that shares the device with \p sharing - 1 others (waiting_blocks_per_sm per SM, split).
 int waiting_blocks(int sharing);
@@ -110,7 +112,7 @@ std::string device_failure(std::uint64_t word, int error, int error_arg, double 
 /// Throws TimeoutError when a device wait of the last forward gave up, on this rank (its control word) or on any
 /// rank (the abort word in this rank's symmetric allocation at \p sym_base): the message names the rank whose wait
 /// failed and what it waited for, the same on every rank.
-void check_control(RankState &rs, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
+void check_control(RankState &rank_state, char const *sym_base, SymmetricLayout const &layout, Timeout timeout,
                    std::string const &context, double timeout_seconds);
 
 } // namespace tessel::moe::cuda::Impl

@@ -59,8 +59,8 @@ std::int64_t RankDriver::prepare_forward(std::vector<DispatchPlan> const &plans,
                                          Schedule schedule, int chunks) {
   auto const &config = _core.config;
   std::int64_t const m = config.tokens, n = config.hidden;
-  auto &rs = _state;
-  cudaStream_t const stream = rs.stream.get();
+  auto &rank_state = _state;
+  cudaStream_t const stream = rank_state.stream.get();
   bool const comet = schedule == Schedule::comet;
   _schedule = schedule;
   _chunks = chunks;
@@ -86,17 +86,17 @@ std::int64_t RankDriver::prepare_forward(std::vector<DispatchPlan> const &plans,
   if (comet)
     planner.comet_work(_rank, _work);
   else
-    ensure(rs.combine_send, z(_core.world) * z(m * n), "Tessel::moe::cuda::combine_send");
-  ensure_compute(rs, config, _work.rows, !comet);
-  upload(rs.row_token, _plan->row_token, "Tessel::moe::cuda::row_token", stream);
-  upload(rs.token_slot, _plan->token_slot, "Tessel::moe::cuda::token_slot", stream);
-  ensure(rs.tokens, z(m * n), "Tessel::moe::cuda::tokens");
-  rs.tokens.copy_from_host(tokens.data(), z(m * n), stream);
-  ensure(rs.out, z(m * n), "Tessel::moe::cuda::out");
-  upload_work(rs, config, _work, comet);
-  _core.poison(rs, _transport->local());
+    ensure(rank_state.combine_send, z(_core.world) * z(m * n), "Tessel::moe::cuda::combine_send");
+  ensure_compute(rank_state, config, _work.rows, !comet);
+  upload(rank_state.row_token, _plan->row_token, "Tessel::moe::cuda::row_token", stream);
+  upload(rank_state.token_slot, _plan->token_slot, "Tessel::moe::cuda::token_slot", stream);
+  ensure(rank_state.tokens, z(m * n), "Tessel::moe::cuda::tokens");
+  rank_state.tokens.copy_from_host(tokens.data(), z(m * n), stream);
+  ensure(rank_state.out, z(m * n), "Tessel::moe::cuda::out");
+  upload_work(rank_state, config, _work, comet);
+  _core.poison(rank_state, _transport->local());
   // The host vectors die at the end of this function: the copies must be done by then.
-  rs.stream.synchronize(_core.timeout());
+  rank_state.stream.synchronize(_core.timeout());
   return _work.rows;
 }
 
@@ -109,46 +109,46 @@ void RankDriver::pack() {
 }
 
 std::pair<int, int> RankDriver::run_forward(Schedule schedule, CometGrid const &grid) {
-  auto &rs = _state;
+  auto &rank_state = _state;
   auto const &config = _core.config;
-  cudaStream_t const stream = rs.stream.get(), q = rs.comm.get();
+  cudaStream_t const stream = rank_state.stream.get(), q = rank_state.comm.get();
   switch (schedule) {
   case Schedule::sequential:
     // dispatch -> GEMM0 -> activation -> GEMM1 -> top-k reduce -> combine.
     _transport->wait_packed(stream);
     _transport->dispatch(_work, 0, stream);
-    chunk_ffn(rs, config, _work, 0);
-    TESSEL_CUDA_CHECK(topk_reduce(stream, view(), rs.y.data(), static_cast<int>(_work.chunk_reduces[0].size()),
-                                  rs.chunk_reduces.data(), rs.combine_send.data()));
+    chunk_ffn(rank_state, config, _work, 0);
+    TESSEL_CUDA_CHECK(topk_reduce(stream, view(), rank_state.y.data(), static_cast<int>(_work.chunk_reduces[0].size()),
+                                  rank_state.chunk_reduces.data(), rank_state.combine_send.data()));
     _transport->combine(_work, 0, stream);
-    rs.combined.record(stream);
+    rank_state.combined.record(stream);
     return {0, 0};
   case Schedule::pipelined:
     // The communication stream moves chunk c + 1's rows while the compute stream runs chunk c; each chunk's
     // combine leaves as soon as it is reduced (Tutel's order: all dispatches first, then the combines).
-    if (static_cast<int>(rs.chunk_in.size()) < _chunks) {
-      rs.chunk_in.resize(z(_chunks));
-      rs.chunk_out.resize(z(_chunks));
+    if (static_cast<int>(rank_state.chunk_in.size()) < _chunks) {
+      rank_state.chunk_in.resize(z(_chunks));
+      rank_state.chunk_out.resize(z(_chunks));
     }
     _transport->wait_packed(q);
     for (int ch = 0; ch < _chunks; ++ch) {
       _transport->dispatch(_work, ch, q);
-      rs.chunk_in[z(ch)].record(q);
+      rank_state.chunk_in[z(ch)].record(q);
     }
-    pipelined_compute(rs, config, _work, view(), _chunks);
+    pipelined_compute(rank_state, config, _work, view(), _chunks);
     for (int ch = 0; ch < _chunks; ++ch) {
-      rs.chunk_out[z(ch)].wait_on(q);
+      rank_state.chunk_out[z(ch)].wait_on(q);
       _transport->combine(_work, ch, q);
     }
-    rs.combined.record(q);
+    rank_state.combined.record(q);
     return {0, 0};
   case Schedule::comet: {
     // Fused layer0 (pull + grouped GEMM + activation) and layer1 (N-split GEMM + top-k reduce + stores to the
     // owners). Ranks sharing a GPU start after every source has packed (stream order), so that no block spins on a
     // kernel that may not be resident; across GPUs the packed flags alone order them.
     _transport->wait_packed(stream);
-    auto const grids = launch_comet(rs, config, _work, view(), grid, _core.comet.n_splits, _core.epoch);
-    rs.combined.record(stream);
+    auto const grids = launch_comet(rank_state, config, _work, view(), grid, _core.comet.n_splits, _core.epoch);
+    rank_state.combined.record(stream);
     return grids;
   }
   }

@@ -277,9 +277,8 @@ DispatchPlan plan_from_summary(MoeConfig const &config, int chunks, std::int64_t
   return plan;
 }
 
-void WorkPlanner::comet_work(int d, RankWork &w) const {
+OverlapPlan WorkPlanner::comet_plan(int d) const {
   int const g = _config.group_of_rank(d);
-  std::int64_t const kp = _config.ffn_per_rank();
   PlanShape shape;
   shape.rank = d;
   shape.world = _world;
@@ -293,36 +292,42 @@ void WorkPlanner::comet_work(int d, RankWork &w) const {
   shape.tile_m = _comet.tile_m;
   shape.n_splits = _comet.n_splits;
   shape.policy = _comet.policy;
-  OverlapPlan const plan = OverlapPlan::build(shape);
-  auto const &tiles = plan.tiles();
+  return OverlapPlan::build(shape);
+}
 
+std::vector<std::vector<int>> WorkPlanner::comet_messages(OverlapPlan const &plan, RankWork &w) const {
   // Messages in the order the plan expects them to land: sources in source_order(), each in message order.
   std::vector<std::vector<int>> message_id(static_cast<std::size_t>(_world));
   for (int s : plan.source_order()) {
     auto &ids = message_id[static_cast<std::size_t>(s)];
-    auto const &b = w.blocks[static_cast<std::size_t>(s)][0];
+    auto const &block = w.blocks[static_cast<std::size_t>(s)][0];
     for (int k = 0; k < plan.messages_from(s); ++k) {
-      auto const &t = tiles[static_cast<std::size_t>(plan.tile_of_message(s, k))];
+      auto const &t = plan.tiles()[static_cast<std::size_t>(plan.tile_of_message(s, k))];
       auto const offset = plan.row_offset(s, 0, t.expert) + t.row_begin;
       Message msg;
       msg.source = s;
       msg.rows = static_cast<int>(t.row_end - t.row_begin);
-      msg.src_row = b.send_row + offset;
+      msg.src_row = block.send_row + offset;
       msg.dst_row = w.row[static_cast<std::size_t>(s)][0] + offset;
       ids.push_back(static_cast<int>(w.messages.size()));
       w.messages.push_back(msg);
     }
   }
+  return message_id;
+}
+
+std::vector<std::int64_t> WorkPlanner::comet_items(int d, OverlapPlan const &plan,
+                                                   std::vector<std::vector<int>> const &message_id, RankWork &w) const {
+  std::int64_t const ffn_shard = _config.ffn_per_rank();
   auto const &own = w.blocks[static_cast<std::size_t>(d)][0];
-  std::vector<std::int64_t> const &cols = plan.split_cols();
   w.split_tiles.assign(static_cast<std::size_t>(_comet.n_splits), 0);
   std::vector<std::int64_t> split_last(static_cast<std::size_t>(_comet.n_splits), -1);
-  for (auto const &t : tiles) {
+  for (auto const &t : plan.tiles()) {
     std::int64_t const base = w.row[static_cast<std::size_t>(t.source)][0] + plan.row_offset(t.source, 0, t.expert);
     if (t.kind == PlanTile::Kind::layer0) {
       bool const local = t.source == d;
       for (std::int64_t r0 = t.row_begin; r0 < t.row_end; r0 += item_rows)
-        for (std::int64_t c0 = 0; c0 < kp; c0 += item_cols) {
+        for (std::int64_t c0 = 0; c0 < ffn_shard; c0 += item_cols) {
           Layer0Item it;
           it.h_row = base + r0;
           it.a_row = local ? own.send_row + plan.row_offset(d, 0, t.expert) + r0 : base + r0;
@@ -332,29 +337,35 @@ void WorkPlanner::comet_work(int d, RankWork &w) const {
           it.message = local ? -1 : message_id[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.message)];
           w.items0.push_back(it);
         }
-    } else {
-      std::int64_t const rows = shape.rows[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.expert)];
-      for (std::int64_t r0 = 0; r0 < rows; r0 += item_rows)
-        for (std::int64_t c0 = t.col_begin; c0 < t.col_end; c0 += item_cols) {
-          Layer1Item it;
-          it.row = base + r0;
-          it.rows = static_cast<int>(std::min<std::int64_t>(item_rows, rows - r0));
-          it.expert = t.expert;
-          it.col0 = static_cast<int>(c0);
-          it.cols = static_cast<int>(std::min<std::int64_t>(item_cols, t.col_end - c0));
-          it.split = t.split;
-          ++w.split_tiles[static_cast<std::size_t>(t.split)];
-          split_last[static_cast<std::size_t>(t.split)] = static_cast<std::int64_t>(w.items1.size());
-          w.items1.push_back(it);
-        }
+      continue;
     }
+    std::int64_t const rows = plan.shape().rows[static_cast<std::size_t>(t.source)][static_cast<std::size_t>(t.expert)];
+    for (std::int64_t r0 = 0; r0 < rows; r0 += item_rows)
+      for (std::int64_t c0 = t.col_begin; c0 < t.col_end; c0 += item_cols) {
+        Layer1Item it;
+        it.row = base + r0;
+        it.rows = static_cast<int>(std::min<std::int64_t>(item_rows, rows - r0));
+        it.expert = t.expert;
+        it.col0 = static_cast<int>(c0);
+        it.cols = static_cast<int>(std::min<std::int64_t>(item_cols, t.col_end - c0));
+        it.split = t.split;
+        ++w.split_tiles[static_cast<std::size_t>(t.split)];
+        split_last[static_cast<std::size_t>(t.split)] = static_cast<std::int64_t>(w.items1.size());
+        w.items1.push_back(it);
+      }
   }
-  // Reductions: splits in the order their last GEMM item comes, remote sources in the plan's order, own last.
+  return split_last;
+}
+
+void WorkPlanner::comet_reduces(int d, OverlapPlan const &plan, std::vector<std::int64_t> const &split_last,
+                                RankWork &w) const {
+  // Splits in the order their last GEMM item comes, remote sources in the plan's order, own last.
   std::vector<int> split_order(static_cast<std::size_t>(_comet.n_splits));
   std::iota(split_order.begin(), split_order.end(), 0);
   std::stable_sort(split_order.begin(), split_order.end(), [&](int a, int b) {
     return split_last[static_cast<std::size_t>(a)] < split_last[static_cast<std::size_t>(b)];
   });
+  std::vector<std::int64_t> const &cols = plan.split_cols();
   std::vector<int> sources = plan.source_order();
   sources.push_back(d);
   for (int b : split_order)
@@ -373,6 +384,13 @@ void WorkPlanner::comet_work(int d, RankWork &w) const {
         w.reduces.push_back(it);
       }
     }
+}
+
+void WorkPlanner::comet_work(int d, RankWork &w) const {
+  OverlapPlan const plan = comet_plan(d);
+  auto const message_id = comet_messages(plan, w);
+  auto const split_last = comet_items(d, plan, message_id, w);
+  comet_reduces(d, plan, split_last, w);
 }
 
 } // namespace tessel::moe::cuda::Impl

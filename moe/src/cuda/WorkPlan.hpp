@@ -8,6 +8,7 @@
 #include "KernelApi.hpp"
 
 #include <tessel/moe/MoeConfig.hpp>
+#include <tessel/moe/OverlapPlan.hpp>
 #include <tessel/moe/Router.hpp>
 #include <tessel/moe/Tuning.hpp>
 
@@ -141,6 +142,14 @@ public:
   BackwardExchange backward_exchange(int d, int ch, RankWork const &w, BackwardWork const &lists) const;
 
 private:
+  // comet_work's steps: the host OverlapPlan of destination \p d; its messages into \p w (their ids per source and
+  // message); its GEMM items (returns the index of each split's last layer1 item); its reduction items.
+  OverlapPlan comet_plan(int d) const;
+  std::vector<std::vector<int>> comet_messages(OverlapPlan const &plan, RankWork &w) const;
+  std::vector<std::int64_t> comet_items(int d, OverlapPlan const &plan, std::vector<std::vector<int>> const &message_id,
+                                        RankWork &w) const;
+  void comet_reduces(int d, OverlapPlan const &plan, std::vector<std::int64_t> const &split_last, RankWork &w) const;
+
   MoeConfig const &_config;
   std::vector<DispatchPlan> const &_plans;
   CometParams const &_comet;

@@ -58,7 +58,7 @@ public:
       : layer(layer), space(space), schedule(schedule), grads(grads), aux(aux), mode(mode),
         context_text(layer.backward_context(schedule)), world(layer.world()), me(layer.rank()),
         local_experts(layer.config.experts_per_group()), chunks(static_cast<int>(layer.metas.size())),
-        n(layer.config.hidden), kp(layer.config.ffn_per_rank()), c0(layer.config.gemm0_cols()),
+        n(layer.config.hidden), ffn_per_rank(layer.config.ffn_per_rank()), c0(layer.config.gemm0_cols()),
         tile_slots(schedule == Schedule::comet ? comet_tile_slots(layer.config, layer.comet)
                                                : std::numeric_limits<std::int64_t>::max() / 2),
         engine(layer.comm,
@@ -161,6 +161,14 @@ private:
   // dL/d combine weight per (token, k), summed over the group's ranks in rank order; then the top-k softmax's
   // backward (with its renormalization), the load-balancing loss's, and the gate's.
   void gate_backward();
+  // dL/d combine weight per (token, k) [M, topk], summed over the group's ranks in rank order.
+  std::vector<float> combine_weight_gradients() const;
+  // The load-balancing loss's dL/dp_e per token (summed over all ranks' tokens; zero without it).
+  std::vector<double> aux_gradient() const;
+  // grads.logits from the combine weights' gradients \p dw and the load-balancing loss's \p aux_grad.
+  void logit_gradients(std::vector<float> const &dw, std::vector<double> const &aux_grad);
+  // Through a gate given as a weight: the tokens' share, the weight's and the bias's gradients (summed over ranks).
+  void gate_weight_gradients();
 
   MoeLayer::State &layer;
   ExecSpace const &space;
@@ -170,7 +178,7 @@ private:
   Mode const mode;
   std::string const context_text;
   int const world, me, local_experts, chunks;
-  std::int64_t const n, kp, c0, tile_slots;
+  std::int64_t const n, ffn_per_rank, c0, tile_slots;
   Clock::time_point t0;
   std::vector<std::int64_t> out_off, in_off, slots_of, rows_at, w_send_off, w_recv_off, group_rows;
   std::vector<std::vector<Tile>> owner_tiles, source_tiles;

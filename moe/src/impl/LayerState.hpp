@@ -6,6 +6,7 @@
 // SequentialSchedule.cpp, PipelinedSchedule.cpp, CometSchedule.cpp. Template members are instantiated for every
 // enabled host execution space in the file that defines them.
 
+#include <tessel/moe/CometSearch.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 
 #include "CommEngine.hpp"
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,7 +58,8 @@ struct SourceMeta {
 // Route message layout (int32 words): [E/EP row counts][slot_begin][slot_count][slot per row][weight bits per row]
 std::vector<std::int32_t> encode_route(DispatchPlan const &plan, int chunk, int group);
 std::size_t route_capacity(MoeConfig const &config, std::int64_t chunk_tokens);
-SourceMeta decode_route(std::vector<std::int32_t> const &words, int eg, int source, std::string const &context);
+SourceMeta decode_route(std::vector<std::int32_t> const &words, int local_experts, int source,
+                        std::string const &context);
 
 // The route messages of the overlapped schedules, received into in[c * W + s] and sent from out[c * W + d]; done
 // counts the ones received. Declared before the engine that moves them, so that they outlive it.
@@ -194,14 +197,14 @@ struct MoeLayer::State : Impl::LayerCore {
 
   // Records where the forward left each (chunk, source, expert)'s input rows (\p at(c, s, e)) for the backward.
   template <class At> void save_for_backward(ConstHostMatrix tokens, GateInput const &gate, At &&at) {
-    int const chunks = static_cast<int>(metas.size()), w = world(), eg = config.experts_per_group();
+    int const chunks = static_cast<int>(metas.size()), w = world(), local_experts = config.experts_per_group();
     saved.tokens = tokens;
     saved.gate = gate;
-    saved.rows.assign(Impl::sz(chunks * w * eg), nullptr);
+    saved.rows.assign(Impl::sz(chunks * w * local_experts), nullptr);
     for (int c = 0; c < chunks; ++c)
       for (int s = 0; s < w; ++s)
-        for (int e = 0; e < eg; ++e)
-          saved.rows[Impl::sz((c * w + s) * eg + e)] = at(c, s, e);
+        for (int e = 0; e < local_experts; ++e)
+          saved.rows[Impl::sz((c * w + s) * local_experts + e)] = at(c, s, e);
     saved.valid = true;
   }
   std::string backward_context(Schedule s) const {
@@ -220,6 +223,10 @@ struct MoeLayer::State : Impl::LayerCore {
   // or a search whose last run, with the winner, is the forward (returns true). Collective.
   template <class ExecSpace>
   bool comet_first_use(ExecSpace const &space, ConstHostMatrix tokens, GateInput const &gate, HostMatrix out);
+  // The per-user cache's parameters for \p key on \p machine (rank 0 reads, all ranks learn); collective.
+  std::optional<CometParams> cached_comet(TuningKey const &key, MachineKey const &machine);
+  // Rank 0 adds the search's winner (the parameters now set) to the cache.
+  void store_comet(TuningKey const &key, CometSearchResult const &search);
   // The schedules, one file each.
 
   template <class ExecSpace>

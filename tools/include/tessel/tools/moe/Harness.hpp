@@ -5,6 +5,7 @@
 // the link so that communication is a chosen share of a layer's sequential time, timing a schedule, and tuning the
 // comet parameters by measurement. The library only runs layers; the link is passed in by its owner.
 
+#include <tessel/moe/CometSearch.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 
 #include <tessel/core/Json.hpp>
@@ -12,7 +13,6 @@
 
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace tessel::moe::bench {
@@ -27,6 +27,11 @@ struct Calibration {
   int measurements = 0;
 };
 
+/// \brief The largest communication share calibrate_comm_share() takes: every measurement of communication alone at
+/// a share s takes s / (1 - s) times the computation (19x at 0.95; a million times at 0.999999, which calibrated for
+/// hours), and the calibration takes up to 10 rounds of them.
+constexpr double max_comm_share = 0.95;
+
 /// \brief Measures \p layer's computation alone (the fastest of \p repeats runs: on a shared machine, the one
 /// least disturbed by other processes) and its communication alone, then sets the bandwidth of \p link, the
 /// emulated link under the layer's communicator, so that communication is the fraction \p share of the sequential layer
@@ -35,7 +40,7 @@ struct Calibration {
 /// Times are the fastest repetitions, so a loaded machine still calibrates. When latency alone already
 /// exceeds the target, the bandwidth is left unlimited and the achieved share is reported. Collective.
 /// With an output gradient \p d_out, the share is that of the training step: communication and computation alone
-/// are the forward's plus the backward's (MoeLayer::measure_backward_alone).
+/// are the forward's plus the backward's (MoeLayer::measure_backward_alone). \p share must be in (0, max_comm_share].
 /// \pre \p link paces layer.communicator() (make_paced_communicator, paced_backend_of)
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedBackend &link, ConstHostMatrix tokens,
@@ -50,21 +55,12 @@ template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                      HostMatrix out, Schedule schedule, int iters, int warmup = 1, std::vector<double> *runs = nullptr);
 
-/// \brief Result of tune_comet().
-struct TuneResult {
-  CometParams best;
-  double best_seconds = 0.0;
-  /// Every candidate measured, with its median time.
-  std::vector<std::pair<CometParams, double>> measured;
-};
-
-/// \brief Measures comet parameter candidates on \p layer (its current communicator and link) by coordinate
-/// descent from the better of the layer's current parameters and fallback_params(): communication workers,
-/// N-split count, token ranges, M tile, plan policy and sends in flight, one knob at a time, each candidate timed
-/// with time_schedule(\p iters). Leaves the best parameters set on the layer. Collective.
+/// \brief The tools' --tune: search_comet() (CometSearch.hpp, the search first-use tuning runs within its budget)
+/// with no time limit and \p rounds runs per candidate, on \p layer (its current communicator and link), starting
+/// from the layer's current parameters. Leaves the best parameters set on the layer. Collective.
 template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
-TuneResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
-                      int iters = 3, std::function<void(std::string const &)> const &progress = {});
+CometSearchResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
+                             int rounds = 3, std::function<void(std::string const &)> const &progress = {});
 
 /// \brief The timeline of one forward or backward as JSON events {begin, end, what} (seconds, plus \p offset): the
 /// overlapped schedules' own timelines (LayerOptions::trace), the sequential forward's phases. The tools' --trace
