@@ -73,9 +73,10 @@ void usage() {
       "  --ep E --tp T     expert- and tensor-parallel sizes, E x T = W (default: EP = W, TP = 1)\n"
       "  --iters N         timed runs per schedule, median reported (default 5); --warmup N (default 1)\n"
       "  --chunks C        token chunks of the pipelined schedule (default 4)\n"
-      "  --comm-share S    calibrate the emulated link so communication is the share S of the sequential layer\n"
-      "                    (default 0.47, COMET's measurement on 8 x H800)\n"
-      "  --bandwidth MB/s  emulate a link of this bandwidth instead of calibrating\n"
+      "  --comm-share S    calibrate the emulated link so communication is the share S of the sequential layer,\n"
+      "                    in (0, 0.95] (default 0.47, COMET's measurement on 8 x H800)\n"
+      "  --bandwidth MB/s  emulate a link of this bandwidth instead of calibrating (one forward's dispatch must\n"
+      "                    cross it within the communication timeout)\n"
       "  --latency US      emulated latency per message in microseconds (default 10)\n"
       "  --no-emulation    plain MPI, no link emulation\n"
       "  --verify          compare every schedule with the dense single-process reference (double precision)\n"
@@ -97,20 +98,31 @@ void usage() {
       "exit status: 0 success, 1 runtime error or failed verification, 2 invalid option or argument\n");
 }
 
+// --schedule: all (the default) or a list naming each schedule at most once (results are kept per schedule).
+std::vector<Schedule> parse_schedules(tessel::CommandLine &cl) {
+  auto const names = cl.get_list("schedule", {"all"});
+  if (names == std::vector<std::string>{"all"})
+    return {Schedule::sequential, Schedule::pipelined, Schedule::comet};
+  std::vector<Schedule> schedules;
+  for (auto const &item : names) {
+    auto const schedule = tessel::CommandLine::parse_value("--schedule", item, parse_schedule);
+    TESSEL_REQUIRE_USAGE(std::find(schedules.begin(), schedules.end(), schedule) == schedules.end(),
+                         "option --schedule names ", item, " twice");
+    schedules.push_back(schedule);
+  }
+  TESSEL_REQUIRE_USAGE(!schedules.empty(), "option --schedule names no schedule");
+  return schedules;
+}
+
 Options parse(tessel::CommandLine &cl) {
   Options o;
-  auto const schedules = cl.get_list("schedule", {"all"});
-  if (schedules != std::vector<std::string>{"all"}) {
-    o.schedules.clear();
-    for (auto const &item : schedules)
-      o.schedules.push_back(tessel::CommandLine::parse_value("--schedule", item, parse_schedule));
-  }
+  o.schedules = parse_schedules(cl);
   o.ep = cl.get_int("ep", o.ep, 0, 1 << 16);
   o.tp = cl.get_int("tp", o.tp, 1, 1 << 16);
   o.iters = cl.get_int("iters", o.iters, 1, 1000000);
   o.warmup = cl.get_int("warmup", o.warmup, 0, 1000000);
   o.chunks = cl.get_int("chunks", o.chunks, 1, 1 << 16);
-  o.share = cl.get_double("comm-share", o.share, tessel::Range{0, 1, true, true});
+  o.share = cl.get_double("comm-share", o.share, tessel::Range{0, bench::max_comm_share, true, false});
   o.bandwidth_mbps = cl.get_double("bandwidth", o.bandwidth_mbps, tessel::Range::positive(1e9));
   o.latency_us = cl.get_double("latency", o.latency_us, tessel::Range::closed(0, 1e7));
   o.emulate = !cl.flag("no-emulation");
@@ -130,13 +142,16 @@ Options parse(tessel::CommandLine &cl) {
   o.timeout_s = cl.get_double("timeout", o.timeout_s, tessel::Range::closed(0.001, 1e6));
   o.tune_budget_s = cl.get_double("tune-budget", o.tune_budget_s, tessel::Range::closed(0.001, 1e6));
   TESSEL_REQUIRE_USAGE(!cl.has("registry") || o.tune, "--registry is where --tune writes; give --tune too");
+  double const timeout = o.timeout_s > 0 ? o.timeout_s : 1e-3 * static_cast<double>(tessel::default_timeout().count());
+  TESSEL_REQUIRE_USAGE(!o.emulate || o.latency_us * 1e-6 < timeout, "--latency ", o.latency_us,
+                       " us: every message would arrive after the communication timeout of ", timeout,
+                       " s (--timeout, TESSEL_COMM_TIMEOUT)");
   auto const files = cl.positionals();
   TESSEL_REQUIRE_USAGE(files.size() <= 1, "more than one input file given ('", files.size() > 1 ? files[0] : "",
                        "' and '", files.size() > 1 ? files[1] : "", "')");
   if (!files.empty())
     o.file = files[0];
   TESSEL_REQUIRE_USAGE(!o.file.empty(), "no input file given (see --help)");
-  TESSEL_REQUIRE_USAGE(!o.schedules.empty(), "--schedule names no schedule");
   // --trace T writes T.rankR.json on every rank R; --registry is written (merged) by --tune.
   std::string const trace_file =
       o.trace.empty() ? "" : o.trace + ".rank" + std::to_string(tessel::Communicator::world().rank()) + ".json";
@@ -144,6 +159,8 @@ Options parse(tessel::CommandLine &cl) {
       {{"the layer file", o.file}, {"--tuning", o.tuning}},
       {{"--json", o.json}, {"--trace", trace_file}, {"--registry", o.tune ? o.registry : ""}});
   tessel::require_writable(o.json);
+  if (!o.trace.empty())
+    tessel::require_writable(o.trace + ".rank0.json");
   if (o.tune)
     tessel::require_writable(o.registry);
   return o;
@@ -177,6 +194,8 @@ Input load_input(Options const &o, Communicator const &world) {
     in.config.tp = o.tp;
     in.config.ep = o.ep > 0 ? o.ep : w / std::max(o.tp, 1);
     in.config.validate(w);
+    tessel::require_memory(o.file + ": the layer on one rank (" + in.config.describe() + ")",
+                           bench::layer_memory_bytes(in.config, o.verify));
     in.tokens = in.file->tokens(static_cast<std::int64_t>(me) * in.config.tokens, in.config.tokens);
     in.gate = in.file->gate(static_cast<std::int64_t>(me) * in.config.tokens, in.config.tokens);
     in.weights = in.file->shard(in.config, me);
@@ -209,14 +228,33 @@ Communicator make_communicator(Options const &o, Communicator const &world) {
   return o.emulate ? tessel::make_paced_communicator(base, tessel::LinkModel{0.0, o.latency_us * 1e-6}) : base;
 }
 
+// A fixed --bandwidth must let one forward's dispatch (the rows a rank sends to the other groups, at uniform
+// routing) cross the link within the communication timeout: a slower link only ends in a timeout, after it.
+void check_bandwidth(Options const &o, MoeLayer const &layer) {
+  auto const &c = layer.config();
+  double const bytes = static_cast<double>(c.tokens) * c.topk * static_cast<double>(c.hidden) * 4.0 *
+                       static_cast<double>(c.ep - 1) / c.ep;
+  double const seconds = bytes / (o.bandwidth_mbps * 1e6);
+  double const timeout = 1e-3 * static_cast<double>(layer.communicator().timeout().count());
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "--bandwidth %g MB/s: one forward's dispatch moves about %.3g MB from each rank, %.3g s on this link, "
+                "longer than the communication timeout of %g s (--timeout, TESSEL_COMM_TIMEOUT)",
+                o.bandwidth_mbps, bytes / 1e6, seconds, timeout);
+  TESSEL_REQUIRE_USAGE(seconds <= timeout, text);
+}
+
 // A fixed --bandwidth, or the bandwidth that makes communication the --comm-share of the sequential layer.
 void configure_link(Options const &o, HostExecSpace const &space, MoeLayer &layer, Input const &in, Say const &say) {
   if (!o.emulate)
     return;
   auto &link = *tessel::paced_backend_of(layer.communicator());
   if (o.bandwidth_mbps > 0) {
+    check_bandwidth(o, layer);
     link.set_link(tessel::LinkModel{o.bandwidth_mbps * 1e6, o.latency_us * 1e-6});
-    say("link: " + std::to_string(o.bandwidth_mbps) + " MB/s, " + std::to_string(o.latency_us) + " us");
+    char text[96];
+    std::snprintf(text, sizeof(text), "link: %g MB/s, %g us", o.bandwidth_mbps, o.latency_us);
+    say(text);
     return;
   }
   say("calibrating the emulated link to a communication share of " + std::to_string(o.share) + " ...");
@@ -436,6 +474,13 @@ int run(Options const &o) {
   configure_link(o, space, layer, in, say);
   if (o.tune)
     tune(o, space, layer, in, say);
+  // The first comet forward decides the comet parameters (the per-user cache, or tuning on first use): before any
+  // timed run, whatever --warmup says.
+  if (std::find(o.schedules.begin(), o.schedules.end(), Schedule::comet) != o.schedules.end()) {
+    HostMatrix out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::app_decide_out"), in.tokens.extent(0),
+                   in.tokens.extent(1));
+    layer.forward(space, in.tokens, in.gate.input(), out, Schedule::comet);
+  }
 
   say("measuring communication alone and computation alone (" + std::to_string(o.iters) + " runs) ...");
   auto const alone = layer.measure_alone(space, in.tokens, in.gate.input(), o.iters);
@@ -467,18 +512,19 @@ void train_usage() {
       "is the same at every rank count and schedule.\n"
       "  --schedule S      all (default), sequential, pipelined or comet (comma-separated list allowed)\n"
       "  --ep E --tp T     expert- and tensor-parallel sizes, E x T = W (default: EP = W, TP = 1)\n"
-      "  --steps N         optimizer steps (default 50)\n"
+      "  --steps N         optimizer steps (default 50, at least 1)\n"
       "  --batch B         tokens per step over all ranks (default 256; a multiple of W)\n"
       "  --hidden N --ffn K --experts E --topk k   the layer (default 64, 128, 8, 2)\n"
       "  --vocab V         token ids (default 256); --outputs C: the head's outputs (default 16)\n"
-      "  --optimizer O     adam (default) or sgd; --lr R (default 1e-2); --momentum M (sgd, default 0)\n"
+      "  --optimizer O     adam (default) or sgd; --lr R (default 1e-2); --momentum M (sgd only, default 0)\n"
       "  --aux-loss A      load-balancing loss coefficient (default 0.01)\n"
       "  --seed S          data and initial weights (default 1)\n"
       "  --json FILE       write the loss curves and step times as JSON\n"
       "  --problem FILE    write the model's data and initial values (HDF5, schema tessel.moe.train_problem: the\n"
       "                    teacher's targets, the student's parameters, every step's token ids) before training, so\n"
       "                    that another framework can train the same model\n"
-      "exit status: 0 success (the loss fell and all schedules agree within 1e-5), 1 otherwise, 2 invalid option\n");
+      "exit status: 0 success (the loss of held-out batches fell by more than its batch-to-batch noise, and all\n"
+      "schedules' loss curves agree within 1e-5), 1 otherwise, 2 invalid option\n");
 }
 
 struct TrainOptions {
@@ -490,17 +536,12 @@ struct TrainOptions {
 TrainOptions parse_train(tessel::CommandLine &cl, Communicator const &world) {
   TrainOptions o;
   auto &s = o.settings;
-  auto const names = cl.get_list("schedule", {"all"});
-  if (names != std::vector<std::string>{"all"}) {
-    o.schedules.clear();
-    for (auto const &item : names)
-      o.schedules.push_back(tessel::CommandLine::parse_value("--schedule", item, parse_schedule));
-  }
+  o.schedules = parse_schedules(cl);
   s.layer.ep = cl.get_int("ep", 1, 1, 1 << 16);
   s.layer.tp = cl.get_int("tp", 1, 1, 1 << 16);
   if (!cl.has("ep"))
     s.layer.ep = std::max(1, world.size() / s.layer.tp);
-  s.steps = cl.get_int("steps", 50, 0, 1000000);
+  s.steps = cl.get_int("steps", 50, 1, 1000000);
   s.layer.tokens = cl.get_int<std::int64_t>("batch", 256, 1, std::int64_t{1} << 30);
   s.layer.hidden = cl.get_int<std::int64_t>("hidden", 64, 1, 1 << 16);
   s.layer.ffn = cl.get_int<std::int64_t>("ffn", 128, 1, 1 << 20);
@@ -511,6 +552,8 @@ TrainOptions parse_train(tessel::CommandLine &cl, Communicator const &world) {
   s.optimizer.kind = cl.get_parsed("optimizer", "adam", parse_optimizer);
   s.optimizer.learning_rate = cl.get_double("lr", 1e-2, tessel::Range::positive(1e6));
   s.optimizer.momentum = cl.get_double("momentum", 0.0, tessel::Range{0, 1, true, false});
+  TESSEL_REQUIRE_USAGE(!cl.has("momentum") || s.optimizer.kind == OptimizerOptions::Kind::sgd,
+                       "--momentum is SGD's (--optimizer sgd); Adam has none");
   s.aux_loss_coef = cl.get_double("aux-loss", 0.01, tessel::Range::closed(0, 1e6));
   s.seed = cl.get_int<std::uint64_t>("seed", 1, 0, ~std::uint64_t{0} >> 1);
   o.json = cl.get("json", "");
@@ -526,6 +569,8 @@ TrainOptions parse_train(tessel::CommandLine &cl, Communicator const &world) {
   checked.tokens /= world.size();
   checked.validate(world.size());
   s.optimizer.validate();
+  tessel::require_memory("the model (--hidden, --ffn, --experts, --vocab, --outputs, --batch)",
+                         app::train_memory_bytes(s, world.size()));
   s.layer_options.tune_on_first_use = true; // the tool tunes and caches on first use (a library user opts in)
   return o;
 }
@@ -540,24 +585,34 @@ std::string describe_model(TrainOptions const &o, int ranks) {
          " tokens on " + std::to_string(ranks) + " ranks";
 }
 
-// Trains under one schedule: prints and records its loss curve; false when the loss did not fall.
+// Trains under one schedule: prints and records its loss curve; false when the held-out loss did not fall by more
+// than its noise (app::check_loss).
 bool train_schedule(TrainOptions &o, Schedule schedule, Communicator const &comm, Say const &say, tessel::Json &doc,
                     std::vector<std::vector<double>> &curves) {
   o.settings.schedule = schedule;
   auto const r = app::train(HostExecSpace(), comm, o.settings);
   std::vector<double> steps = r.step_seconds;
   std::sort(steps.begin(), steps.end());
-  double const median = steps.empty() ? 0.0 : steps[steps.size() / 2];
+  double const median = steps[steps.size() / 2];
+  auto const check = app::check_loss(r);
   char line[256];
-  std::snprintf(line, sizeof(line), "%-10s loss %.6f -> %.6f; median step %.2f ms", name_of(schedule),
-                r.loss.empty() ? 0.0 : r.loss.front(), r.loss.empty() ? 0.0 : r.loss.back(), 1e3 * median);
+  std::snprintf(line, sizeof(line), "%-10s loss %.6f -> %.6f; held-out %.6f -> %.6f (noise %.2g); median step %.2f ms",
+                name_of(schedule), r.loss.front(), r.loss.back(), check.before, check.after, check.noise, 1e3 * median);
   say(line);
-  bool const fell = r.loss.empty() || r.loss.back() < r.loss.front();
-  if (!fell)
-    say(std::string("the loss did not fall under ") + name_of(schedule));
-  doc["schedules"][name_of(schedule)] = {{"loss", r.loss}, {"step_seconds", r.step_seconds}, {"median_step_s", median}};
+  if (!check.fell && check.after > check.before + check.noise)
+    say(std::string("the held-out loss rose under ") + name_of(schedule) + " (a smaller --lr)");
+  else if (!check.fell)
+    say(std::string("the held-out loss did not fall by more than its noise under ") + name_of(schedule) +
+        " (a larger --lr or more --steps)");
+  doc["schedules"][name_of(schedule)] = {{"loss", r.loss},
+                                         {"step_seconds", r.step_seconds},
+                                         {"median_step_s", median},
+                                         {"held_out_before", r.held_out_before},
+                                         {"held_out_after", r.held_out_after},
+                                         {"held_out_noise", check.noise},
+                                         {"loss_fell", check.fell}};
   curves.push_back(r.loss);
-  return fell;
+  return check.fell;
 }
 
 int run_train(tessel::CommandLine &cl) {

@@ -96,6 +96,7 @@ CudaOptions parse(tessel::CommandLine &cl) {
   o.dtype = parse_dtype(cl.get("dtype", "bfloat16"));
   o.check_tokens = cl.get_int<decltype(o.check_tokens)>("check-tokens", o.check_tokens, 0, std::int64_t{1} << 24);
   cl.finish();
+  o.require_distinct_points();
   TESSEL_REQUIRE_USAGE(o.world % o.tp == 0, "--tp ", o.tp, " must divide --virtual-ranks ", o.world);
   return o;
 }

@@ -1,6 +1,9 @@
 #ifndef TESSEL_BENCHMARKS_MOE_CUDABENCH_HPP
 #define TESSEL_BENCHMARKS_MOE_CUDABENCH_HPP
 
+#include <tessel/moe/Synthetic.hpp>
+
+#include <tessel/core/Error.hpp>
 #include <tessel/tools/CommandLine.hpp>
 
 #include <cstdint>
@@ -47,6 +50,27 @@ struct SweepOptions {
     warmup = cl.get_int("warmup", warmup, 0, 1000000);
     json = cl.get("json", json);
     seed = cl.get_int<std::uint64_t>("seed", seed, 0, UINT64_MAX);
+  }
+
+  /// A usage error when --models, --tokens or --chunks names one point twice (a point measured twice would print
+  /// two rows of one point and keep one in the JSON), or names an unknown model. After the tool's other options, so
+  /// that each option's own error comes first.
+  void require_distinct_points() const {
+    std::vector<std::string> canonical;
+    for (auto const &name : models)
+      canonical.push_back(tessel::CommandLine::parse_value("--models", name, find_model).name);
+    require_distinct("--models", models, canonical);
+    require_distinct("--tokens", tokens, tokens);
+    require_distinct("--chunks", chunks, chunks);
+  }
+
+  /// A usage error naming \p option when two of \p given stand for the same value of \p values.
+  template <class Given, class Value>
+  static void require_distinct(char const *option, std::vector<Given> const &given, std::vector<Value> const &values) {
+    for (std::size_t i = 0; i < values.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        TESSEL_REQUIRE_USAGE(!(values[i] == values[j]), "option ", option, " names ", given[j], " and ", given[i],
+                             ": the same point twice");
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace tessel::moe {
@@ -33,6 +34,71 @@ HostMatrix to_matrix(char const *label, std::vector<float> const &data, std::siz
   return m;
 }
 
+// An integer attribute of config/ within [lo, hi] (an int64 beyond an int's range must not wrap).
+std::int64_t read_count(h5::File const &f, char const *name, std::int64_t lo, std::int64_t hi) {
+  auto const value = f.read_attribute<std::int64_t>("config", name);
+  TESSEL_REQUIRE(value >= lo && value <= hi, f.path(), ": attribute 'config/", name, "' is ", value,
+                 ", expected an integer in [", lo, ", ", hi, "]");
+  return value;
+}
+
+// A flag attribute of config/: 0 or 1 (2 or -1 is not "true").
+bool read_flag(h5::File const &f, char const *name) {
+  auto const value = f.read_attribute<std::int64_t>("config", name);
+  TESSEL_REQUIRE(value == 0 || value == 1, f.path(), ": attribute 'config/", name, "' is ", value, ", expected 0 or 1");
+  return value == 1;
+}
+
+// The layer's configuration attributes (config/), each checked on its own.
+void read_config(h5::File const &f, MoeFileInfo &info) {
+  auto const &path = f.path();
+  for (char const *name : {"hidden", "ffn", "experts", "topk", "activation", "gated", "normalize_topk"})
+    TESSEL_REQUIRE(f.has_attribute("config", name), path, ": attribute 'config/", name, "' missing");
+  auto &c = info.config;
+  std::int64_t const int_max = std::numeric_limits<int>::max();
+  c.hidden = read_count(f, "hidden", 1, int_max);
+  c.ffn = read_count(f, "ffn", 1, int_max);
+  c.experts = static_cast<int>(read_count(f, "experts", 1, int_max));
+  c.topk = static_cast<int>(read_count(f, "topk", 1, int_max)); // at most E: MoeConfig::validate says so
+  try {
+    c.activation = parse_activation(f.read_string_attribute("config", "activation"));
+  } catch (Exception const &e) {
+    TESSEL_THROW(path, ": attribute 'config/activation': ", e.what());
+  }
+  c.gated = read_flag(f, "gated");
+  c.normalize_topk = read_flag(f, "normalize_topk");
+  info.model = f.has_attribute("config", "model") ? f.read_string_attribute("config", "model") : std::string();
+  info.scale = f.has_attribute("config", "scale") ? f.read_attribute<double>("config", "scale") : 1.0;
+  TESSEL_REQUIRE(std::isfinite(info.scale) && info.scale > 0.0, path, ": attribute 'config/scale' is ", info.scale,
+                 ", expected a positive number (the factor N and K were divided by)");
+}
+
+// Every dataset the layer reads has the shape the configuration gives it, so that what is allocated for it is what
+// the file holds.
+void check_shapes(h5::File const &f, MoeFileInfo const &info) {
+  auto const &c = info.config;
+  auto const &path = f.path();
+  auto const expect = [&](std::string const &dataset, std::vector<std::size_t> const &shape, char const *what) {
+    TESSEL_REQUIRE(f.has(dataset), path, ": dataset '", dataset, "' not found (", what, ")");
+    auto const found = f.shape(dataset);
+    TESSEL_REQUIRE(found == shape, path, ": dataset '", dataset, "' has shape ", h5::to_string(found), ", expected ",
+                   h5::to_string(shape), " (", what, ")");
+  };
+  auto const n = static_cast<std::size_t>(c.hidden), k = static_cast<std::size_t>(c.ffn),
+             e = static_cast<std::size_t>(c.experts), t = static_cast<std::size_t>(info.total_tokens);
+  if (info.has_logits)
+    expect("gate/logits", {t, e}, "tokens x config/experts");
+  else
+    expect("gate/weight", {n, e}, "config/hidden x config/experts");
+  if (info.has_bias)
+    expect("gate/bias", {e}, "config/experts");
+  for (int x = 0; x < c.experts; ++x) {
+    expect(expert_path(x, "w0"), {n, (c.gated ? 2 : 1) * k},
+           c.gated ? "config/hidden x 2 config/ffn: [gate | up]" : "config/hidden x config/ffn");
+    expect(expert_path(x, "w1"), {k, n}, "config/ffn x config/hidden");
+  }
+}
+
 } // namespace
 
 MoeFile::MoeFile(std::string const &path) : _impl(std::make_unique<Impl>(path)) {
@@ -45,30 +111,16 @@ MoeFile::MoeFile(std::string const &path) : _impl(std::make_unique<Impl>(path)) 
                  schema_version, ")");
   _info.source = f.has_attribute("/", "source") ? f.read_string_attribute("/", "source") : std::string();
   TESSEL_REQUIRE(f.has("config"), path, ": group 'config' missing (it carries the layer's attributes)");
-  auto const need = [&](char const *name) {
-    TESSEL_REQUIRE(f.has_attribute("config", name), path, ": attribute 'config/", name, "' missing");
-  };
-  for (char const *name : {"hidden", "ffn", "experts", "topk", "activation", "gated", "normalize_topk"})
-    need(name);
+  read_config(f, _info);
   auto &c = _info.config;
-  c.hidden = f.read_attribute<std::int64_t>("config", "hidden");
-  c.ffn = f.read_attribute<std::int64_t>("config", "ffn");
-  c.experts = static_cast<int>(f.read_attribute<std::int64_t>("config", "experts"));
-  c.topk = static_cast<int>(f.read_attribute<std::int64_t>("config", "topk"));
-  try {
-    c.activation = parse_activation(f.read_string_attribute("config", "activation"));
-  } catch (Exception const &e) {
-    TESSEL_THROW(path, ": attribute 'config/activation': ", e.what());
-  }
-  c.gated = f.read_attribute<std::int64_t>("config", "gated") != 0;
-  c.normalize_topk = f.read_attribute<std::int64_t>("config", "normalize_topk") != 0;
-  _info.model = f.has_attribute("config", "model") ? f.read_string_attribute("config", "model") : std::string();
-  _info.scale = f.has_attribute("config", "scale") ? f.read_attribute<double>("config", "scale") : 1.0;
+  TESSEL_REQUIRE(f.has("tokens"), path, ": dataset 'tokens' not found (tokens x config/hidden)");
   auto const tshape = f.shape("tokens");
   TESSEL_REQUIRE(tshape.size() == 2 && static_cast<std::int64_t>(tshape[1]) == c.hidden, path,
                  ": dataset 'tokens' has shape ", h5::to_string(tshape), ", expected (*, ", c.hidden,
                  ") (tokens x config/hidden)");
   _info.total_tokens = static_cast<std::int64_t>(tshape[0]);
+  TESSEL_REQUIRE(_info.total_tokens > 0, path, ": dataset 'tokens' holds no token (shape ", h5::to_string(tshape),
+                 "): there is nothing to run");
   c.tokens = _info.total_tokens;
   try {
     c.validate();
@@ -78,11 +130,12 @@ MoeFile::MoeFile(std::string const &path) : _impl(std::make_unique<Impl>(path)) 
   _info.has_logits = f.has("gate/logits");
   TESSEL_REQUIRE(_info.has_logits || f.has("gate/weight"), path,
                  ": neither dataset 'gate/weight' (hidden x experts) nor 'gate/logits' (tokens x experts) found");
+  TESSEL_REQUIRE(!(_info.has_logits && f.has("gate/weight")), path,
+                 ": both 'gate/logits' and 'gate/weight' found; a layer file holds one gate");
   _info.has_bias = f.has("gate/bias");
-  for (int e = 0; e < c.experts; ++e)
-    for (char const *name : {"w0", "w1"})
-      TESSEL_REQUIRE(f.has(expert_path(e, name)), path, ": dataset '", expert_path(e, name), "' not found (expert ", e,
-                     " of ", c.experts, ")");
+  TESSEL_REQUIRE(!(_info.has_logits && _info.has_bias), path,
+                 ": 'gate/bias' found beside 'gate/logits'; a bias belongs to a gate weight");
+  check_shapes(f, _info);
 }
 
 MoeFile::~MoeFile() = default;
@@ -95,9 +148,9 @@ HostMatrix MoeFile::tokens(std::int64_t first, std::int64_t count) const {
   auto const n = static_cast<std::size_t>(_info.config.hidden);
   TESSEL_REQUIRE(first >= 0 && count >= 0 && first + count <= _info.total_tokens, path(), ": tokens [", first, ", ",
                  first + count, ") requested, the file has ", _info.total_tokens);
-  auto const all = _impl->file.read<float>("tokens", {h5::any, n});
-  auto m = to_matrix("Tessel::moe::file_tokens", all.data, static_cast<std::size_t>(first),
-                     static_cast<std::size_t>(count), n);
+  auto const rows =
+      _impl->file.read_rows<float>("tokens", static_cast<std::size_t>(first), static_cast<std::size_t>(count));
+  auto m = to_matrix("Tessel::moe::file_tokens", rows.data, 0, static_cast<std::size_t>(count), n);
   check_finite(path(), "tokens", m.data(), m.extent(0), n, first);
   return m;
 }
@@ -106,9 +159,11 @@ GateData MoeFile::gate(std::int64_t first, std::int64_t count) const {
   auto const e = static_cast<std::size_t>(_info.config.experts), n = static_cast<std::size_t>(_info.config.hidden);
   GateData g;
   if (_info.has_logits) {
-    auto const all = _impl->file.read<float>("gate/logits", {static_cast<std::size_t>(_info.total_tokens), e});
-    g.logits = to_matrix("Tessel::moe::file_logits", all.data, static_cast<std::size_t>(first),
-                         static_cast<std::size_t>(count), e);
+    TESSEL_REQUIRE(first >= 0 && count >= 0 && first + count <= _info.total_tokens, path(), ": gate logits [", first,
+                   ", ", first + count, ") requested, the file has ", _info.total_tokens, " tokens");
+    auto const rows =
+        _impl->file.read_rows<float>("gate/logits", static_cast<std::size_t>(first), static_cast<std::size_t>(count));
+    g.logits = to_matrix("Tessel::moe::file_logits", rows.data, 0, static_cast<std::size_t>(count), e);
     check_finite(path(), "gate/logits", g.logits.data(), g.logits.extent(0), e, first);
     return g;
   }

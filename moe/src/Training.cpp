@@ -13,6 +13,9 @@ void OptimizerOptions::validate() const {
                  "optimizer: learning_rate must be in (0, 1e6], got ", learning_rate);
   TESSEL_REQUIRE(finite_in(momentum, 0.0, 1.0) && momentum < 1.0, "optimizer: momentum must be in [0, 1), got ",
                  momentum);
+  // Adam has no momentum of SGD's kind (its first moment is beta1): a momentum given to it would do nothing.
+  TESSEL_REQUIRE(momentum == 0.0 || kind == Kind::sgd, "optimizer: momentum ", momentum,
+                 " is SGD's; Adam has none (its first-moment decay is beta1)");
   TESSEL_REQUIRE(finite_in(beta1, 0.0, 1.0) && beta1 < 1.0, "optimizer: beta1 must be in [0, 1), got ", beta1);
   TESSEL_REQUIRE(finite_in(beta2, 0.0, 1.0) && beta2 < 1.0, "optimizer: beta2 must be in [0, 1), got ", beta2);
   TESSEL_REQUIRE(finite_in(eps, 0.0, 1.0) && eps > 0.0, "optimizer: eps must be in (0, 1], got ", eps);

@@ -167,19 +167,70 @@ TEST(MoeFile, errors_name_the_file_and_field) {
     EXPECT_NE(what.find("topk must be in [1, E=4], got 5"), std::string::npos) << what;
   }
   {
-    // A wrong expert shape is caught when the weights are read.
+    // A wrong expert shape is caught when the file is opened, before anything is allocated for the weights.
     TempFile file("tessel_moe_test_shape.h5");
     MoeFile::write(file.path, info, tokens, gate, dense);
     {
       tessel::h5::File raw(file.path, tessel::h5::Mode::append);
       raw.write("experts/1/w1", std::vector<float>(6 * 7, 0.0f).data(), {6, 7});
     }
-    MoeFile f(file.path);
-    auto const what = error_of([&] { f.dense_weights(); });
+    auto const what = error_of([&] { MoeFile f(file.path); });
     EXPECT_NE(what.find("experts/1/w1"), std::string::npos) << what;
     EXPECT_NE(what.find("expected (6, 8)"), std::string::npos) << what;
   }
   EXPECT_NE(error_of([] { MoeFile f("/nonexistent/moe.h5"); }).find("file not found"), std::string::npos);
+}
+
+// Values that a lenient reader would take as something else (a flag of 2 as true, an expert count beyond an int's
+// range wrapped to a small one, a scale that is not a number, no tokens, two gates) are errors naming the field.
+TEST(MoeFile, values_are_what_they_say_or_refused) {
+  auto const info = small_info();
+  auto const tokens = test::random_matrix("tokens", 12, 8, 1);
+  auto const dense = test::random_weights(info.config, 3);
+  GateData gate;
+  gate.weight = test::random_matrix("gate", 8, 4, 2);
+  auto const refused = [&](char const *what, auto &&edit, std::string const &expected) {
+    TempFile file(std::string("tessel_moe_test_value_") + what + ".h5");
+    MoeFile::write(file.path, info, tokens, gate, dense);
+    {
+      tessel::h5::File raw(file.path, tessel::h5::Mode::append);
+      edit(raw);
+    }
+    auto const message = error_of([&] { MoeFile f(file.path); });
+    EXPECT_NE(message.find(file.path), std::string::npos) << what << ": " << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << what << ": " << message;
+  };
+  using tessel::h5::File;
+  refused(
+      "gated", [](File &f) { f.write_attribute("config", "gated", std::int64_t{2}); },
+      "attribute 'config/gated' is 2, expected 0 or 1");
+  refused(
+      "normalize", [](File &f) { f.write_attribute("config", "normalize_topk", std::int64_t{-1}); },
+      "attribute 'config/normalize_topk' is -1, expected 0 or 1");
+  refused(
+      "experts", [](File &f) { f.write_attribute("config", "experts", (std::int64_t{1} << 32) + 4); },
+      "attribute 'config/experts' is 4294967300, expected an integer in [1, 2147483647]");
+  refused(
+      "hidden", [](File &f) { f.write_attribute("config", "hidden", std::int64_t{-8}); },
+      "attribute 'config/hidden' is -8");
+  refused(
+      "scale", [](File &f) { f.write_attribute("config", "scale", std::nan("")); },
+      "attribute 'config/scale' is nan, expected a positive number");
+  refused(
+      "no_tokens",
+      [](File &f) {
+        f.write("tokens", std::vector<float>().data(), {0, 8});
+      },
+      "dataset 'tokens' holds no token");
+  refused(
+      "two_gates",
+      [](File &f) {
+        f.write("gate/logits", std::vector<float>(12 * 4, 0.0f).data(), {12, 4});
+      },
+      "both 'gate/logits' and 'gate/weight' found");
+  refused(
+      "bias", [](File &f) { f.write("gate/bias", std::vector<float>(3, 0.0f).data(), {3}); },
+      "dataset 'gate/bias' has shape (3,), expected (4,)");
 }
 
 } // namespace

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <TesselTestError.hpp>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -124,6 +126,52 @@ TEST(MoeTraining, optimizer_steps_follow_their_formulas) {
   EXPECT_NEAR(q[0], 0.5, 1e-6);
   EXPECT_THROW(Optimizer(OptimizerOptions{OptimizerOptions::Kind::adam, -1.0}), tessel::Exception);
   EXPECT_THROW(parse_optimizer("adagrad"), tessel::Exception);
+  // A momentum given to Adam would do nothing: refused, naming both.
+  auto const momentum = tessel::test::error_of([] {
+    Optimizer(OptimizerOptions{OptimizerOptions::Kind::adam, 1e-3, 0.9});
+  });
+  EXPECT_NE(momentum.find("momentum 0.9 is SGD's; Adam has none"), std::string::npos) << momentum;
+}
+
+// The success check of tessel-moe train can fail: a learning rate too small to change any parameter leaves the
+// held-out loss where it was (the old check, last step's loss below the first's, passed on batch noise alone), and a
+// real one lowers it beyond its noise.
+TEST(MoeTraining, the_loss_check_fails_when_nothing_was_learnt) {
+  auto const world = Communicator::world();
+  HostExecSpace space;
+  auto s = small_model();
+  s.layer.ep = world.size() <= 8 && 8 % world.size() == 0 ? world.size() : 1;
+  s.layer.tp = world.size() / s.layer.ep;
+  s.steps = 10;
+  s.optimizer.learning_rate = 1e-300;
+  auto const idle = app::train(space, world, s);
+  auto const none = app::check_loss(idle);
+  EXPECT_FALSE(none.fell) << none.before << " -> " << none.after << " (noise " << none.noise << ")";
+  EXPECT_EQ(none.before, none.after); // no parameter moved: the same batches give the same loss
+  EXPECT_GT(none.noise, 0.0);
+  // The training losses still move with the batches: what the old check took for learning.
+  EXPECT_NE(idle.loss.front(), idle.loss.back());
+  s.optimizer.learning_rate = 1e-2;
+  auto const learnt = app::check_loss(app::train(space, world, s));
+  EXPECT_TRUE(learnt.fell) << learnt.before << " -> " << learnt.after << " (noise " << learnt.noise << ")";
+  // Nothing to check without held-out batches or steps: refused, not a pass.
+  s.steps = 0;
+  EXPECT_NE(tessel::test::error_of([&] { app::train(space, world, s); }).find("steps must be >= 1"), std::string::npos);
+}
+
+// A learning rate that blows the parameters up stops the training at the step it happened, naming it (not a later
+// forward's "non-finite token" about the input).
+TEST(MoeTraining, divergence_is_named) {
+  auto const world = Communicator::world();
+  HostExecSpace space;
+  auto s = small_model();
+  s.layer.ep = world.size() <= 8 && 8 % world.size() == 0 ? world.size() : 1;
+  s.layer.tp = world.size() / s.layer.ep;
+  s.optimizer.kind = OptimizerOptions::Kind::sgd;
+  s.optimizer.learning_rate = 1e6;
+  auto const what = tessel::test::error_of([&] { app::train(space, world, s); });
+  EXPECT_NE(what.find("train: the training diverged at step"), std::string::npos) << what;
+  EXPECT_NE(what.find("lower the learning rate (1e+06)"), std::string::npos) << what;
 }
 
 } // namespace

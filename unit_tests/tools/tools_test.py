@@ -2,7 +2,7 @@
 
     tools_test.py CASE WORK_DIR NAME=PATH... [-- MPIEXEC [MPIEXEC_FLAGS...]]
 
-CASE is one of: options, ranks, faults_2, faults_4, full_disk. Exits 0 when every check passed, 77 (skipped) when
+CASE is one of: options, ranks, faults_2, faults_4, full_disk, moe_numbers. Exits 0 when every check passed, 77 (skipped) when
 the case cannot run here (no MPI, no permission to mount a filesystem), 1 otherwise, listing every failed check.
 """
 
@@ -103,7 +103,7 @@ OPTIONS = [
     (CSV, "--split", []), (CSV, "--seed", ["0", "4294967299"]),
     (MOE, "--ep", ["0"]), (MOE, "--tp", []), (MOE, "--iters", []), (MOE, "--warmup", ["0"]), (MOE, "--chunks", []),
     (MOE, "--comm-share", []), (MOE, "--bandwidth", []), (MOE, "--latency", ["0"]), (MOE, "--timeout", []),
-    (MOE_TRAIN, "--ep", []), (MOE_TRAIN, "--tp", []), (MOE_TRAIN, "--steps", ["0"]), (MOE_TRAIN, "--batch", []),
+    (MOE_TRAIN, "--ep", []), (MOE_TRAIN, "--tp", []), (MOE_TRAIN, "--steps", []), (MOE_TRAIN, "--batch", []),
     (MOE_TRAIN, "--hidden", []), (MOE_TRAIN, "--ffn", []), (MOE_TRAIN, "--experts", []), (MOE_TRAIN, "--topk", []),
     (MOE_TRAIN, "--vocab", []), (MOE_TRAIN, "--outputs", []), (MOE_TRAIN, "--lr", []),
     (MOE_TRAIN, "--momentum", ["0"]), (MOE_TRAIN, "--aux-loss", ["0"]), (MOE_TRAIN, "--seed", ["0", "4294967299"]),
@@ -519,5 +519,89 @@ def case_full_disk():
     finish()
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# moe_numbers: the MoE tools given numbers that would silently become other behaviour, success checks that could not
+# fail, values that a lenient reader takes as something else (2 ranks)
+# ---------------------------------------------------------------------------------------------------------------
+def run_bounded(argv, timeout, env=None):
+    """run(), with a process that outlives \p timeout reported as status "timeout" (a hang is a failure, not a
+    crash of this script)."""
+    try:
+        return run(argv, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return "timeout", out, err, timeout
+
+
+def usage_error(argv, names, what, timeout=60):
+    """\p argv ends at once with a usage error (exit 2) whose text holds every string of \p names."""
+    status, out, err, seconds = run_bounded(argv, timeout)
+    check(status == 2 and all(n in err for n in names),
+          what + ": expected exit 2 naming %s, got status %s after %.0f s" % (names, status, seconds), err + out[-500:])
+    for_people(err, what)
+
+
+def case_moe_numbers():
+    if not MPIEXEC:
+        sys.exit(SKIP)
+    layer, _ = make_inputs()
+    moe = lambda *a: mpi(2, [tool("tessel-moe"), layer] + list(a))
+    train = lambda *a: mpi(2, [tool("tessel-moe"), "train"] + list(a))
+    bench = lambda *a: mpi(2, [tool("tessel-moe-bench"), "--models", "mixtral", "--tokens", "64", "--scale", "64",
+                               "--iters", "1"] + list(a))
+    # A link so slow that no message arrives within the timeout (1e-300 MB/s once overflowed a duration and switched
+    # the emulated link off, printing "0.0 MB/s"): refused, naming the link and the timeout.
+    for bandwidth in ("1e-300", "1e-9"):
+        usage_error(moe("--bandwidth", bandwidth, "--iters", "1"), ["--bandwidth", "communication timeout"],
+                    "tessel-moe --bandwidth " + bandwidth)
+    usage_error(moe("--latency", "1e7", "--timeout", "5"), ["--latency", "communication timeout of 5 s"],
+                "tessel-moe --latency beyond the timeout")
+    # A share whose calibration would measure communication a million times the computation: refused at once.
+    usage_error(moe("--comm-share", "0.999999"), ["--comm-share", "(0, 0.95]"], "tessel-moe --comm-share 0.999999")
+    usage_error(bench("--share", "0.999999"), ["--share", "(0, 0.95]"], "tessel-moe-bench --share 0.999999")
+    # A model this machine cannot hold: refused before allocating, naming the size (it crashed in the weights'
+    # initialisation).
+    usage_error(train("--hidden", "65536", "--ffn", "1048576"), ["GiB", "--hidden"], "tessel-moe train, huge model")
+    usage_error(train("--vocab", "16777216", "--hidden", "65536"), ["GiB", "--vocab"], "tessel-moe train, huge vocab")
+    # Options that would do nothing, or measure nothing.
+    usage_error(train("--steps", "0"), ["--steps"], "tessel-moe train --steps 0")
+    usage_error(train("--momentum", "0.9"), ["--momentum", "Adam"], "tessel-moe train --momentum with Adam")
+    usage_error(moe("--schedule", "comet,comet"), ["--schedule", "twice"], "tessel-moe --schedule comet,comet")
+    usage_error(train("--schedule", "sequential,sequential"), ["--schedule", "twice"], "train --schedule twice")
+    usage_error(bench("--models", "mixtral,mixtral-8x7b"), ["--models", "twice"], "tessel-moe-bench --models twice")
+    usage_error(bench("--tokens", "64,64"), ["--tokens", "twice"], "tessel-moe-bench --tokens twice")
+    # A success check that can fail: a learning rate that changes no parameter learns nothing (the last batch's loss
+    # below the first's, batch noise, was taken for learning), and a diverging one is named as such.
+    status, out, err, _ = run_bounded(train("--lr", "1e-300", "--steps", "10", "--schedule", "sequential"), 300)
+    check(status == 1 and "did not fall by more than its noise" in out,
+          "tessel-moe train --lr 1e-300: expected exit 1, the loss did not fall (status %s)" % status, out + err)
+    status, out, err, _ = run_bounded(train("--steps", "20", "--schedule", "sequential"), 300)
+    check(status == 0 and "did not fall" not in out, "tessel-moe train --steps 20: expected it to learn", out + err)
+    status, out, err, _ = run_bounded(train("--steps", "10", "--schedule", "sequential", "--lr", "0.05"), 300)
+    check(status == 1 and "held-out loss rose" in out, "tessel-moe train --lr 0.05: expected the rise named",
+          out + err)
+    status, out, err, _ = run_bounded(train("--optimizer", "sgd", "--lr", "1e6", "--schedule", "sequential"), 300)
+    check(status == 1 and "diverged at step" in err and "learning rate" in err,
+          "tessel-moe train --lr 1e6: expected the divergence named (status %s)" % status, err)
+    for_people(err, "tessel-moe train --lr 1e6")
+    # --warmup 0: the first comet forward decides the parameters (cache or tuning on first use) before any timed run;
+    # tuning inside comet's first timed run gave "hidden -59738%".
+    cache = os.path.join(WORK, "fresh-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    result = os.path.join(WORK, "warmup0.json")
+    status, out, err, _ = run_bounded(moe("--warmup", "0", "--iters", "1", "--schedule", "sequential,comet",
+                                          "--bandwidth", "50", "--tune-budget", "1", "--json", result), 300,
+                                      env={"TESSEL_CACHE_DIR": cache, "TESSEL_MOE_TUNE": "on"})
+    check(status == 0, "tessel-moe --warmup 0: exit status %s" % status, err)
+    if status == 0:
+        import json
+        doc = json.load(open(result))
+        tuning, comet = doc["first_use_tuning_s"], doc["schedules"]["comet"]["runs_s"][0]
+        check(tuning is not None and comet < 0.5 * tuning,
+              "tessel-moe --warmup 0: comet's timed run (%.3f s) holds the first-use tuning (%s s)" % (comet, tuning))
+    finish()
+
+
 {"options": case_options, "ranks": case_ranks, "faults_2": lambda: case_faults(2), "faults_4": lambda: case_faults(4),
- "full_disk": case_full_disk}[CASE]()
+ "full_disk": case_full_disk, "moe_numbers": case_moe_numbers}[CASE]()

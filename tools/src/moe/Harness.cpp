@@ -153,6 +153,16 @@ Calibration calibrate_comm_share(ExecSpace const &space, MoeLayer &layer, PacedB
   return cal;
 }
 
+double layer_memory_bytes(MoeConfig const &config, bool dense) {
+  auto const d = [](auto v) { return static_cast<double>(v); };
+  double const n = d(config.hidden), k = d(config.ffn), m = d(config.tokens), topk = d(config.topk);
+  double const k0 = (config.gated ? 2.0 : 1.0) * k, experts = d(config.experts);
+  double const shard = experts / d(config.ep) * n * (k0 + k) / d(config.tp) * 4.0;
+  // Tokens and output; rows sent, received and their outputs (topk per token); hidden rows; combine both ways.
+  double const rows = m * n * 4.0 * (2.0 + 3.0 * topk + 2.0) + m * topk * k0 / d(config.tp) * 4.0;
+  return shard + rows + (dense ? experts * n * (k0 + k) * 4.0 : 0.0);
+}
+
 template <class ExecSpace, class Check>
 double time_schedule(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                      HostMatrix out, Schedule schedule, int iters, int warmup, std::vector<double> *runs) {

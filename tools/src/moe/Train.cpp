@@ -14,6 +14,8 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessel::moe::app {
 
@@ -71,6 +73,120 @@ HostMatrix teacher_targets(HostExecSpace const &space, TrainSettings const &s) {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
+
+// Token ids of the held-out batches: another stream of the same generator, never a training batch's.
+int held_out_id(std::uint64_t seed, int batch, std::int64_t g, int vocab) {
+  return token_id(seed ^ 0x5bd1e9955bd1e995ULL, batch, g, vocab);
+}
+
+// One rank's student: embedding -> MoE layer -> linear head, its optimizer, and the batch it runs.
+class Student {
+public:
+  Student(HostExecSpace const &space, Communicator const &comm, TrainSettings const &s, TrainProblem problem)
+      : _space(space), _comm(comm), _s(s), _m(s.layer.tokens / comm.size()), _n(s.layer.hidden), _c(s.outputs),
+        _targets(problem.targets), _config(layer_config(s, comm.size())), _embedding(problem.embedding),
+        _layer(_config, comm, shard_weights(_config, comm.rank(), problem.experts), s.layer_options),
+        _head(problem.head), _gate(problem.gate), _optimizer(s.optimizer),
+        _x("Tessel::moe::train_tokens", sz(_m), sz(_n)), _out("Tessel::moe::train_out", sz(_m), sz(_n)),
+        _y("Tessel::moe::train_head_out", sz(_m), sz(_c)), _dy("Tessel::moe::train_head_grad", sz(_m), sz(_c)),
+        _replicated(sz(_n * _c + s.vocab * _n)), _ids(sz(_m)) {}
+
+  static MoeConfig layer_config(TrainSettings const &s, int ranks) {
+    auto config = s.layer;
+    config.tokens = s.layer.tokens / ranks;
+    return config;
+  }
+
+  // Runs the global tokens g of this rank through the token ids \p id(g).
+  template <class Id> void load(Id &&id) {
+    for (std::int64_t t = 0; t < _m; ++t) {
+      _ids[sz(t)] = id(_comm.rank() * _m + t);
+      for (std::int64_t i = 0; i < _n; ++i)
+        _x(sz(t), sz(i)) = _embedding(sz(_ids[sz(t)]), sz(i));
+    }
+  }
+
+  // One training step on the loaded batch: the layer's train_step (forward, loss, backward, update of its experts
+  // and gate), then the head and the embedding. Returns the loss (the same on every rank).
+  double step(TrainResult &result) {
+    auto const loss = [&](ConstHostMatrix o, HostMatrix d_out) { return mse(o, d_out); };
+    double const value =
+        train_step(_space, _layer, _x, _gate, _out, loss, _optimizer, _grads, _s.schedule, _s.aux_loss_coef);
+    result.forward_seconds.push_back(_layer.stats().total);
+    result.backward_seconds.push_back(_layer.backward_stats().total);
+    // The embedding's gradient: each token's gradient added to its id's row; then both reduced over the ranks.
+    std::fill(_replicated.begin() + _n * _c, _replicated.end(), 0.0f);
+    float *const demb = _replicated.data() + _n * _c;
+    for (std::int64_t t = 0; t < _m; ++t)
+      for (std::int64_t i = 0; i < _n; ++i)
+        demb[sz(_ids[sz(t)] * _n + i)] += _grads.tokens(sz(t), sz(i));
+    _comm.allreduce(_replicated.data(), _replicated.data(), _replicated.size(), ReduceOp::sum);
+    _optimizer.update(_space, "head", _head.data(), _replicated.data(), _n * _c);
+    _optimizer.update(_space, "embedding", _embedding.data(), demb, _s.vocab * _n);
+    return value;
+  }
+
+  // The data loss of the loaded batch (summed over the ranks), nothing updated.
+  double evaluate() {
+    _layer.forward(_space, _x, _gate.input(), _out, _s.schedule);
+    return _comm.allreduce_value(mse(_out, HostMatrix()), ReduceOp::sum);
+  }
+
+  // Names the first parameter that is no longer finite (the training diverged), or returns an empty string.
+  std::string non_finite() const {
+    auto const bad = [](auto const &view) { return first_non_finite(view.data(), view.size()) != view.size(); };
+    auto const &experts = _layer.weights();
+    std::string const mine = bad(_embedding)                      ? "the embedding"
+                             : bad(_head)                         ? "the head"
+                             : bad(_gate.weight)                  ? "the gate weight"
+                             : bad(_gate.bias)                    ? "the gate bias"
+                             : bad(experts.w0) || bad(experts.w1) ? "the experts"
+                                                                  : "";
+    int const any = _comm.allreduce_value(mine.empty() ? 0 : 1, ReduceOp::max);
+    return any == 0 ? std::string() : mine.empty() ? std::string("another rank's experts") : mine;
+  }
+
+private:
+  // Mean squared error over the global batch: this rank's share; with \p d_out, its gradient d loss / d out (through
+  // d loss / d y = 2 (y - target) / (batch C)) and the head's gradient out^T dy.
+  double mse(ConstHostMatrix o, HostMatrix d_out) {
+    tessel::gemm(_space, Op::none, Op::none, 1.0f, MatrixRef<float const>{o.data(), _m, _n, _n},
+                 MatrixRef<float const>{_head.data(), _n, _c, _c}, 0.0f, MatrixRef<float>{_y.data(), _m, _c, _c});
+    double share = 0.0;
+    double const scale = 1.0 / static_cast<double>(_s.layer.tokens * _c);
+    for (std::int64_t t = 0; t < _m; ++t)
+      for (std::int64_t j = 0; j < _c; ++j) {
+        double const diff = static_cast<double>(_y(sz(t), sz(j))) - _targets(sz(_ids[sz(t)]), sz(j));
+        share += diff * diff * scale;
+        _dy(sz(t), sz(j)) = static_cast<float>(2.0 * diff * scale);
+      }
+    if (d_out.data() == nullptr)
+      return share;
+    tessel::gemm(_space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>{_dy.data(), _m, _c, _c},
+                 MatrixRef<float const>{_head.data(), _n, _c, _c}, 0.0f, MatrixRef<float>{d_out.data(), _m, _n, _n});
+    tessel::gemm(_space, Op::transpose, Op::none, 1.0f, MatrixRef<float const>{o.data(), _m, _n, _n},
+                 MatrixRef<float const>{_dy.data(), _m, _c, _c}, 0.0f,
+                 MatrixRef<float>{_replicated.data(), _n, _c, _c});
+    return share;
+  }
+
+  HostExecSpace const &_space;
+  Communicator const &_comm;
+  TrainSettings const &_s;
+  std::int64_t const _m, _n, _c;
+  HostMatrix const _targets;
+  MoeConfig const _config;
+  HostMatrix _embedding;
+  MoeLayer _layer;
+  HostMatrix _head;
+  GateParams _gate;
+  Optimizer _optimizer;
+  MoeGradients _grads;
+  HostMatrix _x, _out, _y, _dy;
+  // Gradients of the replicated parameters, reduced together: [head | embedding].
+  std::vector<float> _replicated;
+  std::vector<int> _ids;
+};
 
 } // namespace
 
@@ -148,69 +264,64 @@ void write_problem(std::string const &path, TrainSettings const &s, TrainProblem
 
 TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSettings const &s) {
   int const w = comm.size();
-  auto const batch = s.layer.tokens;
-  TESSEL_REQUIRE(batch % w == 0, "train: the batch of ", batch, " tokens does not split evenly over ", w, " ranks");
-  TESSEL_REQUIRE(s.vocab >= 1 && s.outputs >= 1 && s.steps >= 0, "train: vocab, outputs must be >= 1, steps >= 0");
-  auto config = s.layer;
-  config.tokens = batch / w;
-  std::int64_t const m = config.tokens, n = config.hidden, c = s.outputs, v = s.vocab;
-  auto problem = make_problem(space, s);
-  auto const &targets = problem.targets;
-  auto &embedding = problem.embedding;
-  auto &gate = problem.gate;
-  auto &head = problem.head;
-  MoeLayer layer(config, comm, shard_weights(config, comm.rank(), problem.experts), s.layer_options);
-  Optimizer optimizer(s.optimizer);
-  MoeGradients grads;
-  HostMatrix x("Tessel::moe::train_tokens", sz(m), sz(n)), out("Tessel::moe::train_out", sz(m), sz(n)),
-      y("Tessel::moe::train_head_out", sz(m), sz(c)), dy("Tessel::moe::train_head_grad", sz(m), sz(c));
-  // Gradients of the replicated parameters, reduced together: [head | embedding].
-  std::vector<float> replicated(sz(n * c + v * n));
-  std::vector<int> ids(sz(m));
+  TESSEL_REQUIRE(s.layer.tokens % w == 0, "train: the batch of ", s.layer.tokens, " tokens does not split evenly over ",
+                 w, " ranks");
+  TESSEL_REQUIRE(s.vocab >= 1 && s.outputs >= 1 && s.steps >= 1 && s.held_out >= 2,
+                 "train: vocab, outputs and steps must be >= 1, held_out >= 2");
+  Student student(space, comm, s, make_problem(space, s));
+  auto const held_out = [&] {
+    std::vector<double> losses;
+    for (int b = 0; b < s.held_out; ++b) {
+      student.load([&](std::int64_t g) { return held_out_id(s.seed, b, g, s.vocab); });
+      losses.push_back(student.evaluate());
+    }
+    return losses;
+  };
   TrainResult result;
+  result.held_out_before = held_out();
   for (int step = 0; step < s.steps; ++step) {
     comm.barrier();
     auto const t0 = std::chrono::steady_clock::now();
-    for (std::int64_t t = 0; t < m; ++t) {
-      ids[sz(t)] = token_id(s.seed, step, comm.rank() * m + t, s.vocab);
-      for (std::int64_t i = 0; i < n; ++i)
-        x(sz(t), sz(i)) = embedding(sz(ids[sz(t)]), sz(i));
-    }
-    // Mean squared error over the global batch: d loss / d y = 2 (y - target) / (batch C).
-    auto const loss = [&](ConstHostMatrix o, HostMatrix d_out) {
-      tessel::gemm(space, Op::none, Op::none, 1.0f, MatrixRef<float const>{o.data(), m, n, n},
-                   MatrixRef<float const>{head.data(), n, c, c}, 0.0f, MatrixRef<float>{y.data(), m, c, c});
-      double share = 0.0;
-      double const scale = 1.0 / static_cast<double>(batch * c);
-      for (std::int64_t t = 0; t < m; ++t)
-        for (std::int64_t j = 0; j < c; ++j) {
-          double const diff = static_cast<double>(y(sz(t), sz(j))) - targets(sz(ids[sz(t)]), sz(j));
-          share += diff * diff * scale;
-          dy(sz(t), sz(j)) = static_cast<float>(2.0 * diff * scale);
-        }
-      tessel::gemm(space, Op::none, Op::transpose, 1.0f, MatrixRef<float const>{dy.data(), m, c, c},
-                   MatrixRef<float const>{head.data(), n, c, c}, 0.0f, MatrixRef<float>{d_out.data(), m, n, n});
-      // The head's gradient while its input is at hand: out^T dy.
-      tessel::gemm(space, Op::transpose, Op::none, 1.0f, MatrixRef<float const>{o.data(), m, n, n},
-                   MatrixRef<float const>{dy.data(), m, c, c}, 0.0f, MatrixRef<float>{replicated.data(), n, c, c});
-      return share;
-    };
-    double const value = train_step(space, layer, x, gate, out, loss, optimizer, grads, s.schedule, s.aux_loss_coef);
-    result.forward_seconds.push_back(layer.stats().total);
-    result.backward_seconds.push_back(layer.backward_stats().total);
-    // The embedding's gradient: each token's gradient added to its id's row; then both reduced over the ranks.
-    std::fill(replicated.begin() + n * c, replicated.end(), 0.0f);
-    float *const demb = replicated.data() + n * c;
-    for (std::int64_t t = 0; t < m; ++t)
-      for (std::int64_t i = 0; i < n; ++i)
-        demb[sz(ids[sz(t)] * n + i)] += grads.tokens(sz(t), sz(i));
-    comm.allreduce(replicated.data(), replicated.data(), replicated.size(), ReduceOp::sum);
-    optimizer.update(space, "head", head.data(), replicated.data(), n * c);
-    optimizer.update(space, "embedding", embedding.data(), demb, v * n);
-    result.loss.push_back(value);
+    student.load([&](std::int64_t g) { return token_id(s.seed, step, g, s.vocab); });
+    double const loss = student.step(result);
+    auto const diverged = student.non_finite();
+    TESSEL_REQUIRE(std::isfinite(loss) && diverged.empty(), "train: the training diverged at step ", step, " (loss ",
+                   loss, diverged.empty() ? std::string() : "; " + diverged + " no longer finite",
+                   "): lower the learning rate (", s.optimizer.learning_rate, ") or the load-balancing coefficient (",
+                   s.aux_loss_coef, ")");
+    result.loss.push_back(loss);
     result.step_seconds.push_back(comm.allreduce_value(seconds_since(t0), ReduceOp::max));
   }
+  result.held_out_after = held_out();
   return result;
+}
+
+LossCheck check_loss(TrainResult const &result) {
+  LossCheck check;
+  auto const n = result.held_out_before.size();
+  if (n < 2 || result.held_out_after.size() != n)
+    return check;
+  for (std::size_t i = 0; i < n; ++i) {
+    check.before += result.held_out_before[i] / static_cast<double>(n);
+    check.after += result.held_out_after[i] / static_cast<double>(n);
+  }
+  double variance = 0.0;
+  for (double v : result.held_out_before)
+    variance += (v - check.before) * (v - check.before) / static_cast<double>(n - 1);
+  check.noise = 2.0 * std::sqrt(variance / static_cast<double>(n));
+  check.fell = check.before - check.after > check.noise && check.after < check.before;
+  return check;
+}
+
+double train_memory_bytes(TrainSettings const &s, int ranks) {
+  auto const d = [](auto v) { return static_cast<double>(v); };
+  double const n = d(s.layer.hidden), k = d(s.layer.ffn), e = d(s.layer.experts), v = d(s.vocab), c = d(s.outputs);
+  double const k0 = (s.layer.gated ? 2.0 : 1.0) * k, m = d(s.layer.tokens) / d(ranks), topk = d(s.layer.topk);
+  double const dense = e * n * (k0 + k) * 4.0; // one model's experts, float
+  // Teacher and student: dense experts each, the student's shard, the reference's double copy of one expert and
+  // its output; embeddings, heads, targets; the batch through the layer (rows per token: topk).
+  return 2.0 * dense + dense / d(ranks) + n * (k0 + k) * 8.0 + v * n * (4.0 + 4.0 + 8.0) + 2.0 * n * c * 4.0 +
+         v * c * 4.0 + m * n * 4.0 * (6.0 + 4.0 * topk) + m * topk * k0 * 4.0 * 3.0;
 }
 
 } // namespace tessel::moe::app

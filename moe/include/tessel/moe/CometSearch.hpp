@@ -25,10 +25,12 @@ namespace tessel::moe {
 /// communication workers, the token ranges, the policy and the sends in flight. A bounded search that runs out of
 /// time has spent it on the knobs that matter most.
 struct CometSearchGrid {
-  std::vector<std::int64_t> tiles;
-  std::vector<int> splits, workers, ranges;
-  std::vector<PlanPolicy> policies;
-  std::vector<int> in_flight;
+  std::vector<std::int64_t> tiles;  ///< CometParams::tile_m values
+  std::vector<int> splits;          ///< CometParams::n_splits values
+  std::vector<int> workers;         ///< CometParams::comm_workers values
+  std::vector<int> ranges;          ///< CometParams::m_splits values
+  std::vector<PlanPolicy> policies; ///< CometParams::policy values
+  std::vector<int> in_flight;       ///< CometParams::in_flight values
 
   /// \brief The grid for \p config: M tiles doubling from min(128, half the fallback rule's tile) (at least 32) up
   /// to the rows one source sends one expert (M topk / E, next power of two; at least the rule's tile, at most

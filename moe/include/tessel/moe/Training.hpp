@@ -28,7 +28,7 @@ struct OptimizerOptions {
   enum class Kind : int { sgd, adam };
   Kind kind = Kind::adam;      ///< SGD or Adam
   double learning_rate = 1e-3; ///< step size
-  double momentum = 0.0;       ///< SGD: heavy-ball momentum (0: plain SGD)
+  double momentum = 0.0;       ///< SGD: heavy-ball momentum (0: plain SGD); Adam refuses one
   double beta1 = 0.9;          ///< Adam: decay of the first moment
   double beta2 = 0.999;        ///< Adam: decay of the second moment
   double eps = 1e-8;           ///< Adam: added to the second moment's root

@@ -62,6 +62,11 @@ template <class ExecSpace, class = host_execution_space_t<ExecSpace>>
 CometSearchResult tune_comet(ExecSpace const &space, MoeLayer &layer, ConstHostMatrix tokens, GateInput const &gate,
                              int rounds = 3, std::function<void(std::string const &)> const &progress = {});
 
+/// \brief About the bytes one rank allocates to run \p config's layer (its tokens and output, the rows it sends and
+/// receives, the hidden rows and the combine, its expert shard; with \p dense also every expert at full size, as
+/// the reference check needs), to refuse a layer this machine cannot hold before allocating it.
+double layer_memory_bytes(MoeConfig const &config, bool dense);
+
 /// \brief The timeline of one forward or backward as JSON events {begin, end, what} (seconds, plus \p offset): the
 /// overlapped schedules' own timelines (LayerOptions::trace), the sequential forward's phases. The tools' --trace
 /// files hold them; benchmarks/moe/plot_timeline.py draws them.

@@ -21,6 +21,7 @@ struct TrainSettings {
   int vocab = 256;  ///< token ids
   int outputs = 16; ///< the head's outputs (regression targets from the teacher)
   int steps = 50;
+  int held_out = 4; ///< held-out batches of the global batch size, evaluated before and after training
   std::uint64_t seed = 1;
   OptimizerOptions optimizer;
   double aux_loss_coef = 0.01;
@@ -32,6 +33,9 @@ struct TrainResult {
   std::vector<double> loss;                              ///< per step, before its update (the same on every rank)
   std::vector<double> step_seconds;                      ///< per step, the slowest rank's forward + backward + update
   std::vector<double> forward_seconds, backward_seconds; ///< per step, this rank's layer forward and backward
+  /// The data loss (mean squared error, no load-balancing term) of each held-out batch before the first step and
+  /// after the last: the same batches, never trained on.
+  std::vector<double> held_out_before, held_out_after;
 };
 
 /// \brief The model's data and initial values, the same at every rank count: the teacher's target for each token id
@@ -56,8 +60,23 @@ std::vector<int> step_token_ids(TrainSettings const &settings, int step);
 /// values (the Python package's loss-curve test does).
 void write_problem(std::string const &path, TrainSettings const &settings, TrainProblem const &problem);
 
-/// Trains on \p comm (collective). The communicator may be paced (emulated link).
+/// Trains on \p comm (collective). The communicator may be paced (emulated link). Throws when the loss becomes
+/// NaN or infinite, naming the step.
 TrainResult train(HostExecSpace const &space, Communicator const &comm, TrainSettings const &settings);
+
+/// \brief Whether training lowered the loss by more than noise: the mean held-out loss fell by more than twice its
+/// standard error before training (the spread that another choice of held-out batches alone gives). A loss that
+/// only moves with the batches (a learning rate too small to change the parameters) is not a fall.
+struct LossCheck {
+  double before = 0.0, after = 0.0; ///< mean held-out loss
+  double noise = 0.0;               ///< twice the standard error of the mean held-out loss before training
+  bool fell = false;
+};
+LossCheck check_loss(TrainResult const &result);
+
+/// \brief The bytes one rank allocates for \p settings on \p ranks ranks (teacher and student, their dense experts,
+/// the shard, the batch buffers), to refuse a model this machine cannot hold before allocating it.
+double train_memory_bytes(TrainSettings const &settings, int ranks);
 
 } // namespace tessel::moe::app
 
