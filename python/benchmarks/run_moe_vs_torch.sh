@@ -14,6 +14,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 mkdir -p "$out"
 for run in $(seq 1 "$runs"); do
   PYTHONPATH=$build/python ${LOCK:+flock "$LOCK"} mpiexec -n 2 "$py" "$root/python/benchmarks/moe_vs_torch.py" \
-    --port $((29500 + run)) --json "$out/moe-$run.json" "$@"
+    --port $((${PORT_BASE:-29500} + run)) --json "$out/moe-$run.json" "$@"
 done
 "$py" "$root/python/benchmarks/moe_vs_torch_table.py" "$out"
