@@ -55,6 +55,7 @@ char const *usage_text =
     "                         nonzero, when it transforms first; auto (default): sparse when <= 10% are nonzero\n"
     "  --timing on|off        adaptive: time candidates (on) or use the cost model (off)\n"
     "  --partition auto|metis|lp|rcm|none --part-size N\n"
+    "  --huge-pages on|off    node features and the handles' graph arrays on transparent huge pages (default on)\n"
     "  --checkpoint FILE --checkpoint-every N (0, default: at the end only) --resume\n"
     "  --dist-partition auto|metis|contiguous   under mpiexec -n W (W > 1): how the rows are spread over the\n"
     "                         ranks (auto: metis where built in); a checkpoint resumes at the same W\n"

@@ -10,6 +10,7 @@
 #include <tessel/core/ScopeGuard.hpp>
 #include <tessel/core/Version.hpp>
 #include <tessel/gnn/Dataset.hpp>
+#include <tessel/gnn/Memory.hpp>
 #include <tessel/gnn/Spmm.hpp>
 #include <tessel/tools/CommandLine.hpp>
 #include <tessel/tools/Files.hpp>
@@ -50,6 +51,7 @@ char const *usage_text =
     "  --reps N (timed rounds, all kernels in turn, median reported; default 15) --warmup N (default 3)\n"
     "  --operator gcn|raw     D^-1/2 (A+I) D^-1/2 (default) or A as stored\n"
     "  --timing on|off --partition P --part-size N --json FILE\n"
+    "  --huge-pages on|off    X, Y and the handles' graph arrays on transparent huge pages (default on)\n"
     "  --backend host|cuda    cuda: the device kernels (csr, csr_feature_tiled, coo_atomic, tiles, dense,\n"
     "                         cusparse, adaptive) on the first GPU, CUDA events, default --reps 20; skipped\n"
     "                         with a message (exit 0) where no GPU is visible\n"
@@ -96,7 +98,7 @@ public:
   WidthBench(Exec const &space, Graph<std::int32_t> const &op, HostBenchConfig const &c, HostLimits const &limits,
              int f)
       : _space(space), _op(op), _c(c), _limits(limits), _f(f), _n(static_cast<std::size_t>(op.num_rows())),
-        _x("Tessel::gnn::bench::x", _n, fs()), _ref("Tessel::gnn::bench::ref", _n, fs()) {
+        _x(matrix("Tessel::gnn::bench::x")), _ref("Tessel::gnn::bench::ref", _n, fs()) {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1, 1);
     for (std::size_t k = 0; k < _x.size(); ++k)
@@ -105,7 +107,7 @@ public:
       Handle h(space, op, fixed(SpmmAlgorithm::csr));
       h.apply(space, _x, _ref);
     }
-    _y_shared = Matrix<Mem>("Tessel::gnn::bench::y", _n, fs());
+    _y_shared = matrix("Tessel::gnn::bench::y");
   }
 
   /// Builds and prepares every kernel, times them, prints the table; returns the width's record.
@@ -114,10 +116,12 @@ public:
     double const bytes = compulsory_bytes(_op, _f);
     _roofline = roofline_seconds(_limits, bytes, flops);
     double const no_reuse = no_reuse_seconds(_limits, _op, _f);
-    std::printf("\nF = %d (roofline %.4f ms: %.1f MB at the triad bandwidth; no-reuse time %.4f ms)\n  %-22s %10s %9s "
-                "%9s %10s %12s  %s\n",
-                _f, 1e3 * _roofline, bytes * 1e-6, 1e3 * no_reuse, "kernel", "median ms", "GFLOP/s", "roofline",
-                "setup s", "max rel err", "note");
+    std::printf("\nF = %d (roofline %.4f ms: %.1f MB at the triad bandwidth; no-reuse time %.4f ms; X %.1f MB, %.1f MB "
+                "of it on huge pages)\n  %-22s %10s %9s %9s %10s %12s  %s\n",
+                _f, 1e3 * _roofline, bytes * 1e-6, 1e3 * no_reuse,
+                1e-6 * static_cast<double>(_x.size() * sizeof(float)),
+                1e-6 * static_cast<double>(std::max<std::int64_t>(0, huge_page_bytes(_x.data(), _x.size() * 4))),
+                "kernel", "median ms", "GFLOP/s", "roofline", "setup s", "max rel err", "note");
     add_kernels();
     time_rounds();
     std::map<std::string, double> ms;
@@ -133,11 +137,15 @@ public:
       if (k != "permute_in_out")
         fraction[k] = 1e3 * _roofline / v;
     record["roofline_fraction"] = std::move(fraction);
+    record["x_huge_page_bytes"] = huge_page_bytes(_x.data(), _x.size() * sizeof(float));
+    record["x_bytes"] = _x.size() * sizeof(float);
     return record;
   }
 
 private:
   std::size_t fs() const { return static_cast<std::size_t>(_f); }
+  /// The kernels' X and Y: on huge pages as the handles' arrays (--huge-pages).
+  Matrix<Mem> matrix(char const *label) const { return make_matrix(_space, label, _n, fs(), _c.options.huge_pages); }
 
   // Relative error of the entry's Y (in its vertex order) against the reference; the largest seen counts.
   void check(Entry &e) {
@@ -164,8 +172,8 @@ private:
     e.y = _y_shared;
     if (perm) {
       if (_x_perm.extent(0) == 0) { // adaptive and csr(reordered) share the permutation and its buffers
-        _x_perm = Matrix<Mem>("Tessel::gnn::bench::xp", _n, fs());
-        _y_perm = Matrix<Mem>("Tessel::gnn::bench::yp", _n, fs());
+        _x_perm = matrix("Tessel::gnn::bench::xp");
+        _y_perm = matrix("Tessel::gnn::bench::yp");
         permute_rows(_space, *perm, ConstMatrix<Mem>(_x), _x_perm);
       }
       e.xin = _x_perm;
@@ -318,12 +326,24 @@ int bench_host(HostBenchConfig const &c) {
   auto results = tessel::Json::array();
   for (int f : c.widths)
     results.push_back(WidthBench(space, op, c, limits, f).run(wrong));
+  auto const pages = huge_page_stats();
+  std::printf("huge pages %s: %lld allocations advised (%.1f MB), %lld refused%s%s\n", name_of(c.options.huge_pages),
+              static_cast<long long>(pages.advised), 1e-6 * static_cast<double>(pages.advised_bytes),
+              static_cast<long long>(pages.refused), pages.last_refusal.empty() ? "" : ": ",
+              pages.last_refusal.c_str());
   if (!c.json.empty()) {
     tessel::Json doc = {{"command", "bench"}};
     add_run_fields(doc, c.data, data.name, op, c.op_name, c.reps);
     doc["openblas_num_threads"] = blas_threads;
     doc["build"] = tessel::build_summary();
     doc["machine"] = limits.json();
+    auto const pages = huge_page_stats();
+    doc["huge_pages"] = {{"option", name_of(c.options.huge_pages)},
+                         {"advised", pages.advised},
+                         {"advised_bytes", pages.advised_bytes},
+                         {"refused", pages.refused},
+                         {"collapsed", pages.collapsed},
+                         {"last_refusal", pages.last_refusal}};
     doc["results"] = std::move(results);
     tessel::write_json(c.json, doc);
     std::printf("results written to %s\n", c.json.c_str());

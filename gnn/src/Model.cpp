@@ -245,7 +245,7 @@ private:
             mine(k, j) = features(static_cast<std::size_t>(order[static_cast<std::size_t>(k)]), j);
         });
     space.fence();
-    s.x = Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::x"), un, cols);
+    s.x = node_matrix("Tessel::gnn::x", un, cols);
     Kokkos::deep_copy(space, s.x, mine);
     s.vertex = Kokkos::View<std::int64_t *, M>(Kokkos::view_alloc(space, "Tessel::gnn::vertex"), un);
     Kokkos::deep_copy(space, s.vertex,
@@ -300,7 +300,7 @@ private:
       s.mb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias_adam_m"), brows, out));
       s.vb.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::bias_adam_v"), brows, out));
       s.aggregate_first.push_back(in <= out);
-      s.s.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::aggregated"), un, in <= out ? in : out));
+      s.s.push_back(node_matrix("Tessel::gnn::aggregated", un, in <= out ? in : out));
     }
   }
 
@@ -321,15 +321,19 @@ private:
   void allocate_activations() {
     auto const un = static_cast<std::size_t>(s.n);
     s.h.push_back(s.x);
-    s.hd.push_back(
-        Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::dropped"), s.sparse ? 0 : un, s.sparse ? 0 : s.x.extent(1)));
-    s.grad.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::grad"), un, s.x.extent(1)));
+    s.hd.push_back(node_matrix("Tessel::gnn::dropped", s.sparse ? 0 : un, s.sparse ? 0 : s.x.extent(1)));
+    s.grad.push_back(node_matrix("Tessel::gnn::grad", un, s.x.extent(1)));
     for (int l = 0; l < s.layers(); ++l) {
       auto const out = static_cast<std::size_t>(s.dims[static_cast<std::size_t>(l) + 1]);
-      s.h.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::activation"), un, out));
-      s.hd.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::dropped"), un, out));
-      s.grad.push_back(Matrix<M>(Kokkos::view_alloc(space, "Tessel::gnn::grad"), un, out));
+      s.h.push_back(node_matrix("Tessel::gnn::activation", un, out));
+      s.hd.push_back(node_matrix("Tessel::gnn::dropped", un, out));
+      s.grad.push_back(node_matrix("Tessel::gnn::grad", un, out));
     }
+  }
+
+  /// A matrix with one row per node (the aggregations read and write these), on huge pages as the options say.
+  Matrix<M> node_matrix(char const *label, std::size_t rows, std::size_t cols) const {
+    return make_matrix(space, label, rows, cols, options.spmm.huge_pages);
   }
 
   ModelState<ExecSpace> &s;

@@ -4,6 +4,7 @@
 // The kernels' structures in a host handle's memory space (CSR pieces, tile sets, dense blocks), moved there from the
 // host-side builders (Builders.hpp).
 #include <tessel/gnn/Graph.hpp>
+#include <tessel/gnn/Memory.hpp>
 
 #include "Builders.hpp"
 #include "Kernels.hpp"
@@ -17,8 +18,25 @@
 namespace tessel::gnn::Impl {
 
 /// Host vectors that views of the handle point into: where the handle's memory space is the host's, the built
-/// structures are used in place (no second allocation and copy, which cost as much as building them).
-using HostStorage = std::vector<std::shared_ptr<void>>;
+/// structures are used in place (no second allocation and copy, which cost as much as building them), except arrays
+/// of huge_page_size bytes and more when huge pages are on: those are copied onto huge pages (Memory.hpp).
+struct HostStorage {
+  HugePages huge = HugePages::off;
+  std::vector<std::shared_ptr<void>> held;
+};
+
+/// \p g in \p space's memory; with huge pages on, its large arrays copied onto huge pages (else shared where \p g
+/// already lives there).
+template <class ExecSpace, class Index>
+Graph<Index, typename ExecSpace::memory_space> graph_in(ExecSpace const &space, Graph<Index> const &g, HugePages huge) {
+  using M = typename ExecSpace::memory_space;
+  if (huge == HugePages::off || !std::is_same_v<M, Kokkos::HostSpace>)
+    return g.to(space);
+  return Graph<Index, M>(g.name(), g.num_rows(), g.num_cols(),
+                         copy_array(space, "Tessel::gnn::Spmm::row_map", g.row_map(), huge),
+                         copy_array(space, "Tessel::gnn::Spmm::entries", g.entries(), huge),
+                         copy_array(space, "Tessel::gnn::Spmm::values", g.values(), huge));
+}
 
 template <class T, class M> Kokkos::View<T *, M> to_device(std::string const &label, std::vector<T> const &v) {
   Kokkos::View<T *, M> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), v.size());
@@ -31,8 +49,12 @@ template <class T, class M> Kokkos::View<T *, M> to_device(std::string const &la
 template <class T, class M>
 Kokkos::View<T *, M> to_device(std::string const &label, std::vector<T> &&v, HostStorage &keep) {
   if constexpr (std::is_same_v<M, Kokkos::HostSpace>) {
+    if (keep.huge == HugePages::on && v.size() * sizeof(T) >= huge_page_size)
+      return copy_array(Kokkos::DefaultHostExecutionSpace{}, label,
+                        Kokkos::View<T const *, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(v.data(), v.size()),
+                        keep.huge);
     auto held = std::make_shared<std::vector<T>>(std::move(v));
-    keep.push_back(held);
+    keep.held.push_back(held);
     return Kokkos::View<T *, M>(held->data(), held->size());
   } else {
     (void)keep;
@@ -82,7 +104,7 @@ std::vector<DenseBlock<Index, M>> to_memory(std::vector<HostDenseBlock> &&h, Hos
     auto const rows = static_cast<std::size_t>(b.rows), cols = static_cast<std::size_t>(b.cols);
     if constexpr (std::is_same_v<M, Kokkos::HostSpace>) {
       auto held = std::make_shared<std::vector<float>>(std::move(b.values));
-      keep.push_back(held);
+      keep.held.push_back(held);
       d.values = Matrix<M>(held->data(), rows, cols);
     } else {
       d.values =

@@ -27,16 +27,19 @@ namespace tessel::gnn::Impl {
 template <class Index, class ExecSpace> class HostCsrProbe final : public CsrProbe<Index> {
 public:
   using M = typename ExecSpace::memory_space;
-  explicit HostCsrProbe(ExecSpace const &space) : _space(space) {}
+  /// The probe times the kernels on memory like the handle's (huge pages or not), so that its decision holds there.
+  HostCsrProbe(ExecSpace const &space, HugePages huge) : _space(space), _huge(huge) {}
   void prepare(Graph<Index> const &original, Graph<Index> const &reordered) override {
-    _graphs[0] = original.to(_space);
-    _graphs[1] = reordered.to(_space);
+    _graphs[0] = graph_in(_space, original, _huge);
+    _graphs[1] = graph_in(_space, reordered, _huge);
   }
   double seconds(int which, int f, int kernel) override {
     auto const rows = static_cast<std::size_t>(_graphs[0].num_rows());
     if (_x.extent(1) != static_cast<std::size_t>(f)) {
-      _x = Matrix<M>(Kokkos::view_alloc(_space, "Tessel::gnn::Spmm::probe_x"), rows, static_cast<std::size_t>(f));
-      _y = Matrix<M>(Kokkos::view_alloc(_space, "Tessel::gnn::Spmm::probe_y"), rows, static_cast<std::size_t>(f));
+      _x = Matrix<M>();
+      _y = Matrix<M>();
+      _x = make_matrix(_space, "Tessel::gnn::Spmm::probe_x", rows, static_cast<std::size_t>(f), _huge);
+      _y = make_matrix(_space, "Tessel::gnn::Spmm::probe_y", rows, static_cast<std::size_t>(f), _huge);
       Kokkos::deep_copy(_space, _x, 1.0f);
     }
     auto const &a = _graphs[which];
@@ -50,6 +53,7 @@ public:
 
 private:
   ExecSpace _space;
+  HugePages _huge;
   Graph<Index, M> _graphs[2];
   Matrix<M> _x, _y;
 };
@@ -90,6 +94,7 @@ template <class Index, class ExecSpace> struct SpmmState {
       : space(s), options(o), name(g.name()), rows(g.num_rows()), cols(g.num_cols()), nnz(g.nnz()),
         driver(g, o, "host") {
     validate(g);
+    storage.huge = o.huge_pages;
   }
   /// The instance given at construction: preprocessing, probing and the structures of plan() run on it.
   ExecSpace space;
@@ -127,7 +132,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   // Setup
 
   void setup_fixed(HostGraph const &g) {
-    graph = g.to(space);
+    graph = graph_in(space, g, options.huge_pages);
     switch (options.algorithm) {
     case SpmmAlgorithm::coo:
     case SpmmAlgorithm::coo_atomic:
@@ -185,7 +190,7 @@ template <class Index, class ExecSpace> struct SpmmState {
   }
 
   void setup_adaptive(HostGraph const &g, Partition const *given) {
-    HostCsrProbe<Index, ExecSpace> probe(space);
+    HostCsrProbe<Index, ExecSpace> probe(space, options.huge_pages);
     driver.decompose(g, given, &probe);
     auto const classes = static_cast<std::size_t>(driver.decomposition().num_classes);
     class_csr.assign(classes, {});
@@ -319,7 +324,7 @@ template <class Index, class ExecSpace> struct SpmmState {
     if (all_csr_ready)
       return;
     // The reordered graph itself (no copy where the handle's memory space is the host's).
-    auto const g = driver.decomposition().permuted.to(in);
+    auto const g = graph_in(in, driver.decomposition().permuted, options.huge_pages);
     all_csr.row_map = g.row_map();
     all_csr.entries = g.entries();
     all_csr.values = g.values();

@@ -24,6 +24,7 @@ SpmmOptions spmm_options(tessel::CommandLine &args, SpmmAlgorithm algorithm) {
   TESSEL_REQUIRE_USAGE(o.partition != PartitionMethod::metis || metis_available(),
                        "option --partition metis: this Tessel was built without METIS; use lp or rcm");
   o.part_size = args.get_int<std::int64_t>("part-size", o.part_size, 2, max_tool_part_size);
+  o.huge_pages = get_on_off(args, "huge-pages", o.huge_pages == HugePages::on) ? HugePages::on : HugePages::off;
   return o;
 }
 

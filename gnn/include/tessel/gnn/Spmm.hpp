@@ -10,6 +10,7 @@
 #include <tessel/core/Execution.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/gnn/Graph.hpp>
+#include <tessel/gnn/Memory.hpp>
 #include <tessel/gnn/Reorder.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -86,6 +87,9 @@ struct SpmmOptions {
   /// Equal-size edge chunks of the coo algorithm.
   std::int64_t coo_chunk = 4096;
   std::uint64_t seed = 1; ///< the partitioner's seed
+  /// The handle's graph arrays (and a model's feature matrices, TrainOptions::spmm) on transparent huge pages where
+  /// the OS allows (Memory.hpp; gnn/README.md, "Huge pages").
+  HugePages huge_pages = HugePages::on;
 };
 
 /// \brief What an adaptive handle decided for one density class of blocks, and why.

@@ -19,8 +19,8 @@ inline constexpr std::int64_t max_tool_part_size = std::int64_t{1} << 30;
 /// the option.
 bool get_on_off(tessel::CommandLine &args, char const *name, bool fallback);
 
-/// \brief SpmmOptions for \p algorithm with --timing on|off, --partition P and --part-size N from \p args (a usage
-/// error for --partition metis where METIS is not built in).
+/// \brief SpmmOptions for \p algorithm with --timing on|off, --partition P, --part-size N and --huge-pages on|off
+/// from \p args (a usage error for --partition metis where METIS is not built in).
 SpmmOptions spmm_options(tessel::CommandLine &args, SpmmAlgorithm algorithm);
 
 } // namespace tessel::gnn
