@@ -10,28 +10,6 @@
 
 namespace tessel::moe {
 
-DenseWeights allocate_dense_weights(MoeConfig const &config) {
-  auto const e = static_cast<std::size_t>(config.experts), n = static_cast<std::size_t>(config.hidden),
-             k = static_cast<std::size_t>(config.ffn);
-  DenseWeights w;
-  w.w0 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::dense_w0"), e, n,
-                    (config.gated ? 2 : 1) * k);
-  w.w1 = HostTensor(Kokkos::view_alloc(Kokkos::WithoutInitializing, "Tessel::moe::dense_w1"), e, k, n);
-  return w;
-}
-
-ExpertWeights shard_weights(MoeConfig const &config, int rank, DenseWeights const &dense) {
-  TESSEL_REQUIRE(static_cast<int>(dense.w0.extent(0)) == config.experts &&
-                     static_cast<std::int64_t>(dense.w0.extent(1)) == config.hidden &&
-                     static_cast<std::int64_t>(dense.w0.extent(2)) == (config.gated ? 2 : 1) * config.ffn &&
-                     static_cast<std::int64_t>(dense.w1.extent(1)) == config.ffn,
-                 "shard_weights: dense weights do not match ", config.describe());
-  auto weights = allocate_expert_weights(config);
-  for (int e = 0; e < config.experts; ++e)
-    set_expert_weights(config, rank, e, &dense.w0(e, 0, 0), &dense.w1(e, 0, 0), weights);
-  return weights;
-}
-
 namespace {
 
 // Logits (from the given logits, or tokens x weight + bias) and their softmax over the experts, in double.

@@ -2,29 +2,18 @@
 #define TESSEL_MOE_REFERENCE_HPP
 
 /// \file Reference.hpp
-/// \brief Full (unsharded) expert weights and the dense single-process reference the schedules are checked
-/// against: no communication, no sharding, no tiling, double precision.
+/// \brief The dense single-process reference the schedules are checked against: full (unsharded) expert weights
+/// (DenseWeights, Weights.hpp), no communication, no sharding, no tiling, double precision.
 
 #include <tessel/moe/ExpertFfn.hpp>
 #include <tessel/moe/MoeConfig.hpp>
 #include <tessel/moe/Router.hpp>
+#include <tessel/moe/Weights.hpp>
 
 #include <string>
 #include <vector>
 
 namespace tessel::moe {
-
-/// \brief All experts' full weights: w0 [E, N, (gated ? 2 : 1) K] (gated: [gate | up]), w1 [E, K, N].
-struct DenseWeights {
-  HostTensor w0; ///< [E, N, (gated ? 2 : 1) K]
-  HostTensor w1; ///< [E, K, N]
-};
-
-/// \brief Allocates (uninitialized) dense weights for \p config (EP and TP are ignored).
-DenseWeights allocate_dense_weights(MoeConfig const &config);
-
-/// \brief The shard rank \p rank holds under \p config.
-ExpertWeights shard_weights(MoeConfig const &config, int rank, DenseWeights const &dense);
 
 /// \brief A double-precision host matrix (the references' results).
 using HostMatrix64 = Kokkos::View<double **, Kokkos::LayoutRight, Kokkos::HostSpace>;

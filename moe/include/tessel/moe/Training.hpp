@@ -6,6 +6,7 @@
 /// one training step (forward, the caller's loss gradient, backward, optimizer step on the expert shards and gate).
 
 #include <tessel/moe/MoeLayer.hpp>
+#include <tessel/moe/Weights.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -13,14 +14,6 @@
 #include <string>
 
 namespace tessel::moe {
-
-/// \brief The gate's trainable parameters: weight [N, E] and optional bias [E], replicated on every rank.
-struct GateParams {
-  HostMatrix weight; ///< [N, E]
-  HostVector bias;   ///< [E], or empty for a gate without bias
-  /// The gate as a layer's forward takes it.
-  GateInput input() const { return GateInput::from_weight(weight, bias); }
-};
 
 /// \brief Optimizer settings (PyTorch's torch.optim.SGD and Adam defaults where they have them).
 struct OptimizerOptions {
