@@ -34,7 +34,8 @@ void simulate_usage() {
       "  --cluster F|crius    cluster CSV/HDF5, or crius = the 1,280-GPU Crius cluster (default)\n"
       "  --profile F|DIR      profile tables: HDF5 (tessel.sched.profile) or a folder of Crius files\n"
       "  --source S           table | estimator | table+estimator (default: table with --profile, else estimator)\n"
-      "  --rounds N           stop after N rounds (default 0: until every job completed or was rejected)\n"
+      "  --rounds N           stop after N rounds, or once every job ended (default 0: until every job ended, or\n"
+      "                       until no job progresses any more, which leaves the jobs unfinished and says so)\n"
       "  --interval S         seconds per round (default 300)\n"
       "  --arena-compat       reproduce Arena's accounting (README: 'Arena compatibility'); implies\n"
       "                       --iteration-divisor 5\n"
@@ -121,6 +122,7 @@ Json metrics_json(Cluster const &cluster, SimResult const &r) {
                     {"reschedules", j.reschedules},
                     {"failures", j.failures}});
   out["stalls"] = r.stalls;
+  out["end_reason"] = r.end_reason;
   out["round_time"] = r.round_time;
   out["throughput"] = r.throughput;
   out["running"] = r.running;
@@ -306,6 +308,8 @@ void print_metrics(Cluster const &cluster, SimOptions const &opt, std::vector<Si
   row("scheduler ms/round", [](SimMetrics const &m) { return fmt(m.sched_ms_per_round, 3); });
   row("scheduler ms max", [](SimMetrics const &m) { return fmt(m.sched_ms_max, 1); });
   row("wall time (s)", [](SimMetrics const &m) { return fmt(m.wall_seconds, 2); });
+  for (auto const &r : results)
+    std::printf("%s: ended: %s\n", r.policy.c_str(), r.end_reason.c_str());
   for (auto const &r : results)
     if (!r.stalls.empty())
       std::printf("%s: %zu times a running job made no progress for longer than re-tuning explains (--json lists "

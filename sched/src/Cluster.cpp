@@ -10,6 +10,7 @@
 #include <tessel/core/H5File.hpp>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -37,6 +38,12 @@ Cluster::Cluster(std::vector<GpuSpec> types, std::vector<NodeGroup> groups)
       TESSEL_REQUIRE(std::isfinite(v) && v > 0, "GPU type '", g.name,
                      "': memory, peak FLOP/s and bandwidths must be positive and finite, got ", v);
   }
+  long long total = 0;
+  for (auto const &grp : _groups)
+    total += static_cast<long long>(std::max(grp.num_nodes, 0)) * std::max(grp.gpus_per_node, 0);
+  TESSEL_REQUIRE(total <= kMaxGpus, "a cluster of ", total, " GPUs (", _groups.size(),
+                 " node groups) is larger than the ", kMaxGpus,
+                 " GPUs a cluster may have: every GPU is tracked on its own, and the policies copy those tables");
   _type_cap.assign(_types.size(), 0);
   _type_gpus.assign(_types.size(), 0);
   _type_nodes.assign(_types.size(), {});

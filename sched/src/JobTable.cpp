@@ -25,10 +25,17 @@ char const *state_name(JobState state) {
 JobTable::JobTable(Cluster const &cluster, Hooks *hooks) : _cluster(&cluster), _hooks(hooks), _alloc(cluster) {}
 
 void JobTable::clear_events() {
-  _arrived.clear();
-  _ended.clear();
-  _evicted.clear();
-  _repaired.clear();
+  std::vector<int> *lists[] = {&_arrived, &_ended, &_evicted, &_repaired};
+  for (int k = 0; k < 4; ++k) {
+    lists[k]->erase(lists[k]->begin(), lists[k]->begin() + static_cast<std::ptrdiff_t>(_shown[k]));
+    _shown[k] = 0;
+  }
+}
+
+void JobTable::events_presented() {
+  std::vector<int> const *lists[] = {&_arrived, &_ended, &_evicted, &_repaired};
+  for (int k = 0; k < 4; ++k)
+    _shown[k] = lists[k]->size();
 }
 
 JobRecord &JobTable::job(int job) {
@@ -154,6 +161,11 @@ void JobTable::unplace(int job) {
   JobRecord &j = in_state(job, JobState::running, "re-decide");
   release(j);
   j.state = JobState::pending;
+}
+
+void JobTable::bounce(int job) {
+  unplace(job);
+  _evicted.push_back(job);
 }
 
 void JobTable::restore_end(int job, JobState state, double finish_time, std::string reason) {

@@ -167,7 +167,10 @@ void read_dp_mem_json(ProfileTable &table, std::string const &path) {
     DpMemory m;
     m.model = ModelCatalog::builtin().find(key.substr(0, sep));
     TESSEL_REQUIRE(m.model >= 0, path, ": key '", key, "': unknown model");
-    m.batch_size = std::stoi(key.substr(sep + 1));
+    std::string const batch = key.substr(sep + 1);
+    TESSEL_REQUIRE(!batch.empty() && batch.size() <= 8 && batch.find_first_not_of("0123456789") == std::string::npos,
+                   path, ": key '", key, "': the batch size after the last '_' is not a number");
+    m.batch_size = std::stoi(batch);
     TESSEL_REQUIRE(value.is_array() && value.size() == 5, path, ": key '", key,
                    "': expected 5 numbers (1, 2, 4, 8, 16 GPUs)");
     for (std::size_t i = 0; i < 5; ++i) {

@@ -73,6 +73,12 @@ Simulator::Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracl
     _table.job(_table.add(&spec, iters)).arena_iter_num = iters;
   }
   _t0 = trace.jobs.front().submit_time;
+  // Rounds are counted in an int: a trace spanning more rounds than that is no trace of this interval.
+  double const span_rounds = (trace.jobs.back().submit_time - _t0) / _opt.interval;
+  TESSEL_REQUIRE(span_rounds <= 1e9, "the trace's submissions span ", trace.jobs.back().submit_time - _t0, " s (from ",
+                 _t0, " to ", trace.jobs.back().submit_time, " s): at rounds of ", _opt.interval, " s that is ",
+                 span_rounds, " rounds, more than the 1e9 a run counts");
+  TESSEL_REQUIRE(_opt.no_progress_rounds >= 0, "no_progress_rounds must be >= 0, got ", _opt.no_progress_rounds);
   _node_down_until.assign(static_cast<std::size_t>(cluster.num_nodes()), -1);
   _rng_state = _opt.seed * 0x2545F4914F6CDD1Dull + 0x1234567ull;
   _result.policy = policy.name();
@@ -151,7 +157,9 @@ void Simulator::advance() {
       }
     }
     // Progress is work done at a throughput above zero (an infeasible placement's iteration time is finite, 1e9 s).
-    watch_progress(j, done || (j.throughput > 0 && j.remaining < before));
+    bool const progressed = done || (j.throughput > 0 && j.remaining < before);
+    _watch.progressed = _watch.progressed || progressed;
+    watch_progress(j, progressed);
     if (done)
       _table.complete(j.id, finish);
   }
@@ -371,9 +379,9 @@ SimResult Simulator::run() {
   using clock = std::chrono::steady_clock;
   auto const wall0 = clock::now();
   SchedContext ctx(static_cast<SchedWorld &>(*this));
-  int idle_rounds = 0;
-  for (int round = 0;; ++round) {
+  for (int round = 0;; round = next_round(round)) {
     _table.begin_round(round, _t0 + round * _opt.interval);
+    _watch.progressed = false;
     for (int n = 0; n < _cluster.num_nodes(); ++n)
       if (_node_down_until[static_cast<std::size_t>(n)] >= 0 &&
           _node_down_until[static_cast<std::size_t>(n)] <= round) {
@@ -387,13 +395,14 @@ SimResult Simulator::run() {
     std::vector<int> const before = _table.alloc().owners();
     auto const t0 = clock::now();
     _policy.schedule(ctx);
+    _table.events_presented();
     _result.sched_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     account_round(before);
     if (_opt.check_invariants)
       check_invariants();
     if (_opt.observer)
       _opt.observer(round, _table.alloc(), _table.jobs());
-    if (finished_or_stuck(idle_rounds))
+    if (finished_or_stuck(_watch))
       break;
   }
   _result.metrics = summarize(_result);
@@ -403,9 +412,24 @@ SimResult Simulator::run() {
   return std::move(_result);
 }
 
-// End of a round: reports progress and says whether the run is over (the round limit, every job ended, or nothing
-// can run again: then the jobs left are rejected with why).
-bool Simulator::finished_or_stuck(int &idle_rounds) {
+// The next round to simulate: the next one, or, when no job runs or waits, the round of the next submission (the
+// rounds between change nothing; with node failures injected they draw failures and are simulated).
+int Simulator::next_round(int round) const {
+  bool const idle = std::none_of(_table.jobs().begin(), _table.jobs().end(), [](JobRecord const &j) {
+    return j.state == JobState::running || j.state == JobState::pending;
+  });
+  if (!idle || _next_arrival >= _table.jobs().size() || _opt.node_mtbf_hours > 0)
+    return round + 1;
+  int next = std::max(round + 1, round_of(_table.jobs()[_next_arrival].spec->submit_time));
+  if (_opt.max_rounds > 0)
+    next = std::min(next, _opt.max_rounds - 1);
+  return std::max(round + 1, next);
+}
+
+// End of a round: reports progress and says whether the run is over: every job ended; the round limit; nothing can
+// run again (the jobs left are rejected with why); or no job progressed for no_progress_rounds rounds (the jobs left
+// are unfinished). SimResult::end_reason says which.
+bool Simulator::finished_or_stuck(Watch &w) {
   int const round = _table.round();
   int running = 0, pending = 0, done = 0;
   for (auto const &j : _table.jobs()) {
@@ -416,30 +440,35 @@ bool Simulator::finished_or_stuck(int &idle_rounds) {
   if (_opt.progress)
     _opt.progress(round, running, pending, done);
   bool const all_submitted = _next_arrival == _table.jobs().size();
-  if (_opt.max_rounds > 0)
-    return round + 1 >= _opt.max_rounds;
-  if (all_submitted && running == 0 && pending == 0)
+  if (all_submitted && running == 0 && pending == 0) {
+    _result.end_reason = "every job ended";
     return true;
-  // Nothing can ever run again: every remaining job is pending on an idle cluster with no node down.
+  }
+  if (_opt.max_rounds > 0) {
+    if (round + 1 < _opt.max_rounds)
+      return false;
+    _result.end_reason = tessel::Impl::concat("the round limit (", _opt.max_rounds, " rounds)");
+    return true;
+  }
   bool any_down = false;
   for (int n = 0; n < _cluster.num_nodes() && !any_down; ++n)
     any_down = _table.alloc().node_down(n);
-  idle_rounds = all_submitted && running == 0 && pending > 0 && !any_down ? idle_rounds + 1 : 0;
-  if (idle_rounds < 3 && round + 1 < _opt.safety_rounds)
-    return false;
-  for (auto &j : _table.jobs()) {
-    std::string stalled;
-    if (j.state == JobState::running) {
-      if (j.stalled_rounds > _stall_bound)
-        stalled = " (running, no progress in its last " + std::to_string(j.stalled_rounds) +
-                  " rounds: " + stall_reason(j) + ")";
-      _table.unplace(j.id);
-    }
-    if (j.state == JobState::pending)
-      _table.reject(j.id, idle_rounds >= 3
-                              ? "never placed: " + _policy.name() + " found no allocation for it on an idle cluster"
-                              : "safety round limit reached" + stalled);
+  // Nothing can ever run again: every remaining job is pending on an idle cluster with no node down.
+  w.idle_rounds = all_submitted && running == 0 && pending > 0 && !any_down ? w.idle_rounds + 1 : 0;
+  if (w.idle_rounds >= 3) {
+    for (auto &j : _table.jobs())
+      if (j.state == JobState::pending)
+        _table.reject(j.id, "never placed: " + _policy.name() + " found no allocation for it on an idle cluster");
+    _result.end_reason = tessel::Impl::concat(pending, " jobs never placed on an idle cluster (rejected)");
+    return true;
   }
+  // Livelock or starvation: jobs left, none of them progressing.
+  int const bound = _opt.no_progress_rounds > 0 ? _opt.no_progress_rounds : _stall_bound + 3;
+  w.still_rounds = all_submitted && !any_down && !w.progressed ? w.still_rounds + 1 : 0;
+  if (w.still_rounds < bound)
+    return false;
+  _result.end_reason = tessel::Impl::concat("no job progressed in the last ", w.still_rounds, " rounds: ", running,
+                                            " running and ", pending, " pending jobs left unfinished");
   return true;
 }
 

@@ -173,6 +173,10 @@ Trace generate_trace(Cluster const &cluster, ThroughputOracle const &oracle, Syn
     j.iterations = std::max<long long>(1, static_cast<long long>(hours * 3600.0 / drawer.iter_time(d)));
     trace.jobs.push_back(std::move(j));
   }
+  // Derived: the arrivals' span (a tiny rate puts the last arrival beyond any clock).
+  TESSEL_REQUIRE(std::isfinite(t) && t <= 1e12, "synthetic trace: ", o.jobs, " jobs at ", o.jobs_per_hour,
+                 " jobs per hour arrive over ", t - o.start_time,
+                 " s, beyond the 1e12 s a trace's clock may hold; raise the rate or lower the job count");
   return trace;
 }
 

@@ -24,6 +24,8 @@ bool ends_with(std::string const &s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+constexpr double kMaxTraceTime = 1e12;
+
 // Shared row validation of CSV and HDF5 traces; \p where names the row for messages.
 struct RowChecker {
   Cluster const &cluster;
@@ -33,13 +35,19 @@ struct RowChecker {
                 long long batch, long long gpus, std::string const &type, double deadline) {
     TESSEL_REQUIRE(!id.empty(), where, ": empty job_id");
     TESSEL_REQUIRE(ids.insert(id).second, where, ": duplicate job_id '", id, "'");
-    // Beyond 1e9 s (31 years) a round's time no longer resolves seconds, and JCTs would be rounding noise.
-    TESSEL_REQUIRE(std::isfinite(submit) && submit >= 0 && submit <= 1e9, where, " (job ", id,
-                   "): submission_time must be in [0, 1e9] seconds, got ", submit);
+    // Times may be relative to the trace's start or absolute (Unix epoch seconds, as Slurm's accounting and the
+    // Helios traces write them): the simulator starts at the first submission. Beyond 1e12 s (31,700 years) a time
+    // no longer resolves milliseconds, and is no clock's.
+    TESSEL_REQUIRE(std::isfinite(submit) && submit >= 0 && submit <= kMaxTraceTime, where, " (job ", id,
+                   "): submission_time must be a time in seconds in [0, 1e12] (relative, or Unix epoch seconds), got ",
+                   submit);
     TESSEL_REQUIRE(iters > 0, where, " (job ", id, "): num_iteration must be > 0, got ", iters);
     TESSEL_REQUIRE(batch > 0 && batch <= (1 << 24), where, " (job ", id, "): batch_size must be > 0, got ", batch);
     TESSEL_REQUIRE(gpus > 0 && gpus <= (1 << 20), where, " (job ", id, "): num_gpu must be > 0, got ", gpus);
-    TESSEL_REQUIRE(std::isfinite(deadline), where, " (job ", id, "): deadline must be finite");
+    TESSEL_REQUIRE(std::isfinite(deadline) && deadline <= kMaxTraceTime, where, " (job ", id,
+                   "): deadline must be a time in seconds up to 1e12 (or < 0: none), got ", deadline);
+    TESSEL_REQUIRE(deadline < 0 || deadline >= submit, where, " (job ", id, "): deadline ", deadline,
+                   " s is before the job's submission at ", submit, " s (deadlines are absolute, on the same clock)");
     JobSpec j;
     j.id = std::move(id);
     j.submit_time = submit;

@@ -82,6 +82,16 @@ TEST(SchedCluster, malformed_specs_name_the_problem) {
                {"same GPU count"});
   expect_error([&] { load_cluster(dir.write("e.csv", "gpu_type,num_nodes,gpus_per_node\na100,0,4\n")); },
                {"e.csv:2", "num_nodes", ">= 1"});
+  // A cluster too large to track is refused with its size, not "out of memory" (3 x 1e6 nodes x 1024 GPUs).
+  expect_error(
+      [&] {
+        load_cluster(dir.write("f.csv", "gpu_type,num_nodes,gpus_per_node\na100,1000000,1024\nv100,1000000,1024\n"
+                                        "a40,1000000,1024\n"));
+      },
+      {"f.csv", "a cluster of 3072000000 GPUs", "larger than the 1048576 GPUs"});
+  // Hexadecimal numbers are not read as numbers.
+  expect_error([&] { load_cluster(dir.write("g.csv", "gpu_type,num_nodes,gpus_per_node\na100,0x10,4\n")); },
+               {"g.csv:2", "num_nodes", "'0x10' is not an integer"});
 }
 
 std::string const kHeader = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\n";
@@ -128,7 +138,7 @@ TEST(SchedTrace, malformed_rows_are_errors_naming_file_row_and_field) {
                                                 "j2,-5,10,moe__2.4B,-1,256,4,a40\n"),
                    c);
       },
-      {"b.csv:3", "job j2", "submission_time", "in [0, 1e9] seconds"});
+      {"b.csv:3", "job j2", "submission_time", "in [0, 1e12]"});
   expect_error([&] { load_trace(dir.write("c.csv", kHeader + "j1,5,10,llama__7B,-1,256,4,a40\n"), c); },
                {"c.csv:2", "unknown model 'llama__7B'"});
   expect_error([&] { load_trace(dir.write("d.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4,h100\n"), c); },
@@ -147,6 +157,38 @@ TEST(SchedTrace, malformed_rows_are_errors_naming_file_row_and_field) {
   expect_error([&] { load_trace(dir.write("h.csv", kHeader + "j1,5,10,moe__2.4B,-1,256,4\n"), c); },
                {"h.csv:2", "expected 8"});
   expect_error([&] { load_trace(dir.write("i.csv", kHeader), c); }, {"i.csv", "no jobs"});
+}
+
+TEST(SchedTrace, numbers_are_decimal_and_times_may_be_unix_seconds) {
+  TempDir dir;
+  Cluster const c = Cluster::crius_simulated();
+  // Hexadecimal integers and floats, and non-finite words, are refused where strtod would take them.
+  expect_error([&] { load_trace(dir.write("a.csv", kHeader + "j1,0x10,10,moe__2.4B,-1,256,4,a40\n"), c); },
+               {"a.csv:2", "submission_time", "'0x10' is not a number"});
+  expect_error([&] { load_trace(dir.write("b.csv", kHeader + "j1,0x1p4,10,moe__2.4B,-1,256,4,a40\n"), c); },
+               {"b.csv:2", "'0x1p4' is not a number"});
+  expect_error([&] { load_trace(dir.write("c.csv", kHeader + "j1,5,0x1F,moe__2.4B,-1,256,4,a40\n"), c); },
+               {"c.csv:2", "num_iteration", "'0x1F' is not an integer"});
+  expect_error([&] { load_trace(dir.write("d.csv", kHeader + "j1,inf,10,moe__2.4B,-1,256,4,a40\n"), c); },
+               {"d.csv:2", "submission_time", "got inf"});
+  expect_error([&] { load_trace(dir.write("e.csv", kHeader + "j1,nan,10,moe__2.4B,-1,256,4,a40\n"), c); },
+               {"e.csv:2", "submission_time"});
+  expect_error([&] { load_trace(dir.write("f.csv", kHeader + "j1,1e13,10,moe__2.4B,-1,256,4,a40\n"), c); },
+               {"f.csv:2", "in [0, 1e12]"});
+  // A deadline before the submission is nonsense (deadlines are absolute).
+  expect_error([&] { load_trace(dir.write("g.csv", kHeader + "j1,500,10,moe__2.4B,400,256,4,a40\n"), c); },
+               {"g.csv:2", "deadline 400 s is before the job's submission at 500 s"});
+  // Unix epoch seconds (Slurm's accounting, the Helios traces) load as they are, and a byte-order mark before the
+  // header is not part of its first column.
+  Trace const t = load_trace(dir.write("h.csv", "\xEF\xBB\xBF" + kHeader +
+                                                    "j2,1591030600.5,10,moe__2.4B,,256,4,a40\n"
+                                                    "j1,1.59103e+09,10,moe__2.4B,1591040000,256,4,a40\n"),
+                             c);
+  ASSERT_EQ(t.jobs.size(), 2u);
+  EXPECT_EQ(t.jobs[0].id, "j1");
+  EXPECT_DOUBLE_EQ(t.jobs[0].submit_time, 1.59103e9);
+  EXPECT_DOUBLE_EQ(t.jobs[0].deadline, 1591040000);
+  EXPECT_DOUBLE_EQ(t.jobs[1].submit_time, 1591030600.5);
 }
 
 TEST(SchedTrace, impossible_jobs_are_rejected_with_a_reason_not_a_crash) {

@@ -148,6 +148,7 @@ void SlurmController::State::decide(bool first) {
   }
   auto const t_decide = std::chrono::steady_clock::now();
   policy->schedule(ctx);
+  job_table.events_presented();
   last_decide_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_decide).count();
   decide_ms.push_back(last_decide_ms);
   decide_running.push_back(seen_running);

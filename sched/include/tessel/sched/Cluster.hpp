@@ -31,8 +31,13 @@ struct NodeGroup {
 /// the same power-of-two GPU count (Arena's per-type node capacity), which placement relies on.
 class Cluster {
 public:
+  /// The most GPUs a cluster may have: every GPU is tracked on its own (owner, node), and a policy's search copies
+  /// those tables.
+  static constexpr long long kMaxGpus = 1 << 20;
+
   Cluster() = default;
-  /// \throws tessel::Exception naming the offending group or type on invalid input.
+  /// \throws tessel::Exception naming the offending group or type on invalid input, and the size of a cluster of
+  /// more than kMaxGpus GPUs.
   Cluster(std::vector<GpuSpec> types, std::vector<NodeGroup> groups);
 
   /// Crius/Arena's simulated cluster (`resources/sim_cluster_spec.json` + `NODE_CAPACITY`): A100 80 nodes x 4,

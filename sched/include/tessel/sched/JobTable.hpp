@@ -65,7 +65,7 @@ public:
   /// An empty table on \p cluster (which must outlive it); \p hooks may be null.
   explicit JobTable(Cluster const &cluster, Hooks *hooks = nullptr);
 
-  /// Starts a round: sets the clock and clears the events of the last round.
+  /// Starts a round: sets the clock and clears the events the policy has seen.
   void begin_round(int round, double now) {
     set_clock(round, now);
     clear_events();
@@ -74,7 +74,11 @@ public:
     _round = round;
     _now = now;
   }
+  /// Removes the events the policy was shown (events_presented); events raised since (a world's own failures while
+  /// carrying out the policy's decisions) are kept for the next round.
   void clear_events();
+  /// The policy has seen this round's events.
+  void events_presented();
   int round() const { return _round; }
   double now() const { return _now; }
 
@@ -108,6 +112,9 @@ public:
   void give_up(int job, std::string reason);
   /// Running -> pending without a policy's decision or a checkpoint (a restarted world re-deciding its jobs).
   void unplace(int job);
+  /// Running -> pending because the world could not carry out its start (no failure counted): announced in
+  /// evicted(), so that its policy places it again.
+  void bounce(int job);
   /// A restarted world's records say the job ended: waiting or pending -> \p state (completed or rejected) at
   /// \p finish_time, with \p reason for a rejection; no event.
   void restore_end(int job, JobState state, double finish_time, std::string reason = {});
@@ -136,6 +143,7 @@ private:
   Allocation _alloc;
   std::vector<JobRecord> _jobs;
   std::vector<int> _arrived, _ended, _evicted, _repaired;
+  std::size_t _shown[4] = {0, 0, 0, 0}; ///< events of the four lists the policy has seen
   int _round = 0;
   double _now = 0;
 };

@@ -21,9 +21,13 @@ namespace tessel::sched {
 
 /// \brief Simulation options.
 struct SimOptions {
-  double interval = 300;      ///< seconds per scheduling round (Arena: 300)
-  int max_rounds = 0;         ///< stop after this many rounds (0: run until every job completed or was rejected)
-  int safety_rounds = 200000; ///< hard cap when max_rounds is 0
+  double interval = 300; ///< seconds per scheduling round (Arena: 300)
+  /// Stop after this many rounds, or earlier once every job ended (0: until every job ended, or until no job made
+  /// progress for no_progress_rounds rounds).
+  int max_rounds = 0;
+  /// With max_rounds 0, rounds in which no job progressed (every job submitted, no node down) that end the run,
+  /// leaving the jobs unfinished and saying so in SimResult::end_reason (0: the stall bound of a job plus 3).
+  int no_progress_rounds = 0;
   /// Arena's accounting: jobs enter at the start of the round containing their submission; progress is
   /// iter_num - floor(total exec time / current iteration time) (a GPU change re-prices past execution); Arena
   /// divides trace iterations by 5 (ITER_NUM_SCALE_FACTOR_SIM); tuning costs only stall jobs past one round.
@@ -79,6 +83,9 @@ struct SimResult {
   /// Running jobs that went more rounds without progress than re-tuning, restore and restart can explain, each
   /// with why, when it passed that bound (a starved or livelocked job).
   std::vector<std::string> stalls;
+  /// Why the run ended: every job ended, the round limit, jobs never placed on an idle cluster (rejected), or no
+  /// job progressing (the jobs left are unfinished).
+  std::string end_reason;
   SimMetrics metrics;
   std::size_t oracle_lookups = 0, oracle_computed = 0;
 };
@@ -111,7 +118,12 @@ private:
   std::string stall_reason(JobRecord const &j) const;
   void watch_progress(JobRecord &j, bool progressed);
   void check_invariants() const;
-  bool finished_or_stuck(int &idle_rounds);
+  struct Watch {
+    int idle_rounds = 0, still_rounds = 0;
+    bool progressed = false; ///< some job progressed or completed this round
+  };
+  bool finished_or_stuck(Watch &watch);
+  int next_round(int round) const;
   double iter_time_of(JobRecord const &j) const;
   int round_of(double submit_time) const;
   SimMetrics summarize(SimResult &result) const;
@@ -127,6 +139,7 @@ private:
   int _stall_bound = 0; ///< rounds a running job may go without progress (re-tuning, restore and restart)
   double _t0 = 0;
   std::uint64_t _rng_state = 0;
+  Watch _watch;
   SimResult _result;
 };
 
