@@ -24,6 +24,62 @@ std::atomic<bool> g_stop{false};
 
 extern "C" void on_stop(int) { g_stop.store(true); }
 
+// The most bytes a job spec file may hold (a command of up to 1 MiB fits; submit_job says what is too large).
+constexpr std::uint64_t kMaxSpecBytes = std::uint64_t{2} << 20;
+
+// A job spec file: a regular file of bounded size (a FIFO or device is refused, not read without end).
+std::string read_spec_file(std::string const &path) { return tessel::read_input_file(path, kMaxSpecBytes, "job spec"); }
+
+// One line per job of a published status; every field is checked, so that a damaged status.json is an error naming
+// the field, not a crash.
+void print_status(Json const &s, std::string const &where) {
+  Json const &c = json_member(s, "counts", where);
+  std::printf("round %d (%.0f s of model time), policy %s: %d running, %d pending, %d completed, %d rejected\n",
+              json_get<int>(s, "round", where), json_get<double>(s, "now", where),
+              json_get<std::string>(s, "policy", where).c_str(), json_get<int>(c, "running", where + ": counts"),
+              json_get<int>(c, "pending", where + ": counts"), json_get<int>(c, "completed", where + ": counts"),
+              json_get<int>(c, "rejected", where + ": counts"));
+  std::string const slurm_error = s.contains("slurm_error") ? json_get<std::string>(s, "slurm_error", where) : "";
+  if (!slurm_error.empty())
+    std::printf("Slurm not reachable: %s\n", slurm_error.c_str());
+  std::string const round_error = s.contains("round_error") ? json_get<std::string>(s, "round_error", where) : "";
+  if (!round_error.empty())
+    std::printf("the last round failed: %s\n", round_error.c_str());
+  std::printf("%-16s %-10s %-22s %-30s %9s %12s\n", "job", "state", "model", "cell", "progress", "finish (s)");
+  for (auto const &j : json_member(s, "jobs", where)) {
+    std::string const at = where + ": job " + json_get<std::string>(j, "name", where + ": jobs[]");
+    std::string cell = "-";
+    if (j.contains("cell")) {
+      Json const &c = json_member(j, "cell", at);
+      std::ostringstream os;
+      os << json_get<int>(c, "gpus", at + ": cell") << " " << json_get<std::string>(c, "gpu_type", at + ": cell")
+         << " on ";
+      bool first = true;
+      for (auto const &n : json_get<std::vector<std::string>>(c, "nodes", at + ": cell")) {
+        os << (first ? "" : ",") << n;
+        first = false;
+      }
+      cell = os.str();
+    }
+    double const done = json_get<double>(j, "done", at), total = json_get<double>(j, "iterations", at);
+    std::string finish = "-";
+    double const predicted = j.contains("predicted_finish") ? json_get<double>(j, "predicted_finish", at) : -1;
+    double const finished = json_get<double>(j, "finish_time", at);
+    if (predicted >= 0)
+      finish = std::to_string(std::lround(predicted));
+    else if (finished >= 0)
+      finish = std::to_string(std::lround(finished));
+    std::printf("%-16s %-10s %-22s %-30s %8.1f%% %12s", json_get<std::string>(j, "name", at).c_str(),
+                json_get<std::string>(j, "state", at).c_str(), json_get<std::string>(j, "model", at).c_str(),
+                cell.c_str(), total > 0 ? 100.0 * done / total : 0.0, finish.c_str());
+    if (j.contains("reason"))
+      std::printf("  %s", json_get<std::string>(j, "reason", at).c_str());
+    std::printf("\n");
+  }
+  for (auto const &n : json_get<std::vector<std::string>>(s, "submitted_not_seen", where))
+    std::printf("%-16s submitted, not yet seen by the controller\n", n.c_str());
+}
+
 } // namespace
 
 int serve_command(tessel::CommandLine &args) {
@@ -59,12 +115,12 @@ int serve_command(tessel::CommandLine &args) {
   (void)tessel::CommandLine::parse_value("--policy", o.policy, [](std::string const &n) { return make_policy(n); });
   o.profile = args.get("profile", "");
   std::string const source_arg = args.get("source", o.profile.empty() ? "estimator" : "table");
-  o.round_seconds = args.get_double("round", 10, tessel::Range::positive(86400));
+  o.round_seconds = args.get_double("round", 10, tessel::Range::closed(0.1, 86400));
   o.time_scale = args.get_double("time-scale", 1, tessel::Range::positive(1e6));
   o.max_failures = args.get_int("max-failures", 3, 0, 1000);
   o.checkpoint_s = args.get_double("checkpoint", 1800, tessel::Range::positive(1e9));
   o.restart_cost = args.get_double("restart-cost", 60, tessel::Range::at_least(0, 1e9));
-  o.slurm.timeout_s = args.get_double("slurm-timeout", 30, tessel::Range::positive(3600));
+  o.slurm.timeout_s = args.get_double("slurm-timeout", 30, tessel::Range::closed(1, 3600));
   o.max_rounds = args.get_int("rounds", 0, 0, 100000000);
   o.until_done = args.flag("until-done");
   o.job_prefix = args.get("job-prefix", "tessel.");
@@ -99,16 +155,15 @@ int submit_command(tessel::CommandLine &args) {
   args.finish();
   TESSEL_REQUIRE_USAGE(files.size() == 1, "submit expects one job spec file (or - for standard input), got ",
                        files.size());
-  Json spec;
+  std::string const source = files[0] == "-" ? "standard input" : files[0];
+  std::string text;
   if (files[0] == "-") {
-    // Read up to the bound of a JSON file: an endless stream is refused, not held in memory.
-    spec = parse_json(
-        tessel::read_input_file("/dev/stdin", tessel::max_json_bytes, "standard input", tessel::InputKind::stream),
-        "standard input");
+    // Up to the bound of a spec: an endless stream is refused, not held in memory.
+    text = tessel::read_input_file("/dev/stdin", kMaxSpecBytes, "standard input", tessel::InputKind::stream);
   } else {
-    spec = read_json(files[0]);
+    text = read_spec_file(files[0]);
   }
-  std::string const name = submit_job(state, spec, files[0] == "-" ? "standard input" : files[0]);
+  std::string const name = submit_job(state, parse_job_spec(text, source), source);
   std::printf("submitted %s\n", name.c_str());
   return 0;
 }
@@ -127,40 +182,7 @@ int status_command(tessel::CommandLine &args) {
     std::printf("%s\n", s.dump(2).c_str());
     return 0;
   }
-  auto const &c = s["counts"];
-  std::printf("round %d (%.0f s of model time), policy %s: %d running, %d pending, %d completed, %d rejected\n",
-              s["round"].get<int>(), s["now"].get<double>(), s["policy"].get<std::string>().c_str(),
-              c["running"].get<int>(), c["pending"].get<int>(), c["completed"].get<int>(), c["rejected"].get<int>());
-  if (!s["slurm_error"].get<std::string>().empty())
-    std::printf("Slurm not reachable: %s\n", s["slurm_error"].get<std::string>().c_str());
-  std::printf("%-16s %-10s %-22s %-30s %9s %12s\n", "job", "state", "model", "cell", "progress", "finish (s)");
-  for (auto const &j : s["jobs"]) {
-    std::string cell = "-";
-    if (j.contains("cell")) {
-      std::ostringstream os;
-      os << j["cell"]["gpus"].get<int>() << " " << j["cell"]["gpu_type"].get<std::string>() << " on ";
-      bool first = true;
-      for (auto const &n : j["cell"]["nodes"]) {
-        os << (first ? "" : ",") << n.get<std::string>();
-        first = false;
-      }
-      cell = os.str();
-    }
-    double const done = j["done"].get<double>(), total = j["iterations"].get<double>();
-    std::string finish = "-";
-    if (j.contains("predicted_finish") && j["predicted_finish"].get<double>() >= 0)
-      finish = std::to_string(std::lround(j["predicted_finish"].get<double>()));
-    else if (j["finish_time"].get<double>() >= 0)
-      finish = std::to_string(std::lround(j["finish_time"].get<double>()));
-    std::printf("%-16s %-10s %-22s %-30s %8.1f%% %12s", j["name"].get<std::string>().c_str(),
-                j["state"].get<std::string>().c_str(), j["model"].get<std::string>().c_str(), cell.c_str(),
-                100.0 * done / total, finish.c_str());
-    if (j.contains("reason"))
-      std::printf("  %s", j["reason"].get<std::string>().c_str());
-    std::printf("\n");
-  }
-  for (auto const &n : s["submitted_not_seen"])
-    std::printf("%-16s submitted, not yet seen by the controller\n", n.get<std::string>().c_str());
+  print_status(s, state + "/status.json");
   return 0;
 }
 

@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import sys
 import time
 
@@ -58,7 +59,12 @@ def main():
                  "job_resources": {"allocated_nodes": [{"nodename": n} for n in j["nodes"]]}} for j in s["jobs"]]}))
         elif cmd == "sbatch":
             opt = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
-            env = dict(kv.split("=", 1) for kv in opt["export"].split(",")[1:])
+            # The batch script (the last argument) exports the plan and the job's folder, single-quoted.
+            env = {}
+            for line in open(args[-1]):
+                m = re.match(r"export (TESSEL_SCHED_\w+)='(.*)'$", line.rstrip("\n"))
+                if m:
+                    env[m.group(1)] = m.group(2).replace("'\\''", "'")
             plan = json.load(open(env["TESSEL_SCHED_PLAN"]))
             s["next_id"] += 1
             s["jobs"].append({"job_id": s["next_id"], "name": opt["job-name"], "job_state": "PENDING",

@@ -3,7 +3,7 @@ restart, Slurm unreachable, repeated failures and bad job specs, through the too
 
     slurm_test.py CASE WORK_DIR TESSEL_SCHED TRAINER PROFILE
 
-CASE: placement, node_failure, restart, unreachable, repeated_failure, bad_input. PROFILE: Crius's profile tables
+CASE: placement, node_failure, restart, unreachable, repeated_failure, bad_input, hostile. PROFILE: Crius's profile tables
 (the estimator alone when absent). Exits 0 when every check passed,
 77 (skipped) when this machine cannot host a test cluster (not root, Slurm not installed, no network namespaces),
 1 otherwise, listing every failed check.
@@ -53,7 +53,7 @@ class Serve:
         self.logs = []
 
     def start(self):
-        log = open(os.path.join(WORK, "serve.%d.log" % len(self.logs)), "w")
+        log = open(os.path.join(WORK, "serve.%s.%d.log" % (os.path.basename(self.state), len(self.logs))), "w")
         self.logs.append(log.name)
         env = dict(self.slurm.env, PATH=os.path.dirname(TRAINER) + ":" + os.environ["PATH"])
         if self.path_first:
@@ -113,17 +113,25 @@ def spec(name, model="moe__2.4B", gpus=4, gpu_type="a100", iterations=300, **ext
     return s
 
 
-def slurm_jobs_of(slurm, name):
-    """The Slurm jobs of the attempts of job `name` (named tessel.<name>, the attempt in the comment)."""
-    return [j for j in slurm.jobs_json() if j["name"] == "tessel." + name]
+def controller_id(state):
+    return json.load(open(os.path.join(state, "config.json")))["controller_id"]
+
+
+def slurm_jobs_of(slurm, name, state=None):
+    """The Slurm jobs of the attempts of job `name` of the controller of `state` (named tessel.<id8>.<name>, its
+    identity and the attempt in the comment tessel-sched:<id>:<attempt>)."""
+    state = state or os.path.join(WORK, "state")
+    ident = controller_id(state)
+    return [j for j in slurm.jobs_json() if j["name"] == "tessel.%s.%s" % (ident[:8], name) and
+            j["comment"].startswith("tessel-sched:%s:" % ident)]
 
 
 def spans_of(slurm, state, name):
     """(start, end) of the attempts of job `name` that ran: Slurm gives an attempt cancelled while pending a start
     time too (the cancellation's), but only an attempt that ran has its output file."""
     out = []
-    for j in slurm_jobs_of(slurm, name):
-        attempt = j["comment"].split("=", 1)[1]
+    for j in slurm_jobs_of(slurm, name, state):
+        attempt = j["comment"].rsplit(":", 1)[1]
         if os.path.exists(os.path.join(state, "jobs", name, "slurm.%s.out" % attempt)):
             out.append((j["start_time"], j["end_time"]))
     return sorted(out)
@@ -408,6 +416,116 @@ def case_bad_input(slurm):
         serve.stop()
 
 
+def case_hostile(slurm):
+    """What jobs write, what lies in the state folder and what else runs under the same user: the controller keeps
+    running, records each bad input against its job, and touches only its own attempts."""
+    state = os.path.join(WORK, "state")
+    serve = Serve(slurm, state, policy="fcfs", extra=["--max-failures", "0"])
+    serve.start()
+    outside = os.path.join(WORK, "outside")
+    os.makedirs(outside, exist_ok=True)
+    try:
+        ident = controller_id(state)
+        # Jobs of the same user that are not this controller's, one of them named as its attempts are: never touched.
+        lookalikes = []
+        for name in ("tessel.foreign", "tessel.%s.fine" % ident[:8]):
+            p = subprocess.run(["sbatch", "--parsable", "--job-name=" + name, "--comment=attempt=1",
+                                "--wrap=sleep 120"], capture_output=True, text=True, env=slurm.env)
+            check(p.returncode == 0, "sbatch a look-alike job", p.stderr)
+            lookalikes.append(int(p.stdout.strip().split(";")[0]))
+        # A job folder replaced by a link elsewhere, and a status file that is a link: never written through.
+        os.makedirs(os.path.join(state, "jobs"), exist_ok=True)
+        os.symlink(outside, os.path.join(state, "jobs", "linked"))
+        secret = os.path.join(outside, "secret")
+        open(secret, "w").write("keep")
+        os.remove(os.path.join(state, "status.json"))
+        os.symlink(secret, os.path.join(state, "status.json"))
+        # Progress and checkpoints that are lies or garbage; a command line with `cd` and `;`; a 200 KB command.
+        trainer = os.path.basename(TRAINER)
+        small = dict(model="moe__690M", gpus=1)  # feasible on one a100 GPU
+        specs = [
+            spec("poison", **small, command="""printf '{"done": "x"}' > progress.json; sleep 60"""),
+            spec("negative", **small, command="""printf '{"done": -5, "state": "running"}' > progress.json; sleep 60"""),
+            spec("corrupt", **small, command="printf garbage > checkpoint.json; exit 3"),
+            spec("linked", **small, iterations=50),
+            spec("cdjob", **small, iterations=100, command="mkdir -p sub && cd sub && " + trainer),
+            spec("long", **small, iterations=100, command=": " + "x" * 200000 + "; " + trainer),
+        ]
+        for sp in specs:
+            rc, _, err = submit(state, sp)
+            check(rc == 0, "submit " + sp["name"], err)
+        # What Slurm or the file system would refuse is refused at submit.
+        rc, _, err = submit(state, spec("n" * 300))
+        check(rc == 1 and "at most 128" in err, "a 300-character name refused at submit", err)
+        rc, _, err = submit(state, spec("huge", command="x" * (3 << 19)))
+        check(rc == 1 and "field 'command' has 1572864 bytes, at most 1048576" in err,
+              "a 1.5 MiB command refused at submit", err)
+        rc, _, err = submit(state, spec("huger", command="x" * (3 << 20)))
+        check(rc == 1 and "standard input" in err and "more than the 2097152 bytes" in err,
+              "a 3 MiB spec refused at submit, not read to its end", err)
+        # A bad line and a record cut by a killed writer in the journal, then a submit: both jobs are read.
+        with open(os.path.join(state, "jobs.journal"), "a") as f:
+            f.write("this is not a record\n")
+            f.write('{"op": "submit", "spec": {"name": "cut')
+        rc, _, err = submit(state, spec("after_cut", **small, iterations=50))
+        check(rc == 0, "a submit after a cut record", err)
+        names = ["poison", "negative", "corrupt", "linked", "cdjob", "long", "after_cut"]
+        if done(serve, names, 150):
+            def reason(n):
+                j = serve.job(n)
+                return (j or {}).get("reason", "") + " / " + (j or {}).get("last_failure", "")
+            check(serve.job("poison")["state"] == "rejected" and "field 'done' must be an integer" in reason("poison"),
+                  "a progress report {done: x} is the job's failure", reason("poison"))
+            check(serve.job("negative")["state"] == "rejected" and "got -5" in reason("negative"),
+                  "done = -5 is not believed", reason("negative"))
+            check("its checkpoint is unusable" in reason("corrupt"), "a corrupt checkpoint is named in the failure",
+                  reason("corrupt"))
+            check(serve.job("linked")["state"] == "rejected" and "symbolic link" in reason("linked"),
+                  "a job folder that is a link is not written through", reason("linked"))
+            for n in ("cdjob", "long", "after_cut"):
+                check(serve.job(n)["state"] == "completed", "job %s completed" % n, json.dumps(serve.job(n)))
+        check(serve.proc.poll() is None, "the controller kept running", serve.log()[-2000:])
+        check(sorted(os.listdir(outside)) == ["secret"] and open(secret).read() == "keep",
+              "nothing was written outside the state folder", os.listdir(outside))
+        check(not os.path.islink(os.path.join(state, "status.json")), "status.json was replaced, not followed")
+        check(serve.status()["input_errors"]["count"] >= 2, "the bad journal lines are reported",
+              json.dumps(serve.status().get("input_errors")))
+        # A second controller with its own state folder (a comma in its path) runs its job beside the first's and
+        # cancels none of the first's, and the first none of its.
+        state_b = os.path.join(WORK, "state,b")
+        other = Serve(slurm, state_b, policy="fcfs")
+        other.start()
+        try:
+            check(submit(state, spec("a_job", **small, iterations=400))[0] == 0, "submit to the first")
+            check(submit(state_b, spec("b_job", **small, iterations=400))[0] == 0, "submit to the second")
+            done(serve, ["a_job"], 90)
+            done(other, ["b_job"], 90)
+            for who, n in ((serve, "a_job"), (other, "b_job")):
+                j = who.job(n) or {}
+                check(j.get("state") == "completed" and j.get("failures") == 0,
+                      "job %s completed, never cancelled" % n, json.dumps(j))
+            check("stray" not in serve.log() + other.log(), "no controller took another's attempt for a stray",
+                  serve.log()[-1500:] + other.log()[-1500:])
+        finally:
+            other.stop()
+        alive_now = {j["job_id"]: j["job_state"] for j in slurm.jobs_json()}
+        for jid in lookalikes:
+            check(alive_now.get(jid) in ("RUNNING", "PENDING"), "the look-alike job %d was not touched" % jid,
+                  alive_now.get(jid))
+        # Bad lines in both journals do not keep the controller from starting again.
+        serve.kill()
+        with open(os.path.join(state, "controller.journal"), "a") as f:
+            f.write('{"op": "launch", "job": "cdjob"}\n{"op": \n')
+        serve.start()
+        time.sleep(3)
+        check(serve.proc.poll() is None and (serve.job("cdjob") or {}).get("state") == "completed",
+              "the controller restarts over bad journal lines", serve.log()[-2000:])
+        for jid in lookalikes:
+            subprocess.run(["scancel", str(jid)], env=slurm.env)
+    finally:
+        serve.stop()
+
+
 NODES = {
     "placement": [("a1", "a100", 4), ("a2", "a100", 4), ("v1", "v100", 4), ("v2", "v100", 4)],
     "node_failure": [("a1", "a100", 4), ("a2", "a100", 4)],
@@ -415,6 +533,7 @@ NODES = {
     "unreachable": [("a1", "a100", 4)],
     "repeated_failure": [("a1", "a100", 4)],
     "bad_input": [("a1", "a100", 4), ("a2", "a100", 4)],
+    "hostile": [("a1", "a100", 4), ("a2", "a100", 4)],
 }
 
 if __name__ == "__main__":
@@ -427,7 +546,8 @@ if __name__ == "__main__":
         if f.startswith("serve."):
             os.remove(os.path.join(WORK, f))
     import shutil
-    shutil.rmtree(os.path.join(WORK, "state"), ignore_errors=True)
+    for d in ("state", "state,b", "outside"):
+        shutil.rmtree(os.path.join(WORK, d), ignore_errors=True)
     # TESSEL_SLURM_TEST_INSTANCE (0-9): another bridge, subnet and ports, to run beside a cluster of instance 0.
     instance = int(os.environ.get("TESSEL_SLURM_TEST_INSTANCE", "0"))
     with LocalSlurm(os.path.join(WORK, "slurm"), NODES[CASE], instance=instance) as slurm:

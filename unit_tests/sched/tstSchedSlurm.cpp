@@ -5,6 +5,8 @@
 #include "SchedTestUtil.hpp"
 
 #include "../TesselTestError.hpp"
+#include "impl/Files.hpp"
+#include "impl/Journal.hpp"
 
 #include <tessel/core/Json.hpp>
 #include <tessel/sched/JobContext.hpp>
@@ -14,6 +16,8 @@
 #include <algorithm>
 #include <csignal>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -92,7 +96,7 @@ TEST(SchedSlurm, sbatch_asks_for_the_cells_nodes_gres_and_tasks) {
   r.nodes = {"a1", "a2"};
   r.gpu_type = "a100";
   r.gpus_per_node = 4;
-  r.script = "exec tessel-sched-trainer";
+  r.script_file = "/s/jobs/j1/attempt.3.sh";
   r.singleton = true;
   r.env = {{"TESSEL_SCHED_PLAN", "/s/jobs/j1/plan.3.json"}};
   auto const argv = SlurmClient::sbatch_command(r);
@@ -106,6 +110,7 @@ TEST(SchedSlurm, sbatch_asks_for_the_cells_nodes_gres_and_tasks) {
   EXPECT_TRUE(has("--dependency=singleton"));
   EXPECT_TRUE(has("--comment=attempt=3"));
   EXPECT_TRUE(has("--export=ALL,TESSEL_SCHED_PLAN=/s/jobs/j1/plan.3.json"));
+  EXPECT_EQ(argv.back(), "/s/jobs/j1/attempt.3.sh");
   r.env = {{"X", "a,b"}};
   EXPECT_NE(error_of([&] { SlurmClient::sbatch_command(r); }).find("contains a comma"), std::string::npos);
 }
@@ -235,6 +240,137 @@ TEST(SchedSlurm, status_lists_jobs_the_controller_has_not_seen_yet) {
   dir.write("state/status.json", R"js({"jobs": [{"name": "seen"}]})js");
   Json const s = read_status(state);
   EXPECT_EQ(s["submitted_not_seen"], Json::array({"new"}));
+}
+
+TEST(SchedSlurm, a_bad_journal_line_is_skipped_and_reported_never_blocking_the_rest) {
+  TempDir dir;
+  tessel::sched::Impl::Journal const journal(dir.path("j.journal"));
+  journal.append({{"op", "submit"}, {"n", 1}});
+  // A line that is not a record, one that is a record of the wrong shape, then a good one.
+  std::ofstream(dir.path("j.journal"), std::ios::app) << "{not json\n[1, 2]\n";
+  journal.append({{"op", "submit"}, {"n", 2}});
+  std::uint64_t offset = 0;
+  auto const r = journal.read(offset);
+  ASSERT_EQ(r.records.size(), 2u);
+  EXPECT_EQ(r.records[1]["n"], 2);
+  ASSERT_EQ(r.errors.size(), 2u);
+  EXPECT_NE(r.errors[0].find("j.journal at byte"), std::string::npos) << r.errors[0];
+  EXPECT_NE(r.errors[1].find("a record is a JSON object, got array"), std::string::npos) << r.errors[1];
+  EXPECT_EQ(offset, std::filesystem::file_size(dir.path("j.journal")));
+}
+
+TEST(SchedSlurm, a_record_cut_by_a_killed_writer_does_not_swallow_the_next_one) {
+  TempDir dir;
+  tessel::sched::Impl::Journal const journal(dir.path("j.journal"));
+  journal.append({{"op", "submit"}, {"n", 1}});
+  // A writer killed in the middle of its record: no line end.
+  std::ofstream(dir.path("j.journal"), std::ios::app) << R"js({"op": "submit", "spec": {"na)js";
+  std::uint64_t offset = 0;
+  EXPECT_EQ(journal.read(offset).records.size(), 1u); // the cut record is not read yet: it may still be written
+  journal.append({{"op", "submit"}, {"n", 3}});
+  auto const r = journal.read(offset);
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0]["n"], 3);
+  ASSERT_EQ(r.errors.size(), 1u); // the cut record, on a line of its own
+}
+
+TEST(SchedSlurm, a_journal_that_is_a_link_or_fifo_is_refused_not_followed_or_waited_on) {
+  TempDir dir;
+  std::ofstream(dir.path("elsewhere")) << "";
+  ASSERT_EQ(::symlink(dir.path("elsewhere").c_str(), dir.path("link.journal").c_str()), 0);
+  tessel::sched::Impl::Journal const link(dir.path("link.journal"));
+  EXPECT_NE(error_of([&] { link.append({{"op", "x"}}); }).find("is a symbolic link"), std::string::npos);
+  EXPECT_EQ(std::filesystem::file_size(dir.path("elsewhere")), 0u);
+  ASSERT_EQ(::mkfifo(dir.path("fifo.journal").c_str(), 0644), 0);
+  tessel::sched::Impl::Journal const fifo(dir.path("fifo.journal"));
+  std::uint64_t offset = 0;
+  EXPECT_NE(error_of([&] { fifo.read(offset); }).find("is not a regular file"), std::string::npos);
+}
+
+TEST(SchedSlurm, state_files_are_bounded_regular_files_and_writes_replace_links) {
+  TempDir dir;
+  namespace impl = tessel::sched::Impl;
+  std::ofstream(dir.path("target")) << "secret";
+  ASSERT_EQ(::symlink(dir.path("target").c_str(), dir.path("progress.json").c_str()), 0);
+  EXPECT_NE(error_of([&] { impl::read_state_file(dir.path("progress.json"), 100); }).find("is a symbolic link"),
+            std::string::npos);
+  ASSERT_EQ(::mkfifo(dir.path("fifo").c_str(), 0644), 0);
+  EXPECT_NE(error_of([&] { impl::read_state_file(dir.path("fifo"), 100); }).find("is a FIFO"), std::string::npos);
+  std::ofstream(dir.path("big")) << std::string(200, 'x');
+  EXPECT_NE(error_of([&] { impl::read_state_file(dir.path("big"), 100); }).find("has 200 bytes"), std::string::npos);
+  EXPECT_FALSE(impl::read_state_file(dir.path("absent"), 100).exists);
+  // A write where a link was planted replaces the link; the file it pointed to is untouched.
+  impl::write_state_json(dir.path("progress.json"), Json{{"done", 1}});
+  EXPECT_EQ(tessel::read_json(dir.path("progress.json"))["done"], 1);
+  std::ifstream in(dir.path("target"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "secret");
+  // A job folder replaced by a link is not written through.
+  std::filesystem::create_directories(dir.path("outside"));
+  std::filesystem::create_directories(dir.path("jobs"));
+  ASSERT_EQ(::symlink(dir.path("outside").c_str(), dir.path("jobs/j1").c_str()), 0);
+  EXPECT_NE(error_of([&] { impl::make_state_dir(dir.path("jobs"), "j1"); }).find("is a symbolic link"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { impl::write_state_json(dir.path("jobs/j1/plan.json"), Json::object()); }).find("not a folder"),
+      std::string::npos);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path("outside")));
+}
+
+TEST(SchedSlurm, specs_slurm_would_refuse_are_refused_at_submit) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path("state"));
+  std::string const state = state_folder(dir);
+  EXPECT_NE(error_of([&] {
+              submit_job(state, job(std::string(129, 'n')), "x.json");
+            }).find("x.json: field 'name' has 129 characters, at most 128"),
+            std::string::npos);
+  EXPECT_EQ(submit_job(state, job(std::string(128, 'n')), "x.json"), std::string(128, 'n'));
+  Json big = job("big");
+  big["command"] = std::string((1u << 20) + 1, 'x');
+  EXPECT_NE(error_of([&] { submit_job(state, big, "big.json"); }).find("field 'command' has 1048577 bytes"),
+            std::string::npos);
+  Json nul = job("nul");
+  nul["command"] = std::string("echo a\0b", 8);
+  EXPECT_NE(error_of([&] { submit_job(state, nul, "nul.json"); }).find("NUL"), std::string::npos);
+  Json blank = job("blank");
+  blank["command"] = "  \n";
+  EXPECT_NE(error_of([&] { submit_job(state, blank, "b.json"); }).find("field 'command' is blank"), std::string::npos);
+  // A field given twice has no one value: refused, naming it.
+  EXPECT_NE(error_of([&] {
+              parse_job_spec(R"js({"name": "d", "gpus": 4, "model": "bert__1.3B", "gpus": 1})js", "d.json");
+            }).find("d.json: duplicate key 'gpus' at the top level"),
+            std::string::npos);
+  EXPECT_EQ(parse_job_spec(R"js({"name": "d", "x": {"gpus": 1}, "gpus": 4})js", "d.json")["gpus"], 4);
+  EXPECT_NE(error_of([&] { parse_job_spec("{\"name\": ", "e.json"); }).find("e.json"), std::string::npos);
+}
+
+TEST(SchedSlurm, controller_options_without_meaning_are_refused_before_slurm_is_asked) {
+  TempDir dir;
+  auto error = [&](auto &&change) {
+    ControllerOptions o;
+    o.state_dir = dir.path("state");
+    change(o);
+    return error_of([&] { SlurmController c(o, nullptr, ThroughputSource::estimator); });
+  };
+  EXPECT_NE(error([](ControllerOptions &o) { o.round_seconds = 1e-300; }).find("the round must be in [0.1, 86400]"),
+            std::string::npos);
+  EXPECT_NE(error([](ControllerOptions &o) { o.time_scale = 1e-9; }).find("it must be in [1, 1e7] s"),
+            std::string::npos);
+  EXPECT_NE(error([&](ControllerOptions &o) { o.state_dir = dir.path("50%"); }).find("'%' or '\\'"), std::string::npos);
+  EXPECT_NE(error([](ControllerOptions &o) { o.job_prefix = "a b"; }).find("the job prefix must be"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.path("state"))); // nothing was made
+}
+
+TEST(SchedSlurm, a_damaged_status_is_an_error_naming_it) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path("state"));
+  std::string const state = state_folder(dir);
+  dir.write("state/status.json", R"js({"jobs": [{"state": "running"}]})js");
+  EXPECT_NE(error_of([&] { read_status(state); }).find("every entry of 'jobs' is an object with a 'name'"),
+            std::string::npos);
+  dir.write("state/status.json", R"js([1])js");
+  EXPECT_NE(error_of([&] { read_status(state); }).find("the status is a JSON object"), std::string::npos);
 }
 
 } // namespace

@@ -28,19 +28,20 @@ void SlurmController::State::reconcile(std::vector<SlurmNode> const &nodes, std:
   update_nodes();
 }
 
-// Stray attempts: alive in Slurm but neither a job's current attempt nor the one checkpointing (an sbatch that
-// outlived a killed controller, a job not in the journal). A running one is asked to checkpoint, a waiting one
-// cancelled; Slurm's singleton dependency already keeps it from running beside the current attempt.
+// Stray attempts: this controller's (its identity in the comment), alive in Slurm, but neither a job's current
+// attempt nor the one checkpointing (an sbatch that outlived a killed controller, a job not in the journal). A running
+// one is asked to checkpoint, a waiting one cancelled; Slurm's singleton dependency already keeps it from running
+// beside the current attempt. Jobs of other controllers and users, whatever their names, are never touched.
 void SlurmController::State::cancel_strays(std::vector<SlurmJob> const &in_slurm) {
   for (auto const &s : in_slurm) {
-    if (!Impl::alive_state(s.state))
+    if (!Impl::alive_state(s.state) || attempt_of(s) < 0)
       continue;
     int const id = job_of(s);
     if (id >= 0 && (s.id == live_of(id).slurm_id || s.id == live_of(id).stopping_id))
       continue;
     if (id >= 0 && (s.state == "RUNNING" || s.state == "CONFIGURING") && live_of(id).stopping_id == 0) {
       auto &l = live_of(id);
-      log(tessel::Impl::concat("job ", s.name, ": stray attempt ", attempt_of(s), " (Slurm job ", s.id,
+      log(tessel::Impl::concat("job ", record(id).spec->id, ": stray attempt ", attempt_of(s), " (Slurm job ", s.id,
                                ") runs: asking it to checkpoint"));
       try {
         slurm.signal(s.id, "USR1");
@@ -50,7 +51,8 @@ void SlurmController::State::cancel_strays(std::vector<SlurmJob> const &in_slurm
       } catch (SlurmError const &) {
       }
     }
-    log(tessel::Impl::concat(id >= 0 ? "job " : "Slurm job ", s.name, ": cancelling stray Slurm job ", s.id));
+    log(tessel::Impl::concat(id >= 0 ? "job " + record(id).spec->id : "Slurm job " + s.name,
+                             ": cancelling stray attempt ", attempt_of(s), " (Slurm job ", s.id, ")"));
     slurm.cancel(s.id);
   }
 }
@@ -75,9 +77,20 @@ void SlurmController::State::follow_stopping(JobRecord const &j, std::map<long, 
 void SlurmController::State::update_running(JobRecord &j, std::map<long, SlurmJob const *> const &by_id) {
   auto &l = live_of(j.id);
   auto const p = progress(j);
-  j.remaining = static_cast<double>(j.spec->iterations - std::min(p.done, j.spec->iterations));
   auto const it = by_id.find(l.slurm_id);
   SlurmJob const *s = it == by_id.end() ? nullptr : it->second;
+  if (!p.error.empty()) {
+    // A report written half-way may be read once; one still unusable a round later is the attempt's failure.
+    log(tessel::Impl::concat("job ", j.spec->id, ": ", p.error));
+    if (++l.bad_progress < 2)
+      return;
+    if (s && Impl::alive_state(s->state))
+      slurm.cancel(s->id);
+    fail(j.id, "its progress report is unusable: " + p.error);
+    return;
+  }
+  l.bad_progress = 0;
+  j.remaining = static_cast<double>(j.spec->iterations - p.done);
   if (p.state == "done" && (!s || !Impl::alive_state(s->state) || s->state == "COMPLETING")) {
     // The job's own finish time: the controller only sees it at its next round.
     job_table.complete(j.id, p.now >= 0 ? p.now : now());
@@ -145,45 +158,86 @@ void SlurmController::State::update_nodes() {
 void SlurmController::State::fail(int id, std::string const &reason) {
   auto &j = record(id);
   auto &l = live_of(id);
-  l.last_failure = reason;
+  Checkpoint const ck = checkpointed(j);
+  std::string const why =
+      ck.error.empty() ? reason
+                       : reason + "; its checkpoint is unusable (" + ck.error + "): it restarts from iteration 0";
+  l.last_failure = why;
   l.slurm_id = 0;
   l.enacted = {};
   l.restore = true;
-  journal.append({{"op", "fail"}, {"job", j.spec->id}, {"attempt", l.attempt}, {"reason", reason}, {"now", now()}});
-  long long const resume = checkpointed(j);
-  j.checkpoint_remaining = static_cast<double>(j.spec->iterations - resume);
+  l.bad_progress = 0;
+  journal.append({{"op", "fail"}, {"job", j.spec->id}, {"attempt", l.attempt}, {"reason", why}, {"now", now()}});
+  j.checkpoint_remaining = static_cast<double>(j.spec->iterations - ck.done);
   if (j.failures + 1 > opt.max_failures) {
-    std::string const why = tessel::Impl::concat("failed ", j.failures + 1, " times (more than --max-failures ",
-                                                 opt.max_failures, "); last: ", reason);
+    std::string const last = tessel::Impl::concat("failed ", j.failures + 1, " times (more than --max-failures ",
+                                                  opt.max_failures, "); last: ", why);
     // Its GPUs are free: for the policy it ended like a completed job.
     j.remaining = j.checkpoint_remaining;
-    job_table.give_up(id, why);
-    journal.append({{"op", "reject"}, {"job", j.spec->id}, {"reason", why}, {"now", now()}});
-    log(tessel::Impl::concat("job ", j.spec->id, " rejected: ", why));
+    job_table.give_up(id, last);
+    journal.append({{"op", "reject"}, {"job", j.spec->id}, {"reason", last}, {"now", now()}});
+    log(tessel::Impl::concat("job ", j.spec->id, " rejected: ", last));
     return;
   }
   job_table.fail(id);
-  log(tessel::Impl::concat("job ", j.spec->id, " failed (", reason, "); back to pending, resumes from iteration ",
-                           resume));
+  log(tessel::Impl::concat("job ", j.spec->id, " failed (", why, "); back to pending, resumes from iteration ",
+                           ck.done));
 }
 
+// What a job reports in progress.json (written by the job: every field is checked, nothing is believed outside its
+// range). No report yet is no progress.
 SlurmController::State::Progress SlurmController::State::progress(JobRecord const &j) const {
+  Progress p;
+  p.done = j.spec->iterations - static_cast<long long>(j.remaining);
   std::string const path = dir_of(j) + "/progress.json";
-  if (!Impl::file_exists(path))
-    return {};
   try {
-    Json const doc = read_json(path);
-    double const t = doc.value("time", -1.0);
-    return {doc.value("done", 0LL), doc.value("state", std::string()), t > 0 ? (t - t0) * opt.time_scale : -1};
+    std::string const folder = Impl::not_a_folder(dir_of(j));
+    TESSEL_REQUIRE(folder.empty() || !Impl::file_exists(dir_of(j)), folder);
+    Impl::StateFileText const f = Impl::read_state_file(path, Impl::kMaxJobFile);
+    if (!f.exists)
+      return p;
+    Json const doc = parse_json(f.text, path);
+    TESSEL_REQUIRE(doc.is_object(), path, ": a progress report is a JSON object, got ", doc.type_name());
+    p.done = Impl::done_field(doc, path, j.spec->iterations);
+    p.state = doc.contains("state") ? json_get<std::string>(doc, "state", path) : std::string("running");
+    TESSEL_REQUIRE(p.state == "running" || p.state == "checkpointed" || p.state == "done", path,
+                   ": field 'state' must be running, checkpointed or done, got '", p.state, "'");
+    TESSEL_REQUIRE(p.state != "done" || p.done == j.spec->iterations, path, ": state done with ", p.done, " of ",
+                   j.spec->iterations, " iterations");
+    if (doc.contains("time")) {
+      double const t = json_get<double>(doc, "time", path);
+      // The job's clock may be ahead of the controller's by a little (another node), not by more.
+      TESSEL_REQUIRE(std::isfinite(t) && t >= t0 - 60 && t <= Impl::wall_seconds() + 600, path,
+                     ": field 'time' must be a Unix time since the controller started, got ", t);
+      p.now = (t - t0) * opt.time_scale;
+    }
   } catch (tessel::Exception const &e) {
-    log(tessel::Impl::concat("job ", j.spec->id, ": unreadable progress (", e.what(), "); keeping the last"));
-    return {j.spec->iterations - static_cast<long long>(j.remaining), "", -1};
+    p.error = e.what();
+    p.state.clear();
+  } catch (std::exception const &e) {
+    p.error = path + ": " + e.what();
+    p.state.clear();
   }
+  return p;
 }
 
-long long SlurmController::State::checkpointed(JobRecord const &j) const {
+SlurmController::State::Checkpoint SlurmController::State::checkpointed(JobRecord const &j) const {
+  Checkpoint c;
   std::string const path = dir_of(j) + "/checkpoint.json";
-  return Impl::file_exists(path) ? read_json(path).value("done", 0LL) : 0;
+  try {
+    std::string const folder = Impl::not_a_folder(dir_of(j));
+    TESSEL_REQUIRE(folder.empty() || !Impl::file_exists(dir_of(j)), folder);
+    Impl::StateFileText const f = Impl::read_state_file(path, Impl::kMaxJobFile);
+    if (f.exists) {
+      Json const doc = parse_json(f.text, path);
+      TESSEL_REQUIRE(doc.is_object(), path, ": a checkpoint record is a JSON object, got ", doc.type_name());
+      c.done = Impl::done_field(doc, path, j.spec->iterations);
+    }
+  } catch (std::exception const &e) {
+    c.done = 0;
+    c.error = e.what();
+  }
+  return c;
 }
 
 } // namespace tessel::sched

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <random>
 #include <thread>
 
 namespace tessel::sched {
@@ -27,7 +29,8 @@ template <class F> auto SlurmController::State::read_slurm_until_reachable(F &&r
 }
 
 void SlurmController::State::recover() {
-  Impl::make_dirs(opt.state_dir + "/jobs");
+  Impl::make_dirs(opt.state_dir);
+  Impl::make_state_dir(opt.state_dir, "jobs");
   std::string const config_path = opt.state_dir + "/config.json";
   Json const config = load_config();
   judge = std::make_unique<Impl::Judge>(json_member(config, "nodes", config_path), config_path, profile, source,
@@ -53,23 +56,49 @@ void SlurmController::State::recover() {
                                pending, " pending, ", done, " ended"));
 }
 
+namespace {
+
+// A new controller's identity: 64 random bits in hex.
+std::string new_identity() {
+  std::random_device device;
+  std::uint64_t const bits = (std::uint64_t(device()) << 32) ^ device();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  return text;
+}
+
+} // namespace
+
 // The state folder's config.json: checked against this controller's options, or made from Slurm's nodes.
 Json SlurmController::State::load_config() {
   std::string const config_path = opt.state_dir + "/config.json";
-  if (Impl::file_exists(config_path)) {
-    Json config = read_json(config_path);
+  if (Impl::read_state_file(config_path, Impl::kMaxConfig).exists) {
+    Json config = Impl::read_state_json(config_path, Impl::kMaxConfig);
     std::string const partition = json_get<std::string>(config, "partition", config_path);
     TESSEL_REQUIRE(partition == opt.partition, config_path,
                    ": this state folder belongs to a controller of partition '", partition, "', not '", opt.partition,
                    "'");
     t0 = json_get<double>(config, "t0", config_path);
+    TESSEL_REQUIRE(std::isfinite(t0) && t0 >= 0 && t0 <= Impl::wall_seconds() + 86400, config_path,
+                   ": field 't0' must be the controller's start in Unix seconds, got ", t0);
     TESSEL_REQUIRE(json_get<double>(config, "time_scale", config_path) == opt.time_scale &&
                        json_get<double>(config, "round_seconds", config_path) == opt.round_seconds,
                    config_path, ": the state folder was made with another --round or --time-scale");
+    std::string const id = config.value("controller_id", std::string());
+    controller_id = id.size() == 16 && id.find_first_not_of("0123456789abcdef") == std::string::npos ? id : "";
+    if (controller_id.empty()) {
+      // A folder of an older controller: its attempts in Slurm carry no identity and are not adopted.
+      controller_id = new_identity();
+      config["controller_id"] = controller_id;
+      Impl::write_state_json(config_path, config);
+      opt.log("the state folder had no controller identity: it is now " + controller_id +
+              "; attempts submitted before are not this controller's");
+    }
     return config;
   }
   auto const nodes = read_slurm_until_reachable([&] { return slurm.nodes(opt.partition); });
   t0 = Impl::wall_seconds();
+  controller_id = new_identity();
   Json config = {{"partition", opt.partition},
                  {"t0", t0},
                  {"round_seconds", opt.round_seconds},
@@ -77,8 +106,9 @@ Json SlurmController::State::load_config() {
                  {"policy", opt.policy},
                  {"source", source_name(source)},
                  {"profile", opt.profile},
+                 {"controller_id", controller_id},
                  {"nodes", Impl::nodes_json(nodes)}};
-  write_json(config_path, config);
+  Impl::write_state_json(config_path, config);
   return config;
 }
 
@@ -86,35 +116,45 @@ Json SlurmController::State::load_config() {
 // job whose attempt may still be in Slurm.
 void SlurmController::State::replay_journal(std::map<int, Json> &last_launch) {
   std::uint64_t offset = 0;
-  for (auto const &rec : journal.read(offset)) {
-    std::string const where = journal.path();
-    std::string const op = json_get<std::string>(rec, "op", where);
-    auto const it = by_name.find(json_get<std::string>(rec, "job", where));
-    if (it == by_name.end())
-      continue;
-    int const id = it->second;
-    auto &j = record(id);
-    auto &l = live_of(id);
-    if (op == "launch") {
-      l.attempt = std::max(l.attempt, json_get<int>(rec, "attempt", where));
-      last_launch[id] = rec;
-      if (j.start_time < 0)
-        j.start_time = json_get<double>(rec, "now", where);
-    } else if (op == "stop") {
-      last_launch.erase(id);
-    } else if (op == "fail") {
-      ++j.failures;
-      l.restore = true;
-      last_launch.erase(id);
-    } else if (op == "move") {
-      j.reschedules += rec.value("gained", true) ? 1 : 0;
-    } else if (op == "end" || op == "reject") {
-      if (j.state == JobState::pending && op == "end")
-        job_table.restore_end(id, JobState::completed, json_get<double>(rec, "now", where));
-      else if (j.state == JobState::pending)
-        job_table.restore_end(id, JobState::rejected, -1, json_get<std::string>(rec, "reason", where));
-      last_launch.erase(id);
+  std::string const where = journal.path();
+  auto const records = Impl::journal_records(journal, offset, [&](std::string const &e) { note_input_error(e); });
+  for (auto const &rec : records) {
+    try {
+      std::string const op = json_get<std::string>(rec, "op", where);
+      auto const it = by_name.find(json_get<std::string>(rec, "job", where));
+      if (it == by_name.end())
+        continue;
+      replay(it->second, op, rec, last_launch);
+    } catch (tessel::Exception const &e) {
+      note_input_error(tessel::Impl::concat(e.what(), ": record ", rec.dump().substr(0, 200), " skipped"));
     }
+  }
+}
+
+void SlurmController::State::replay(int id, std::string const &op, Json const &rec, std::map<int, Json> &last_launch) {
+  std::string const where = journal.path();
+  auto &j = record(id);
+  auto &l = live_of(id);
+  if (op == "launch") {
+    l.attempt = std::max(l.attempt, json_get<int>(rec, "attempt", where));
+    last_launch[id] = rec;
+    if (j.start_time < 0)
+      j.start_time = json_get<double>(rec, "now", where);
+  } else if (op == "stop") {
+    last_launch.erase(id);
+  } else if (op == "fail") {
+    ++j.failures;
+    l.restore = true;
+    l.last_failure = rec.value("reason", std::string());
+    last_launch.erase(id);
+  } else if (op == "move") {
+    j.reschedules += rec.value("gained", true) ? 1 : 0;
+  } else if (op == "end" || op == "reject") {
+    if (j.state == JobState::pending && op == "end")
+      job_table.restore_end(id, JobState::completed, json_get<double>(rec, "now", where));
+    else if (j.state == JobState::pending)
+      job_table.restore_end(id, JobState::rejected, -1, json_get<std::string>(rec, "reason", where));
+    last_launch.erase(id);
   }
 }
 
@@ -127,9 +167,14 @@ void SlurmController::State::adopt(std::map<int, Json> const &last_launch, std::
       continue;
     int const attempt = json_get<int>(rec, "attempt", journal.path());
     for (auto const &s : in_slurm)
-      if (s.name == slurm_name(j) && attempt_of(s) == attempt && Impl::alive_state(s.state)) {
-        l.slurm_id = s.id;
-        l.enacted = l.last = enacted_from(rec, journal.path());
+      if (job_of(s) == id && attempt_of(s) == attempt && Impl::alive_state(s.state)) {
+        try {
+          l.enacted = l.last = enacted_from(rec, journal.path());
+          l.slurm_id = s.id;
+        } catch (tessel::Exception const &e) {
+          // Not adopted: the first round cancels it as a stray, and the job is decided again.
+          note_input_error(e.what());
+        }
       }
     auto const p = progress(j);
     j.remaining = static_cast<double>(j.spec->iterations - p.done);
@@ -137,7 +182,7 @@ void SlurmController::State::adopt(std::map<int, Json> const &last_launch, std::
       place(id, l.enacted);
       job_table.start(id);
       log(tessel::Impl::concat("adopted job ", j.spec->id, " (Slurm job ", l.slurm_id, ")"));
-    } else if (p.state == "done") {
+    } else if (p.error.empty() && p.state == "done") {
       job_table.restore_end(id, JobState::completed, p.now >= 0 ? p.now : now());
       journal.append({{"op", "end"}, {"job", j.spec->id}, {"now", j.finish_time}});
     }
@@ -155,22 +200,35 @@ int SlurmController::State::add_job(JobSpec spec, std::string command, double su
   return id;
 }
 
-// New submissions in the journal become pending jobs that arrive this round.
+// New submissions in the journal become pending jobs that arrive this round; a record that is not a valid spec for
+// this cluster is refused and reported, and stops nothing.
 void SlurmController::State::read_submissions(bool at_start) {
-  for (auto const &rec : submits.read(submit_offset)) {
-    std::string const where = submits.path();
+  std::string const where = submits.path();
+  auto const records =
+      Impl::journal_records(submits, submit_offset, [&](std::string const &e) { note_input_error(e); });
+  for (auto const &rec : records) {
     std::string command;
-    JobSpec spec = Impl::parse_spec(json_member(rec, "spec", where), where + ": job", *judge, command);
-    if (by_name.count(spec.id)) {
-      log(tessel::Impl::concat("ignoring a second submission of job ", spec.id));
+    JobSpec spec;
+    double submitted = 0;
+    try {
+      spec = Impl::parse_spec(json_member(rec, "spec", where), where + ": job", *judge, command);
+      double const time = json_get<double>(rec, "time", where);
+      TESSEL_REQUIRE(std::isfinite(time) && time <= Impl::wall_seconds() + 86400, where, ": job ", spec.id,
+                     ": field 'time' must be the submission in Unix seconds, got ", time);
+      submitted = (time - t0) * opt.time_scale;
+    } catch (tessel::Exception const &e) {
+      note_input_error(tessel::Impl::concat("submission refused: ", e.what()));
       continue;
     }
-    double const submitted = (json_get<double>(rec, "time", where) - t0) * opt.time_scale;
+    if (by_name.count(spec.id)) {
+      note_input_error(tessel::Impl::concat(where, ": a second submission of job ", spec.id, " ignored"));
+      continue;
+    }
     spec.submit_time = std::max(0.0, submitted);
     if (spec.deadline > 0)
       spec.deadline += spec.submit_time;
     // Jobs recovered at start-up arrived in the round after their submission; new ones arrive now.
-    int const seen = at_start ? static_cast<int>(std::floor(submitted / interval())) + 1 : round();
+    int const seen = at_start ? static_cast<int>(std::floor(std::max(0.0, submitted) / interval())) + 1 : round();
     int const id = add_job(std::move(spec), std::move(command), std::max(0.0, submitted), seen);
     if (!at_start) {
       job_table.announce(id);

@@ -40,7 +40,10 @@ Json SlurmController::State::status() const {
           {"time_scale", opt.time_scale},
           {"policy", policy->name()},
           {"updated", Impl::wall_seconds()},
+          {"controller_id", controller_id},
           {"slurm_error", slurm_error},
+          {"round_error", round_error},
+          {"input_errors", {{"count", input_error_count}, {"latest", input_errors}}},
           {"round_ms", last_round_ms},
           {"decide_ms", last_decide_ms},
           {"cost", cost_json()},
@@ -112,7 +115,7 @@ Json SlurmController::State::cost_json() const {
 
 void SlurmController::State::publish() const {
   try {
-    write_json(opt.state_dir + "/status.json", status());
+    Impl::write_state_json(opt.state_dir + "/status.json", status());
   } catch (tessel::Exception const &e) {
     log(tessel::Impl::concat("cannot publish the status: ", e.what()));
   }
@@ -120,17 +123,24 @@ void SlurmController::State::publish() const {
 
 Json read_status(std::string const &state_dir) {
   std::string const path = state_dir + "/status.json";
-  TESSEL_REQUIRE(Impl::file_exists(path), "no status in ", state_dir, " (is tessel-sched serve running with --state ",
-                 state_dir, "?)");
-  Json status = read_json(path);
+  TESSEL_REQUIRE(Impl::read_state_file(path, Impl::kMaxStatus).exists, "no status in ", state_dir,
+                 " (is tessel-sched serve running with --state ", state_dir, "?)");
+  Json status = Impl::read_state_json(path, Impl::kMaxStatus);
+  TESSEL_REQUIRE(status.is_object(), path, ": the status is a JSON object, got ", status.type_name());
   std::set<std::string> known;
-  for (auto const &j : json_member(status, "jobs", path))
-    known.insert(j.value("name", std::string()));
+  for (auto const &j : json_member(status, "jobs", path)) {
+    TESSEL_REQUIRE(j.is_object() && j.contains("name") && j["name"].is_string(), path,
+                   ": every entry of 'jobs' is an object with a 'name'");
+    known.insert(j["name"].get<std::string>());
+  }
   Impl::Journal const journal(state_dir + "/jobs.journal");
   std::uint64_t offset = 0;
   Json waiting = Json::array();
-  for (auto const &rec : journal.read(offset)) {
-    std::string const name = json_member(rec, "spec", journal.path()).value("name", std::string());
+  for (auto const &rec : Impl::journal_records(journal, offset, [](std::string const &) {})) {
+    auto const it = rec.find("spec");
+    if (it == rec.end() || !it->is_object() || !it->contains("name") || !(*it)["name"].is_string())
+      continue;
+    std::string const name = (*it)["name"].get<std::string>();
     if (!known.count(name))
       waiting.push_back(name);
   }

@@ -1,5 +1,7 @@
 #include <tessel/sched/JobContext.hpp>
 
+#include "../impl/Files.hpp"
+
 #include <tessel/core/Error.hpp>
 #include <tessel/core/Json.hpp>
 
@@ -20,7 +22,7 @@ extern "C" void on_stop_signal(int) { g_stop.store(1); }
 } // namespace
 
 JobPlan read_job_plan(std::string const &path) {
-  Json const doc = read_json(path);
+  Json const doc = Impl::read_state_json(path, std::size_t{1} << 20);
   JobPlan p;
   p.job = json_get<std::string>(doc, "job", path);
   p.attempt = json_get<int>(doc, "attempt", path);
@@ -64,7 +66,7 @@ long long JobContext::resume_from() const {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
     return 0;
-  Json const doc = read_json(path);
+  Json const doc = Impl::read_state_json(path, std::size_t{1} << 20);
   long long const done = json_get<std::int64_t>(doc, "done", path);
   TESSEL_REQUIRE(done >= 0 && done <= _plan.iterations, path, ": done = ", done, " is outside [0, ", _plan.iterations,
                  "]");

@@ -132,6 +132,8 @@ JobSpec parse_spec(Json const &spec, std::string const &source, Judge const &jud
   TESSEL_REQUIRE(s.id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
                      std::string::npos,
                  source, ": field 'name' may hold letters, digits, '-' and '_' only, got '", s.id, "'");
+  TESSEL_REQUIRE(s.id.size() <= kMaxJobName, source, ": field 'name' has ", s.id.size(), " characters, at most ",
+                 kMaxJobName, " (it names the job's folder and its Slurm jobs)");
   std::string model = f.text("model");
   if (spec.contains("size"))
     model += "__" + f.text("size");
@@ -162,17 +164,48 @@ JobSpec parse_spec(Json const &spec, std::string const &source, Judge const &jud
     s.deadline = d.get<double>();
   }
   command = spec.contains("command") ? f.text("command") : std::string("tessel-sched-trainer");
+  TESSEL_REQUIRE(command.size() <= kMaxCommand, source, ": field 'command' has ", command.size(), " bytes, at most ",
+                 kMaxCommand, " (it becomes the job's batch script, which Slurm limits)");
+  TESSEL_REQUIRE(command.find('\0') == std::string::npos, source, ": field 'command' holds a NUL character");
+  TESSEL_REQUIRE(command.find_first_not_of(" \t\r\n") != std::string::npos, source, ": field 'command' is blank");
   f.only_known();
   return s;
 }
 
+long long done_field(Json const &doc, std::string const &path, long long iterations) {
+  Json const &d = json_member(doc, "done", path);
+  bool const in_range =
+      (d.is_number_unsigned() && d.get<unsigned long long>() <= static_cast<unsigned long long>(iterations)) ||
+      (d.is_number_integer() && !d.is_number_unsigned() && d.get<long long>() >= 0 && d.get<long long>() <= iterations);
+  TESSEL_REQUIRE(in_range, path, ": field 'done' must be an integer in [0, ", iterations, "], got ", d.dump());
+  return d.get<long long>();
+}
+
+std::string state_dir_problem(std::string const &state_dir) {
+  if (state_dir.find_first_of("%\\") != std::string::npos)
+    return "the path holds '%' or '\\', which Slurm reads as a file name pattern in the jobs' output paths";
+  if (state_dir.find_first_of("\n\r") != std::string::npos)
+    return "the path holds a line break";
+  if (state_dir.size() > kMaxStatePath)
+    return tessel::Impl::concat("the path has ", state_dir.size(), " characters, at most ", kMaxStatePath,
+                                " (the files of its jobs must stay within 4,096)");
+  return {};
+}
+
 } // namespace Impl
+
+Json parse_job_spec(std::string const &text, std::string const &source) {
+  TESSEL_REQUIRE(text.size() <= Impl::Journal::kMaxRecord - 4096, source, ": a job spec of ", text.size(),
+                 " bytes is larger than one may be (", Impl::Journal::kMaxRecord - 4096, ")");
+  // parse_json refuses a key given twice: which of the two values counts would be a guess.
+  return parse_json(text, source);
+}
 
 std::string submit_job(std::string const &state_dir, Json const &spec, std::string const &source) {
   std::string const config_path = state_dir + "/config.json";
-  TESSEL_REQUIRE(Impl::file_exists(config_path), "no controller state in ", state_dir,
+  TESSEL_REQUIRE(Impl::read_state_file(config_path, Impl::kMaxConfig).exists, "no controller state in ", state_dir,
                  " (start tessel-sched serve --state ", state_dir, " first)");
-  Json const config = read_json(config_path);
+  Json const config = Impl::read_state_json(config_path, Impl::kMaxConfig);
   // The same judgement as the controller's: its cluster, and its throughput source (the table is re-read when the
   // controller used one).
   std::string const src = json_get<std::string>(config, "source", config_path);
@@ -188,9 +221,12 @@ std::string submit_job(std::string const &state_dir, Json const &spec, std::stri
   JobSpec const s = Impl::parse_spec(spec, source, judge, command);
   Impl::Journal const journal(state_dir + "/jobs.journal");
   std::uint64_t offset = 0;
-  for (auto const &rec : journal.read(offset))
-    TESSEL_REQUIRE(json_member(rec, "spec", journal.path()).value("name", std::string()) != s.id, source,
-                   ": field 'name': a job named '", s.id, "' was already submitted");
+  // Lines the controller will skip (a record cut by a killed writer) do not stop a submission.
+  for (auto const &rec : Impl::journal_records(journal, offset, [](std::string const &) {})) {
+    auto const it = rec.find("spec");
+    bool const same = it != rec.end() && it->is_object() && it->contains("name") && (*it)["name"] == s.id;
+    TESSEL_REQUIRE(!same, source, ": field 'name': a job named '", s.id, "' was already submitted");
+  }
   journal.append({{"op", "submit"}, {"time", Impl::wall_seconds()}, {"spec", spec}});
   return s.id;
 }

@@ -62,6 +62,18 @@ void parse_gres(std::string const &gres, SlurmNode &node, std::string const &sou
   }
 }
 
+// Slurm's words for "the controller did not answer" (the CLIs exit 1 with these when slurmctld is down or busy).
+bool no_answer(std::string const &text) {
+  static char const *const phrases[] = {
+      "Unable to contact slurm controller", "Socket timed out",
+      "Zero Bytes were transmitted",        "Connection refused",
+      "Communication connection failure",   "Slurm backup controller in standby mode"};
+  for (char const *p : phrases)
+    if (text.find(p) != std::string::npos)
+      return true;
+  return false;
+}
+
 Json parse_cli_json(std::string const &text, std::string const &source) {
   Json doc = parse_json(text, source);
   if (doc.contains("errors") && doc["errors"].is_array() && !doc["errors"].empty())
@@ -135,7 +147,8 @@ std::string SlurmClient::run(std::vector<std::string> const &argv) const {
     throw SlurmError(
         tessel::Impl::concat("Slurm is not reachable: '", cmd, "' did not answer within ", _opt.timeout_s, " s"));
   if (r.status != 0)
-    throw SlurmError(tessel::Impl::concat("'", cmd, "' failed (exit status ", r.status, "): ", trim(r.err + r.out)));
+    throw SlurmError(tessel::Impl::concat("'", cmd, "' failed (exit status ", r.status, "): ", trim(r.err + r.out)),
+                     no_answer(r.err + r.out));
   return r.out;
 }
 
@@ -210,19 +223,19 @@ std::vector<std::string> SlurmClient::sbatch_command(SbatchRequest const &r) {
     exports += "," + k + "=" + v;
   }
   argv.push_back("--export=" + exports);
-  argv.push_back("--wrap=" + r.script);
+  argv.push_back(r.script_file);
   return argv;
 }
 
 long SlurmClient::submit(SbatchRequest const &request) const {
-  TESSEL_REQUIRE(!request.nodes.empty() && request.gpus_per_node > 0, "sbatch for ", request.name,
-                 ": no nodes or GPUs");
+  TESSEL_REQUIRE(!request.nodes.empty() && request.gpus_per_node > 0 && !request.script_file.empty(), "sbatch for ",
+                 request.name, ": no nodes, GPUs or batch script");
   std::string const out = trim(run(sbatch_command(request)));
   // --parsable prints "<id>" or "<id>;<cluster>".
   try {
     return std::stol(out.substr(0, out.find(';')));
   } catch (std::exception const &) {
-    throw SlurmError(tessel::Impl::concat("sbatch for ", request.name, " printed no job id: '", out, "'"));
+    throw SlurmError(tessel::Impl::concat("sbatch for ", request.name, " printed no job id: '", out, "'"), false);
   }
 }
 
@@ -238,7 +251,7 @@ void SlurmClient::cancel(long job) const {
   // An ended job is not an error for a cancel.
   if (r.status != 0 && r.err.find("already completed") == std::string::npos &&
       r.err.find("Invalid job id") == std::string::npos)
-    throw SlurmError(tessel::Impl::concat("scancel ", job, " failed: ", trim(r.err)));
+    throw SlurmError(tessel::Impl::concat("scancel ", job, " failed: ", trim(r.err)), false);
 }
 
 } // namespace tessel::sched

@@ -71,12 +71,29 @@ std::vector<std::string> SlurmController::State::node_names(Enacted const &e) co
   return names;
 }
 
-int SlurmController::State::attempt_of(SlurmJob const &s) {
-  return s.comment.rfind("attempt=", 0) == 0 ? std::atoi(s.comment.c_str() + 8) : -1;
+void SlurmController::State::note_input_error(std::string const &what) {
+  log("bad input, skipped: " + what);
+  ++input_error_count;
+  input_errors.push_back(what);
+  if (input_errors.size() > 50)
+    input_errors.erase(input_errors.begin());
+}
+
+int SlurmController::State::attempt_of(SlurmJob const &s) const {
+  std::string const mark = "tessel-sched:" + controller_id + ":";
+  if (controller_id.empty() || s.comment.compare(0, mark.size(), mark) != 0)
+    return -1;
+  std::string const n = s.comment.substr(mark.size());
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoi(n);
 }
 
 int SlurmController::State::job_of(SlurmJob const &s) const {
-  auto const it = by_name.find(s.name.substr(std::min(s.name.size(), opt.job_prefix.size())));
+  std::string const prefix = name_prefix();
+  if (attempt_of(s) < 0 || s.name.compare(0, prefix.size(), prefix) != 0)
+    return -1;
+  auto const it = by_name.find(s.name.substr(prefix.size()));
   return it == by_name.end() ? -1 : it->second;
 }
 
@@ -84,13 +101,16 @@ bool SlurmController::State::step() {
   using clock = std::chrono::steady_clock;
   auto const t_start = clock::now();
   double const wall = Impl::wall_seconds();
-  job_table.set_clock(std::max(round(), static_cast<int>(std::floor((wall - t0) / opt.round_seconds))),
-                      (wall - t0) * opt.time_scale);
+  // Rounds are counted in an int: at rounds of 0.1 s that lasts 6.8 years from the state folder's start.
+  double const rounds = std::floor((wall - t0) / opt.round_seconds);
+  TESSEL_REQUIRE(rounds < 2e9, "the state folder's clock started ", wall - t0, " s ago: at rounds of ",
+                 opt.round_seconds, " s that is more rounds than can be counted; start a new state folder");
+  job_table.set_clock(std::max(round(), static_cast<int>(rounds)), (wall - t0) * opt.time_scale);
   std::vector<SlurmNode> nodes;
   std::vector<SlurmJob> in_slurm;
   try {
     nodes = slurm.nodes(opt.partition);
-    in_slurm = slurm.jobs(opt.job_prefix);
+    in_slurm = slurm.jobs(name_prefix());
   } catch (SlurmError const &e) {
     if (slurm_error.empty())
       slurm_error_since = wall;
@@ -104,6 +124,7 @@ bool SlurmController::State::step() {
     log(tessel::Impl::concat("Slurm reachable again after ", std::lround(wall - slurm_error_since), " s"));
   slurm_error.clear();
   job_table.clear_events();
+  round_error.clear();
   try {
     reconcile(nodes, in_slurm);
     read_submissions(false);
@@ -113,6 +134,10 @@ bool SlurmController::State::step() {
       slurm_error_since = wall;
     slurm_error = e.what();
     log(tessel::Impl::concat("Slurm failed during the round: ", e.what(), "; retrying next round"));
+  } catch (tessel::Exception const &e) {
+    // The controller's own files (a full disk, a folder it cannot write): the round stops, the controller does not.
+    round_error = e.what();
+    log(tessel::Impl::concat("the round failed: ", e.what(), "; retrying next round"));
   }
   ++rounds_run;
   last_round_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
@@ -184,10 +209,39 @@ bool SlurmController::State::all_done() const {
          std::all_of(live.begin(), live.end(), [](Live const &l) { return l.stopping_id == 0; });
 }
 
+namespace {
+
+// The options as the controller will use them: the state folder as an absolute path (Slurm resolves the jobs'
+// paths elsewhere), every derived quantity in range.
+ControllerOptions checked(ControllerOptions o) {
+  TESSEL_REQUIRE(!o.state_dir.empty(), "the controller needs a state folder");
+  o.state_dir = std::filesystem::absolute(o.state_dir).lexically_normal().string();
+  while (o.state_dir.size() > 1 && o.state_dir.back() == '/')
+    o.state_dir.pop_back();
+  std::string const problem = Impl::state_dir_problem(o.state_dir);
+  TESSEL_REQUIRE(problem.empty(), "state folder ", o.state_dir, ": ", problem);
+  TESSEL_REQUIRE(o.round_seconds >= 0.1 && o.round_seconds <= 86400, "the round must be in [0.1, 86400] seconds, got ",
+                 o.round_seconds);
+  TESSEL_REQUIRE(o.time_scale > 0 && o.time_scale <= 1e6, "the time scale must be in (0, 1e6], got ", o.time_scale);
+  double const interval = o.round_seconds * o.time_scale;
+  TESSEL_REQUIRE(interval >= 1 && interval <= 1e7, "a round of ", o.round_seconds, " s at a time scale of ",
+                 o.time_scale, " is ", interval, " s of model time; it must be in [1, 1e7] s");
+  TESSEL_REQUIRE(!o.job_prefix.empty() && o.job_prefix.size() <= 32 &&
+                     o.job_prefix.find_first_not_of(
+                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos,
+                 "the job prefix must be 1-32 letters, digits, '.', '-' or '_', got '", o.job_prefix, "'");
+  TESSEL_REQUIRE(o.max_failures >= 0 && o.stop_grace_rounds >= 1,
+                 "max_failures must be >= 0 and stop_grace_rounds >= 1");
+  TESSEL_REQUIRE(std::isfinite(o.checkpoint_s) && o.checkpoint_s > 0 && std::isfinite(o.restart_cost) &&
+                     o.restart_cost >= 0,
+                 "the checkpoint interval must be positive and the restart cost >= 0");
+  return o;
+}
+
+} // namespace
+
 SlurmController::SlurmController(ControllerOptions options, ProfileTable const *table, ThroughputSource source)
-    : _state(std::make_unique<State>(std::move(options), table, source)) {
-  TESSEL_REQUIRE(_state->opt.round_seconds > 0 && _state->opt.time_scale > 0,
-                 "the round and the time scale must be positive");
+    : _state(std::make_unique<State>(checked(std::move(options)), table, source)) {
   _state->recover();
 }
 

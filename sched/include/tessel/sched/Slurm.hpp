@@ -16,8 +16,14 @@ namespace tessel::sched {
 /// \brief Slurm could not be reached or refused a request; the message names the command and Slurm's words.
 class SlurmError : public Exception {
 public:
-  /// An error with the message \p what.
-  explicit SlurmError(std::string const &what) : Exception(what) {}
+  /// An error with the message \p what; \p unreachable says whether Slurm did not answer at all.
+  explicit SlurmError(std::string const &what, bool unreachable = true) : Exception(what), _unreachable(unreachable) {}
+  /// True when Slurm did not answer (not installed, timed out, controller down); false when it answered and
+  /// refused the request.
+  bool unreachable() const { return _unreachable; }
+
+private:
+  bool _unreachable;
 };
 
 /// \brief A node of the partition with its typed GPUs (GRES `gpu:<type>:<count>`).
@@ -48,16 +54,17 @@ struct SlurmJob {
 
 /// \brief What one sbatch asks for: a job on exact nodes with `gpus_per_node` GPUs of one type on each.
 struct SbatchRequest {
-  std::string name;                                     ///< the job's name
-  std::string partition;                                ///< empty: Slurm's default partition
-  std::vector<std::string> nodes;                       ///< the exact nodes (--nodelist)
-  std::string gpu_type;                                 ///< GRES type
-  int gpus_per_node = 0;                                ///< GPUs (and tasks) on each node
-  std::string script;                                   ///< batch script text
-  std::string output;                                   ///< stdout/stderr file
-  std::string workdir;                                  ///< the job's working directory
-  std::vector<std::pair<std::string, std::string>> env; ///< exported in addition to the caller's environment
-  std::string comment;                                  ///< kept by Slurm with the job (squeue shows it)
+  std::string name;               ///< the job's name
+  std::string partition;          ///< empty: Slurm's default partition
+  std::vector<std::string> nodes; ///< the exact nodes (--nodelist)
+  std::string gpu_type;           ///< GRES type
+  int gpus_per_node = 0;          ///< GPUs (and tasks) on each node
+  std::string script_file;        ///< the batch script (a file the submitting user can read)
+  std::string output;             ///< stdout/stderr file
+  std::string workdir;            ///< the job's working directory
+  /// Exported in addition to the caller's environment (values without commas: sbatch --export splits on them).
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string comment; ///< kept by Slurm with the job (squeue shows it)
   /// Start only when no other job of this name (and user) runs: Slurm itself then keeps two attempts of a job from
   /// running at once, whatever the controller knew when it submitted (a moved job waits for its checkpoint).
   bool singleton = false;
