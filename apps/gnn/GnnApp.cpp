@@ -6,6 +6,7 @@
 //   tessel-gnn info --data cora.h5
 //   tessel-gnn config | --version | --help
 #include <tessel/core/Execution.hpp>
+#include <tessel/core/InputFile.hpp>
 #include <tessel/core/Json.hpp>
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/core/PacedCommunicator.hpp>
@@ -22,7 +23,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -271,7 +271,7 @@ int cmd_train(tessel::CommandLine &a) {
   if (root && o.features == FeatureFormat::sparse && first_layer_aggregates_first(data, o))
     std::printf("note: --feature-format sparse: the first layer aggregates before it transforms (it widens), so it "
                 "reads the features dense\n");
-  if (root && o.resume && !std::ifstream(o.checkpoint).good())
+  if (root && o.resume && !tessel::input_exists(o.checkpoint))
     std::printf("note: --resume: no checkpoint at '%s' yet; training starts at epoch 1\n", o.checkpoint.c_str());
   o.on_epoch = [quiet](EpochRecord const &r) {
     if (!quiet)

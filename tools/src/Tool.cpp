@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 namespace tessel {
 
@@ -50,7 +51,10 @@ void require_same_file(Communicator const &comm, std::string const &what, std::s
   if (comm.size() == 1)
     return;
   std::uint64_t digest = fnv1a_basis;
-  if (std::FILE *f = std::fopen(path.c_str(), "rb")) {
+  // Regular files only: opening a named pipe would wait for a writer (its loader refuses it with a clear error).
+  struct stat st;
+  bool const regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (std::FILE *f = regular ? std::fopen(path.c_str(), "rb") : nullptr) {
     std::vector<unsigned char> buffer(1 << 20);
     std::size_t n = 0;
     while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0)

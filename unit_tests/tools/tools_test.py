@@ -2,8 +2,9 @@
 
     tools_test.py CASE WORK_DIR NAME=PATH... [-- MPIEXEC [MPIEXEC_FLAGS...]]
 
-CASE is one of: options, ranks, faults_2, faults_4, full_disk, moe_numbers. Exits 0 when every check passed, 77 (skipped) when
-the case cannot run here (no MPI, no permission to mount a filesystem), 1 otherwise, listing every failed check.
+CASE is one of: options, ranks, faults_2, faults_4, full_disk, moe_numbers, outputs, inputs, numbers, signals.
+Exits 0 when every check passed, 77 (skipped) when the case cannot run here (no MPI, no permission to mount a
+filesystem), 1 otherwise, listing every failed check.
 """
 
 import os
@@ -35,7 +36,7 @@ def run(argv, timeout=120, env=None, cwd=None):
     e.setdefault("TESSEL_CACHE_DIR", os.path.join(WORK, "cache"))
     e.update(env or {})
     t0 = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or WORK)
+    p = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout, env=e, cwd=cwd or WORK)
     return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
 
 
@@ -434,12 +435,17 @@ def case_ranks():
 # ---------------------------------------------------------------------------------------------------------------
 # full_disk: every writer on a full filesystem, a read-only one, and /dev/full
 # ---------------------------------------------------------------------------------------------------------------
-def fill(directory):
+def fill(directory, leave=0):
+    """Fills the filesystem of \p directory, leaving about \p leave bytes free (0: none at all)."""
+    st = os.statvfs(directory)
+    room = max(0, st.f_bavail * st.f_frsize - leave)
     try:
         with open(os.path.join(directory, "filler"), "wb") as f:
-            while True:
-                f.write(b"\0" * 4096)
+            while room > 0 or leave == 0:
+                n = min(room, 1 << 20) if leave else 4096
+                f.write(b"\0" * n)
                 f.flush()
+                room -= n
     except OSError:
         pass
 
@@ -449,26 +455,66 @@ def no_leftovers(directory, keep, what):
     check(not left, what + ": files left behind: " + ", ".join(left))
 
 
+def sched_inputs():
+    """Small inputs of the sched data converters: a Crius trace, an ElasticFlow trace, a Crius cluster spec."""
+    crius = os.path.join(WORK, "crius.csv")
+    with open(crius, "w") as f:
+        f.write("job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\n")
+        for j in range(400):
+            f.write("j%d,%d,%d,bert__1.3B,0,128,%d,a100\n" % (j, 60 * j, 1000 + j, 1 << (j % 3)))
+    elastic = os.path.join(WORK, "elastic.csv")
+    with open(elastic, "w") as f:
+        f.write("job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\n")
+        for j in range(400):
+            f.write("e%d,%d,%d,resnet50,%d,128,%d,600\n" % (j, 60 * j, 1000 + j, 60 * j + 7200, 1 << (j % 3)))
+    spec = os.path.join(WORK, "spec.json")
+    with open(spec, "w") as f:
+        f.write('[{"a100": {"node_num": 4}, "v100": {"node_num": 2}}]\n')
+    return crius, elastic, spec
+
+
 def case_full_disk():
     layer, graph = make_inputs()
     trace = os.path.join(WORK, "trace.csv")
     status, _, err, _ = run([tool("tessel-sched-data"), "synth", trace, "--jobs", "30"])
     check(status == 0, "tessel-sched-data synth", err)
+    crius, elastic, spec = sched_inputs()
     sim = [tool("tessel-sched"), "simulate", "--trace", trace, "--policy", "fcfs", "--quiet"]
     gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "3", "--quiet", "--kernel", "csr"]
+    data_dir = os.environ.get("TESSEL_DATA_DIR", "")
+    profile = os.path.join(data_dir, "traces", "crius")
     writers = [  # (what, argv writing to PATH, file name)
         ("gnn-data HDF5", [tool("tessel-gnn-data"), "sbm", "--nodes", "3000", "--out", "PATH"], "g.h5"),
+        ("gnn-data rmat HDF5", [tool("tessel-gnn-data"), "rmat", "--scale", "11", "--out", "PATH"], "r.h5"),
+        ("gnn-data csv HDF5", [tool("tessel-gnn-data"), "csv", "--edges", os.path.join(WORK, "edges.csv"), "--out",
+                               "PATH"], "c.h5"),
         ("moe-gen HDF5", [tool("tessel-moe-gen"), "--model", "mixtral", "--scale", "32", "--tokens", "512", "--out",
                           "PATH"], "l.h5"),
         ("sched-data CSV", [tool("tessel-sched-data"), "synth", "PATH", "--jobs", "1000"], "t.csv"),
         ("sched-data HDF5", [tool("tessel-sched-data"), "synth", "PATH", "--jobs", "1000"], "t.h5"),
+        ("sched-data crius-trace HDF5", [tool("tessel-sched-data"), "crius-trace", crius, "PATH"], "ct.h5"),
+        ("sched-data elasticflow-trace HDF5", [tool("tessel-sched-data"), "elasticflow-trace", elastic, "PATH"],
+         "ef.h5"),
+        ("sched-data cluster HDF5", [tool("tessel-sched-data"), "cluster", "--crius-spec", spec, "PATH"], "cl.h5"),
         ("sched JSON", sim + ["--json", "PATH"], "s.json"),
         ("gnn JSON", gnn + ["--json", "PATH"], "g.json"),
         ("gnn checkpoint", gnn + ["--checkpoint", "PATH"], "ck.h5"),
+        # The adaptive kernel writes its plans beside the checkpoint (CK.plan.h5, CK.plan_t.h5).
+        ("gnn checkpoint and plans", [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "3", "--quiet",
+                                      "--checkpoint", "PATH"], "cka.h5"),
         ("moe JSON", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--json", "PATH"], "m.json"),
         ("moe train JSON", [tool("tessel-moe"), "train", "--steps", "3", "--batch", "32", "--json", "PATH"], "tr.json"),
         ("comm JSON", [tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-J", "PATH"], "c.json"),
     ]
+    if os.path.isdir(profile):
+        writers.append(("sched-data profile HDF5", [tool("tessel-sched-data"), "profile", profile, "PATH"], "p.h5"))
+    else:
+        print("no Crius profile tables in TESSEL_DATA_DIR: sched-data profile is not written on a full disk")
+    if MPIEXEC:
+        # The 2-rank checkpoint: rank 0 writes it, both ranks end through the job's report.
+        writers.append(("gnn checkpoint, 2 ranks", mpi(2, gnn + ["--checkpoint", "PATH"]), "ck2.h5"))
+    with open(os.path.join(WORK, "edges.csv"), "w") as f:
+        f.write("a,b\n" + "".join("%d,%d\n" % (i, (i * 7 + 1) % 5000) for i in range(5000)))
     # /dev/full: needs no privileges.
     for what, argv, name in writers:
         if name.endswith(".h5") or name.endswith(".csv"):
@@ -490,24 +536,34 @@ def case_full_disk():
     try:
         for what, argv, name in writers:
             target = os.path.join(mnt, name)
+            beside = [name, name + ".plan.h5", name + ".plan_t.h5"]  # the checkpoint's plans
             # A good file first (while there is room), then a full disk: the write fails and the good file stays.
-            for f in os.listdir(mnt):
-                os.remove(os.path.join(mnt, f))
-            small = [a.replace("PATH", target) for a in argv]
-            small = [("300" if a in ("3000", "1000") else "64" if a in ("512", "32") else a) for a in small]
-            status, out, err, _ = run(small)
-            check(status == 0 and os.path.exists(target), what + ": the small write failed", err)
-            before = open(target, "rb").read() if os.path.exists(target) else b""
-            fill(mnt)
-            status, out, err, seconds = run([a.replace("PATH", target) for a in argv])
-            check(status == 1, what + " on a full disk: exit status %d, expected 1" % status, out[-500:] + err)
-            check("cannot write '%s'" % target in err, what + " on a full disk: the error names the file", err)
-            check("written" not in out.split("cannot write")[0][-200:] or status != 0,
-                  what + ": reported as written", out)
-            after = open(target, "rb").read() if os.path.exists(target) else b""
-            check(after == before, what + ": the good file was changed or removed")
-            no_leftovers(mnt, [name], what)
-            for_people(err, what + " on a full disk")
+            # HDF5 files also on a disk with a little room left, where HDF5's own writes, flush or close fail (the
+            # case that crashed at exit): every run ends with exit status 0 or 1, through process exit.
+            levels = [0, 16 << 10, 128 << 10] if name.endswith(".h5") else [0]
+            for leave in levels:
+                for f in os.listdir(mnt):
+                    os.remove(os.path.join(mnt, f))
+                small = [a.replace("PATH", target) for a in argv]
+                small = [("300" if a in ("3000", "1000") else "64" if a in ("512", "32") else a) for a in small]
+                status, out, err, _ = run(small)
+                check(status == 0 and os.path.exists(target), what + ": the small write failed", err)
+                before = {f: open(os.path.join(mnt, f), "rb").read() for f in os.listdir(mnt)}
+                fill(mnt, leave)
+                status, out, err, seconds = run([a.replace("PATH", target) for a in argv])
+                where = "%s on a full disk (%d KiB left)" % (what, leave >> 10)
+                if leave and status == 0:
+                    # It fitted: the new file is complete (the tool read it back) and nothing else is left.
+                    no_leftovers(mnt, beside, where)
+                    continue
+                check(status == 1, where + ": exit status %d, expected 1" % status, out[-500:] + err)
+                check("cannot write '%s" % target in err, where + ": the error names the file", err)
+                check("written" not in out.split("cannot write")[0][-200:] or status != 0, where + ": reported as "
+                      "written", out)
+                after = {f: open(os.path.join(mnt, f), "rb").read() for f in os.listdir(mnt) if f != "filler"}
+                check(after.get(name) == before.get(name), where + ": the good file was changed or removed")
+                no_leftovers(mnt, beside, where)
+                for_people(without_launcher_crash(err, -1, where), where)
         # A read-only filesystem.
         for f in os.listdir(mnt):
             os.remove(os.path.join(mnt, f))
@@ -600,8 +656,388 @@ def case_moe_numbers():
         tuning, comet = doc["first_use_tuning_s"], doc["schedules"]["comet"]["runs_s"][0]
         check(tuning is not None and comet < 0.5 * tuning,
               "tessel-moe --warmup 0: comet's timed run (%.3f s) holds the first-use tuning (%s s)" % (comet, tuning))
+# outputs: an output that is an input (the same path, a symbolic or a hard link to it) or another output is
+# refused before any work, naming both options, and the input is left as it was
+# ---------------------------------------------------------------------------------------------------------------
+def case_outputs():
+    layer, graph = make_inputs()
+    trace = os.path.join(WORK, "trace.csv")
+    status, _, err, _ = run([tool("tessel-sched-data"), "synth", trace, "--jobs", "30"])
+    check(status == 0, "tessel-sched-data synth", err)
+    crius, elastic, spec = sched_inputs()
+    edges = os.path.join(WORK, "edges.csv")
+    with open(edges, "w") as f:
+        f.write("a,b\n0,1\n1,2\n2,0\n")
+    targets = os.path.join(WORK, "targets.csv")
+    with open(targets, "w") as f:
+        f.write("id,target\n0,x\n1,y\n2,x\n")
+    profile = os.path.join(WORK, "profile")
+    os.makedirs(profile, exist_ok=True)
+    with open(os.path.join(profile, "dp_mem.json"), "w") as f:
+        f.write("[{}]\n")
+    gnn = [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "1", "--quiet", "--kernel", "csr"]
+    sim = [tool("tessel-sched"), "simulate", "--trace", trace, "--policy", "fcfs", "--quiet"]
+    cases = [  # (what, argv with IN standing for the input and OUT for the output, input, input option, output option)
+        ("gnn train --json = --data", gnn + ["--json", "OUT"], graph, "--data", "--json"),
+        ("gnn train --checkpoint = --data", gnn + ["--checkpoint", "OUT"], graph, "--data", "--checkpoint"),
+        ("gnn train --checkpoint plans = --data", [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "1",
+                                                   "--checkpoint", "OUT_PLAN"], graph, "--data", "--checkpoint"),
+        ("gnn-bench --json = --data", [tool("tessel-gnn-bench"), "--data", graph, "--reps", "1", "--json", "OUT"], graph,
+         "--data", "--json"),
+        ("gnn-data csv --out = --edges", [tool("tessel-gnn-data"), "csv", "--edges", edges, "--out", "OUT"], edges,
+         "--edges", "--out"),
+        ("gnn-data csv --out = --targets", [tool("tessel-gnn-data"), "csv", "--edges", edges, "--targets", targets,
+                                            "--out", "OUT"], targets, "--targets", "--out"),
+        ("moe --json = the layer", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--json", "OUT"], layer,
+         "the layer file", "--json"),
+        ("moe --trace = the layer", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--trace", "OUT_RANK"],
+         layer, "the layer file", "--trace"),
+        ("sched simulate --json = --trace", sim + ["--json", "OUT"], trace, "--trace", "--json"),
+        ("sched simulate --json = --cluster", [tool("tessel-sched"), "simulate", "--trace", trace, "--policy", "fcfs",
+                                               "--cluster", spec, "--json", "OUT"], spec, "--cluster", "--json"),
+        ("sched simulate --json in --profile", sim + ["--profile", profile, "--json", "OUT"],
+         os.path.join(profile, "dp_mem.json"), "--profile", "--json"),
+        ("sched estimate --json in --profile", [tool("tessel-sched"), "estimate", "--profile", profile, "--json", "OUT"],
+         os.path.join(profile, "dp_mem.json"), "--profile", "--json"),
+        ("sched-bench --json = --trace", [tool("tessel-sched-bench"), "--trace", trace, "--repeat", "1", "--json",
+                                          "OUT"], trace, "--trace", "--json"),
+        ("sched-data crius-trace OUT = IN", [tool("tessel-sched-data"), "crius-trace", crius, "OUT"], crius, "IN.csv",
+         "OUT.h5"),
+        ("sched-data elasticflow-trace OUT = IN", [tool("tessel-sched-data"), "elasticflow-trace", elastic, "OUT"],
+         elastic, "IN.csv", "OUT"),
+        ("sched-data synth OUT = --cluster", [tool("tessel-sched-data"), "synth", "OUT", "--cluster", spec], spec,
+         "--cluster", "OUT"),
+        ("sched-data cluster OUT = --crius-spec", [tool("tessel-sched-data"), "cluster", "--crius-spec", spec, "OUT"],
+         spec, "--crius-spec", "OUT"),
+    ]
+    for what, argv, source, in_option, out_option in cases:
+        original = open(source, "rb").read()
+        spellings = [("the same path", source)]
+        link = os.path.join(WORK, "link-" + os.path.basename(source))
+        hard = os.path.join(WORK, "hard-" + os.path.basename(source))
+        for path in (link, hard):
+            if os.path.lexists(path):
+                os.remove(path)
+        os.symlink(source, link)
+        os.link(source, hard)
+        spellings += [("a symbolic link", link), ("a hard link", hard),
+                      ("another spelling", os.path.join(os.path.dirname(source), ".", os.path.basename(source)))]
+        for how, out in spellings:
+            full = list(argv)
+            if "OUT_PLAN" in full:
+                # The adaptive kernel writes its plans beside the checkpoint CK (CK.plan.h5): with --data CK.plan.h5
+                # the plans would replace the data.
+                if how != "the same path":
+                    continue
+                plans = os.path.join(WORK, "ck.plan.h5")
+                shutil.copyfile(source, plans)
+                full[full.index("OUT_PLAN")] = os.path.join(WORK, "ck")
+                full[full.index("--data") + 1] = plans
+                status, stdout, err, _ = run(full)
+                check(status == 2 and "--checkpoint's plans" in err and "--data" in err and "same file" in err,
+                      what + ": expected a usage error naming both", "status %d: %s" % (status, err))
+                check(open(plans, "rb").read() == original, what + ": the input was changed")
+                continue
+            if "OUT_RANK" in full:
+                # --trace T writes T.rank0.json: a link of that name to the input.
+                alias = os.path.join(WORK, "tr-" + how.replace(" ", "-"))
+                if os.path.lexists(alias + ".rank0.json"):
+                    os.remove(alias + ".rank0.json")
+                os.symlink(out if os.path.isabs(out) else os.path.abspath(out), alias + ".rank0.json")
+                full[full.index("OUT_RANK")] = alias
+            else:
+                full[full.index("OUT")] = out
+            status, stdout, err, _ = run(full)
+            where = "%s (%s)" % (what, how)
+            check(status == 2, where + ": exit status %d, expected 2 (refused before any work)" % status,
+                  stdout[-300:] + err)
+            check(in_option in err and out_option in err and "same file" in err, where + ": the error names both "
+                  "options", err)
+            check(open(source, "rb").read() == original, where + ": the input was changed")
+            for_people(err, where)
+    # Two outputs that are one file.
+    for what, argv, first, second in [
+        ("gnn train --json = --checkpoint", gnn + ["--json", "OUT", "--checkpoint", "OUT2"], "--json", "--checkpoint"),
+        ("moe --json = --trace", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--json", "OUT.rank0.json",
+                                  "--trace", "OUT"], "--json", "--trace"),
+        ("sched estimate --json = --dump", [tool("tessel-sched"), "estimate", "--profile", profile, "--json", "OUT",
+                                            "--dump", "OUT2"], "--json", "--dump"),
+        ("sched-bench --json = --decisions", [tool("tessel-sched-bench"), "--trace", trace, "--repeat", "1", "--json",
+                                              "OUT", "--decisions", "OUT2"], "--json", "--decisions"),
+        ("moe-bench --json = --registry", [tool("tessel-moe-bench"), "--smoke", "--tune", "--json", "OUT",
+                                           "--registry", "OUT2"], "--json", "--registry"),
+    ]:
+        out = os.path.join(WORK, "twice.out")
+        for spelling in (out, os.path.join(WORK, ".", "twice.out")):
+            if os.path.exists(out):
+                os.remove(out)
+            full = [a.replace("OUT2", spelling).replace("OUT", out) for a in argv]
+            status, stdout, err, _ = run(full)
+            check(status == 2 and first in err and second in err and "same file" in err,
+                  what + ": expected a usage error naming both options", "status %d: %s" % (status, err))
+            check(not os.path.exists(out), what + ": an output was written")
+            for_people(err, what)
+    # Distinct files, devices and links to other files are accepted.
+    status, _, err, _ = run(gnn + ["--json", os.path.join(WORK, "g.json"), "--checkpoint", os.path.join(WORK, "g.ck")])
+    check(status == 0, "gnn train with distinct outputs", err)
+    status, _, err, _ = run([tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-J", "/dev/null"])
+    check(status == 0, "comm-bench -J /dev/null", err)
+    status, _, err, _ = run(sim + ["--json", "/dev/null"])
+    check(status == 0, "sched simulate --json /dev/null", err)
+    finish()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# inputs: every input read by every tool (and by the library on its behalf) is a regular file of bounded size:
+# devices, named pipes and folders are refused with an error naming them, never read until memory runs out or
+# waited on for ever
+# ---------------------------------------------------------------------------------------------------------------
+def run_or_kill(argv, timeout=60, env=None, stdin=None):
+    """(status, stderr), status None when the tool was still running after \p timeout seconds (then killed)."""
+    e = dict(os.environ)
+    e.setdefault("TESSEL_CACHE_DIR", os.path.join(WORK, "cache"))
+    e.update(env or {})
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=stdin, text=True,
+                         errors="replace", env=e, cwd=WORK, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+        return p.returncode, err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None, ""
+
+
+def case_inputs():
+    layer, graph = make_inputs()
+    trace = os.path.join(WORK, "trace.csv")
+    status, _, err, _ = run([tool("tessel-sched-data"), "synth", trace, "--jobs", "30"])
+    check(status == 0, "tessel-sched-data synth", err)
+    crius, elastic, spec = sched_inputs()
+    edges = os.path.join(WORK, "edges.csv")
+    with open(edges, "w") as f:
+        f.write("a,b\n0,1\n1,2\n2,0\n")
+    fifo = os.path.join(WORK, "fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    folder = os.path.join(WORK, "a-folder")
+    os.makedirs(folder, exist_ok=True)
+    out = os.path.join(WORK, "out")
+    readers = [  # (what, argv reading PATH)
+        ("gnn train --data", [tool("tessel-gnn"), "train", "--data", "PATH", "--epochs", "1"]),
+        ("gnn info --data", [tool("tessel-gnn"), "info", "--data", "PATH"]),
+        ("gnn train --resume --checkpoint", [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "1", "--quiet",
+                                             "--kernel", "csr", "--resume", "--checkpoint", "PATH"]),
+        ("gnn-bench --data", [tool("tessel-gnn-bench"), "--data", "PATH", "--reps", "1"]),
+        ("gnn-data csv --edges", [tool("tessel-gnn-data"), "csv", "--edges", "PATH", "--out", out + ".h5"]),
+        ("gnn-data csv --targets", [tool("tessel-gnn-data"), "csv", "--edges", edges, "--targets", "PATH", "--out",
+                                    out + ".h5"]),
+        ("moe FILE", [tool("tessel-moe"), "PATH", "--no-emulation", "--iters", "1"]),
+        ("moe --tuning", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--tuning", "PATH"]),
+        ("moe --tune --registry", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--schedule", "comet",
+                                   "--tune", "--registry", "PATH"]),
+        ("sched simulate --trace", [tool("tessel-sched"), "simulate", "--trace", "PATH", "--policy", "fcfs"]),
+        ("sched simulate --cluster", [tool("tessel-sched"), "simulate", "--trace", trace, "--policy", "fcfs",
+                                      "--cluster", "PATH"]),
+        ("sched simulate --profile", [tool("tessel-sched"), "simulate", "--trace", trace, "--policy", "fcfs",
+                                      "--profile", "PATH"]),
+        ("sched estimate --profile", [tool("tessel-sched"), "estimate", "--profile", "PATH"]),
+        ("sched-bench --trace", [tool("tessel-sched-bench"), "--trace", "PATH", "--repeat", "1"]),
+        ("sched-data crius-trace", [tool("tessel-sched-data"), "crius-trace", "PATH", out + ".h5"]),
+        ("sched-data elasticflow-trace", [tool("tessel-sched-data"), "elasticflow-trace", "PATH", out + ".h5"]),
+        ("sched-data cluster IN", [tool("tessel-sched-data"), "cluster", "PATH", out + ".h5"]),
+        ("sched-data cluster --crius-spec", [tool("tessel-sched-data"), "cluster", "--crius-spec", "PATH",
+                                             out + ".h5"]),
+        ("sched-data cluster --device-infos", [tool("tessel-sched-data"), "cluster", "--crius-spec", spec,
+                                               "--device-infos", "PATH", out + ".h5"]),
+        ("sched-data synth --cluster", [tool("tessel-sched-data"), "synth", out + ".csv", "--cluster", "PATH"]),
+    ]
+    for what, argv in readers:
+        for kind, path in (("a named pipe", fifo), ("/dev/zero", "/dev/zero"), ("/dev/full", "/dev/full"),
+                           ("a folder", folder)):
+            if kind == "a folder" and what in ("sched simulate --profile", "sched estimate --profile"):
+                continue  # a folder of profile tables is the documented form (an empty one fails on its files)
+            t0 = time.monotonic()
+            status, err = run_or_kill([a.replace("PATH", path) for a in argv], timeout=60)
+            where = "%s given %s" % (what, kind)
+            check(status is not None, where + ": still running after 60 s (blocked or reading without end)")
+            if status is None:
+                continue
+            check(status in (1, 2), where + ": exit status %d, expected an error" % status, err)
+            check(path in err, where + ": the error does not name the file", err)
+            check(time.monotonic() - t0 < 30, where + ": took %.0f s" % (time.monotonic() - t0))
+            for_people(err, where)
+    # The implicit tuning cache of the MoE layer: a named pipe there is reported and skipped, not waited on.
+    cache = os.path.join(WORK, "fifo-cache")
+    os.makedirs(cache, exist_ok=True)
+    if not os.path.exists(os.path.join(cache, "moe-tuning.registry")):
+        os.mkfifo(os.path.join(cache, "moe-tuning.registry"))
+    status, err = run_or_kill([tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--schedule", "comet"],
+                              timeout=120, env={"TESSEL_CACHE_DIR": cache})
+    check(status == 0 and "not a regular file" in err, "moe with a named pipe as its tuning cache: expected a "
+          "warning, not a wait", "status %s: %s" % (status, err))
+    # Standard input of submit: an endless stream is refused at the JSON bound, not held in memory.
+    state = os.path.join(WORK, "no-state")
+    with open("/dev/zero", "rb") as zero:
+        status, err = run_or_kill([tool("tessel-sched"), "submit", "--state", state, "-"], timeout=120, stdin=zero)
+    check(status in (1, 2), "submit - with /dev/zero on standard input: expected an error",
+          "status %s: %s" % (status, err))
+    finish()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# numbers: values that silently became other values, derived quantities that overflowed, vague errors
+# ---------------------------------------------------------------------------------------------------------------
+def case_numbers():
+    def refused(argv, code, words, what, env=None, timeout=60):
+        status, err = run_or_kill(argv, timeout=timeout, env=env)
+        check(status == code and all(w in err for w in words), what + ": expected exit %d naming %s" % (code, words),
+              "status %s: %s" % (status, err))
+        if status is not None:
+            for_people(err, what)
+        return err
+
+    comm = tool("tessel-comm-bench")
+    # A factor barely above 1 asked for 28 million sizes; a byte count of 1.5 was 1 byte; 0x10 s were 16 s.
+    refused([comm, "-b", "8", "-e", "1G", "-f", "1.0000001"], 2, ["-f/--stepfactor", "1.0000001", "1000 sizes"],
+            "comm-bench -f 1.0000001", timeout=30)
+    refused([comm, "-b", "1.5", "-e", "8"], 2, ["-b/--minbytes", "whole number of bytes", "1.5"], "comm-bench -b 1.5")
+    refused([comm, "-b", "8", "-e", "8.5"], 2, ["-e/--maxbytes", "whole number of bytes"], "comm-bench -e 8.5")
+    status, out, err, _ = run([comm, "-b", "1.5K", "-e", "2K", "-f", "1.2", "-n", "1", "-w", "0"])
+    check(status == 0 and "1536" in out, "comm-bench -b 1.5K (1536 bytes) is accepted", err)
+    err = refused([comm, "-b", "8", "-e", "8"], 2, ["TESSEL_COMM_TIMEOUT", "0x10"], "TESSEL_COMM_TIMEOUT=0x10",
+                  env={"TESSEL_COMM_TIMEOUT": "0x10"})
+    check("same command line" not in err, "TESSEL_COMM_TIMEOUT=0x10: blamed on the command line", err)
+    status, _, err, _ = run([comm, "-b", "8", "-e", "8", "-n", "1"], env={"TESSEL_COMM_TIMEOUT": "2.5"})
+    check(status == 0, "TESSEL_COMM_TIMEOUT=2.5 is accepted", err)
+    # Hexadecimal integers and floats in a trace are not read as numbers.
+    header = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\n"
+    for field, row in (("submission_time", "j0,0x10,100,bert__1.3B,0,128,1,a100\n"),
+                       ("num_iteration", "j0,0,0x64,bert__1.3B,0,128,1,a100\n"),
+                       ("submission_time", "j0,0x1p4,100,bert__1.3B,0,128,1,a100\n")):
+        path = os.path.join(WORK, "hex.csv")
+        with open(path, "w") as f:
+            f.write(header + row)
+        refused([tool("tessel-sched"), "simulate", "--trace", path, "--policy", "fcfs"], 1, [path, field],
+                "a trace with %s in %s" % (row.split(",")[1 if field == "submission_time" else 2], field))
+    # A byte-order mark before the header (spreadsheets write one) is not part of the first column's name.
+    for name, text in (("bom-trace.csv", header + "j0,0,100,bert__1.3B,0,128,1,a100\n"),):
+        path = os.path.join(WORK, name)
+        with open(path, "wb") as f:
+            f.write(b"\xef\xbb\xbf" + text.encode())
+        status, out, err, _ = run([tool("tessel-sched"), "simulate", "--trace", path, "--policy", "fcfs", "--quiet"])
+        check(status == 0, "a trace whose header starts with a byte-order mark", err)
+    edges = os.path.join(WORK, "bom-edges.csv")
+    with open(edges, "wb") as f:
+        f.write(b"\xef\xbb\xbfa,b\n0,1\n1,2\n")
+    targets = os.path.join(WORK, "bom-targets.csv")
+    with open(targets, "wb") as f:
+        f.write(b"\xef\xbb\xbfid,target\n0,x\n1,y\n2,x\n")
+    status, out, err, _ = run([tool("tessel-gnn-data"), "csv", "--edges", edges, "--targets", targets, "--out",
+                               os.path.join(WORK, "bom.h5")])
+    check(status == 0 and "3 nodes" in out, "targets whose header starts with a byte-order mark", err)
+    # A key given twice in a JSON object: refused, naming the key and the file (the last one used to win).
+    spec = os.path.join(WORK, "twice.json")
+    with open(spec, "w") as f:
+        f.write('[{"a100": {"node_num": 2}, "a100": {"node_num": 3}}]\n')
+    refused([tool("tessel-sched-data"), "cluster", "--crius-spec", spec, os.path.join(WORK, "c.h5")], 1,
+            [spec, "duplicate key 'a100'"], "a JSON key given twice")
+    with open(spec, "w") as f:
+        f.write('[{"a100": {"node_num": 2, "node_num": 3}}]\n')
+    refused([tool("tessel-sched-data"), "cluster", "--crius-spec", spec, os.path.join(WORK, "c.h5")], 1,
+            [spec, "duplicate key 'node_num'", "'a100'"], "a JSON key given twice in a nested object")
+    # Edge lists that hold no edge: a graph of no nodes was written, and benchmarks printed ratios of nothing.
+    empty = os.path.join(WORK, "empty.csv")
+    open(empty, "w").close()
+    header_only = os.path.join(WORK, "header-only.csv")
+    with open(header_only, "w") as f:
+        f.write("a,b\n")
+    folder = os.path.join(WORK, "a-folder")
+    os.makedirs(folder, exist_ok=True)
+    for what, path, words in (("an empty edge list", empty, ["is empty"]),
+                              ("a header-only edge list", header_only, ["holds no edge"]),
+                              ("a folder as the edge list", folder, ["is a directory"] if False else ["folder"])):
+        out = os.path.join(WORK, "nothing.h5")
+        status, _, err, _ = run([tool("tessel-gnn-data"), "csv", "--edges", path, "--out", out])
+        check(status == 1 and path in err and not os.path.exists(out), what + ": expected an error naming the file",
+              "status %d: %s" % (status, err))
+        for_people(err, what)
+    # A dataset an HDF5 file declares larger than the memory: the size is named, not "out of memory".
+    try:
+        import h5py  # noqa: F401
+        # A valid layer whose tokens are declared as 2^30 - 1 rows of 64 floats (256 GiB, within the index range; the
+        # file stays small: HDF5 allocates a dataset's storage when it is written).
+        layer, _ = make_inputs()
+        huge = os.path.join(WORK, "huge.h5")
+        shutil.copyfile(layer, huge)
+        with h5py.File(huge, "a") as f:
+            hidden = f["tokens"].shape[1]
+            del f["tokens"]
+            f.create_dataset("tokens", shape=((1 << 30) - 1, hidden), dtype="float32")
+        status, _, err, _ = run([tool("tessel-moe"), huge, "--no-emulation"])
+        check(status == 1 and huge in err and "'tokens'" in err and "would need" in err and "GiB" in err and
+              "out of memory" not in err, "a layer declaring 2^30 - 1 tokens: expected the dataset and its size named",
+              "status %d: %s" % (status, err))
+    except ImportError:
+        print("no h5py: the dataset declared larger than the memory is not written")
+    if MPIEXEC:
+        # A link so slow that a message would take longer than a clock can count: refused naming the link, not
+        # switched off (the duration wrapped and the benchmark ran unpaced).
+        _, graph = make_inputs()
+        argv = mpi(2, [tool("tessel-gnn-bench"), "--backend", "dist", "--data", graph, "--features", "8", "--reps",
+                       "1", "--warmup", "0", "--bandwidth", "1e-300"])
+        status, err = run_or_kill(argv, timeout=120)
+        check(status == 1 and "emulated link" in err and "more than" in err,
+              "gnn-bench --backend dist --bandwidth 1e-300: expected the link refused", "status %s: %s" % (status, err))
+    finish()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# signals: SIGINT, SIGTERM and SIGHUP while an output is being written leave no hidden temporary file
+# ---------------------------------------------------------------------------------------------------------------
+def case_signals():
+    layer, graph = make_inputs()
+    folder = os.path.join(WORK, "signals")
+    os.makedirs(folder, exist_ok=True)
+    writers = [  # (what, argv writing PATH, file name): writers whose temporary lives long enough to be seen
+        ("gnn-data sbm", [tool("tessel-gnn-data"), "sbm", "--nodes", "300000", "--community", "100", "--features",
+                          "64", "--out", "PATH"], "big.h5"),
+        ("moe-gen", [tool("tessel-moe-gen"), "--model", "mixtral", "--scale", "4", "--tokens", "32768", "--out",
+                     "PATH"], "big-layer.h5"),
+        ("gnn train checkpoints", [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "100000", "--patience",
+                                   "0", "--quiet", "--kernel", "csr", "--checkpoint", "PATH", "--checkpoint-every",
+                                   "1"], "ck.h5"),
+    ]
+    for what, argv, name in writers:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            for f in os.listdir(folder):
+                os.remove(os.path.join(folder, f))
+            target = os.path.join(folder, name)
+            p = subprocess.Popen([a.replace("PATH", target) for a in argv], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, cwd=WORK, env=dict(os.environ, TESSEL_CACHE_DIR=os.path.join(
+                                     WORK, "cache")), start_new_session=True)
+            # The signal comes while the hidden temporary beside the target exists.
+            seen = False
+            end = time.monotonic() + 120
+            while time.monotonic() < end and p.poll() is None and not seen:
+                seen = any(f.startswith("." + name + ".tmp-") for f in os.listdir(folder))
+            if seen:
+                p.send_signal(sig)
+            else:
+                p.kill()
+            try:
+                p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+            where = "%s, %s while its output was written" % (what, signal.Signals(sig).name)
+            check(seen, where + ": the temporary was never seen (the check did not run)")
+            check(p.returncode == -sig, where + ": expected the process to end by the signal, status %s" % p.returncode)
+            left = [f for f in os.listdir(folder) if f.startswith(".")]
+            check(not left, where + ": temporaries left behind: " + ", ".join(left))
     finish()
 
 
 {"options": case_options, "ranks": case_ranks, "faults_2": lambda: case_faults(2), "faults_4": lambda: case_faults(4),
- "full_disk": case_full_disk, "moe_numbers": case_moe_numbers}[CASE]()
+ "full_disk": case_full_disk, "moe_numbers": case_moe_numbers, "outputs": case_outputs, "inputs": case_inputs,
+ "numbers": case_numbers, "signals": case_signals}[CASE]()
