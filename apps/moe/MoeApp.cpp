@@ -14,6 +14,7 @@
 #include <tessel/moe/MoeFile.hpp>
 #include <tessel/moe/MoeLayer.hpp>
 #include <tessel/moe/Reference.hpp>
+#include <tessel/moe/Tuning.hpp>
 
 #include <tessel/core/Config.hpp>
 #include <tessel/core/InputFile.hpp>
@@ -41,6 +42,9 @@ namespace {
 
 using namespace tessel::moe;
 using tessel::Communicator;
+
+// How messages name the per-user cache that first-use tuning writes.
+constexpr char const *tuning_cache_option = "the tuning cache (TESSEL_CACHE_DIR, XDG_CACHE_HOME or HOME)";
 
 struct Options {
   std::string file;
@@ -155,9 +159,14 @@ Options parse(tessel::CommandLine &cl) {
   // --trace T writes T.rankR.json on every rank R; --registry is written (merged) by --tune.
   std::string const trace_file =
       o.trace.empty() ? "" : o.trace + ".rank" + std::to_string(tessel::Communicator::world().rank()) + ".json";
+  // The per-user tuning cache is written by first-use tuning too: never over the layer or another output (it may
+  // be --tuning, which only reads it).
   tessel::require_distinct_files(
       {{"the layer file", o.file}, {"--tuning", o.tuning}},
       {{"--json", o.json}, {"--trace", trace_file}, {"--registry", o.tune ? o.registry : ""}});
+  tessel::require_distinct_files(
+      {{"the layer file", o.file}},
+      {{"--json", o.json}, {"--trace", trace_file}, {tuning_cache_option, tessel::moe::default_tuning_cache_path()}});
   tessel::require_writable(o.json);
   if (!o.trace.empty())
     tessel::require_writable(o.trace + ".rank0.json");
@@ -563,6 +572,9 @@ TrainOptions parse_train(tessel::CommandLine &cl, Communicator const &world) {
                        ", got ", s.layer.ep, " x ", s.layer.tp);
   TESSEL_REQUIRE_USAGE(s.layer.tokens % world.size() == 0, "--batch ", s.layer.tokens,
                        " must be a multiple of the rank count ", world.size());
+  tessel::require_distinct_files(
+      {},
+      {{"--json", o.json}, {"--problem", o.problem}, {tuning_cache_option, tessel::moe::default_tuning_cache_path()}});
   tessel::require_writable(o.json);
   tessel::require_writable(o.problem);
   auto checked = s.layer;

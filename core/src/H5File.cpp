@@ -168,8 +168,11 @@ File::File(std::string path, Mode mode) : _path(std::move(path)), _writable(mode
   bool const exists = input_exists(_path);
   if (mode == Mode::read || (mode == Mode::append && exists)) {
     TESSEL_REQUIRE(exists, _path, ": file not found");
-    // A regular file (HDF5 would block on a named pipe); its size does not matter, datasets are read as needed.
-    require_input_file(_path, std::numeric_limits<std::uint64_t>::max(), "HDF5 file");
+    // A regular file (HDF5 would block on a named pipe); its size does not matter, datasets are read as needed. An
+    // empty one holds no signature, and HDF5 is not let to read it: files of the kernel that claim no size
+    // (/proc/kmsg) would make its reads wait for ever.
+    auto const size = require_input_file(_path, std::numeric_limits<std::uint64_t>::max(), "HDF5 file");
+    TESSEL_REQUIRE(size > 0, _path, ": not an HDF5 file (it is empty)");
     htri_t const is_hdf5 = H5Fis_hdf5(_path.c_str());
     TESSEL_REQUIRE(is_hdf5 > 0, _path, ": not an HDF5 file (no HDF5 signature found)", hdf5_reason());
     _id = H5Fopen(_path.c_str(), mode == Mode::read ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);

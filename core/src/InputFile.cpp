@@ -87,8 +87,10 @@ std::string read_input_file(std::string const &path, std::uint64_t max_bytes, st
   auto const [regular, size] = open_checked(file, path, max_bytes, what, kind);
   if (regular)
     require_memory("reading " + path, static_cast<double>(size), SizeSource::input);
-  // Blocking reads from here on (an accepted stream waits for its writer as a reader of standard input does).
-  ::fcntl(file.fd, F_SETFL, ::fcntl(file.fd, F_GETFL) & ~O_NONBLOCK);
+  // An accepted stream waits for its writer as a reader of standard input does. A regular file stays non-blocking:
+  // some (/proc/kmsg) have no end and wait for data that may never come; they fail below instead (EAGAIN).
+  if (!regular)
+    ::fcntl(file.fd, F_SETFL, ::fcntl(file.fd, F_GETFL) & ~O_NONBLOCK);
   std::string text;
   text.reserve(regular ? static_cast<std::size_t>(size) : 0);
   char buffer[1 << 16];
@@ -96,6 +98,8 @@ std::string read_input_file(std::string const &path, std::uint64_t max_bytes, st
     ssize_t const n = ::read(file.fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR)
       continue;
+    TESSEL_REQUIRE(n >= 0 || errno != EAGAIN, subject(path, what),
+                   " has no data to read now (a file of the kernel that waits for data: read a regular file)");
     TESSEL_REQUIRE(n >= 0, subject(path, what), ": read error (", std::strerror(errno), ")");
     if (n == 0)
       break;

@@ -5,6 +5,7 @@
 #include <tessel/core/OutputFile.hpp>
 #include <tessel/tools/Tool.hpp>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -13,17 +14,19 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace tessel {
 
 namespace {
 
-// Signals that end a tool by default and that a user sends on purpose (Ctrl-C, kill, a closed terminal): the
-// handler removes the temporaries of the outputs being written (tessel::OutputFile, h5::File), then ends the
-// process the way the signal would have.
-constexpr int ending_signals[] = {SIGINT, SIGTERM, SIGHUP};
+// Signals that end a tool by default and that a user sends on purpose or causes (Ctrl-C, Ctrl-\, kill, a closed
+// terminal, a closed pipe the tool prints to): the handler removes the temporaries of the outputs being written
+// (tessel::OutputFile, h5::File), then ends the process the way the signal would have.
+constexpr int ending_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
 struct sigaction previous_actions[std::size(ending_signals)];
 
 extern "C" void end_on_signal(int signal) {
@@ -43,6 +46,11 @@ void remove_temporaries_on_signals() {
     if (::sigaction(ending_signals[i], nullptr, &previous_actions[i]) == 0 && previous_actions[i].sa_handler != SIG_IGN)
       ::sigaction(ending_signals[i], &action, nullptr);
   }
+  // A file larger than the file size limit (ulimit -f) is a write error naming the file, as a full disk is, not a
+  // SIGXFSZ that ends the tool with its temporaries left behind.
+  struct sigaction previous {};
+  if (::sigaction(SIGXFSZ, nullptr, &previous) == 0 && previous.sa_handler == SIG_DFL)
+    ::signal(SIGXFSZ, SIG_IGN);
 }
 
 } // namespace
@@ -51,16 +59,19 @@ void require_same_file(Communicator const &comm, std::string const &what, std::s
   if (comm.size() == 1)
     return;
   std::uint64_t digest = fnv1a_basis;
-  // Regular files only: opening a named pipe would wait for a writer (its loader refuses it with a clear error).
+  // Regular files only, read without blocking: a named pipe would wait for a writer and some files of the kernel
+  // (/proc/kmsg) for data that may never come (their loader refuses them with a clear error).
+  int const fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   struct stat st;
-  bool const regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  if (std::FILE *f = regular ? std::fopen(path.c_str(), "rb") : nullptr) {
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     std::vector<unsigned char> buffer(1 << 20);
-    std::size_t n = 0;
-    while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0)
-      digest = fnv1a(digest, buffer.data(), n);
-    std::fclose(f);
+    ssize_t n = 0;
+    while ((n = ::read(fd, buffer.data(), buffer.size())) > 0 || (n < 0 && errno == EINTR))
+      if (n > 0)
+        digest = fnv1a(digest, buffer.data(), static_cast<std::size_t>(n));
   }
+  if (fd >= 0)
+    ::close(fd);
   comm.require_same(what + " '" + path + "' (a digest of its contents)", digest);
 }
 

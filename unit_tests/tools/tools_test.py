@@ -503,7 +503,11 @@ def case_full_disk():
         ("gnn checkpoint and plans", [tool("tessel-gnn"), "train", "--data", graph, "--epochs", "3", "--quiet",
                                       "--checkpoint", "PATH"], "cka.h5"),
         ("moe JSON", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--json", "PATH"], "m.json"),
-        ("moe train JSON", [tool("tessel-moe"), "train", "--steps", "3", "--batch", "32", "--json", "PATH"], "tr.json"),
+        # Enough steps for the loss to fall beyond its noise (else the run fails on its own).
+        ("moe train JSON", [tool("tessel-moe"), "train", "--steps", "20", "--schedule", "sequential", "--batch", "32",
+                            "--json", "PATH"], "tr.json"),
+        ("moe train problem HDF5", [tool("tessel-moe"), "train", "--steps", "20", "--schedule", "sequential", "--batch",
+                                    "512", "--problem", "PATH"], "pr.h5"),
         ("comm JSON", [tool("tessel-comm-bench"), "-b", "8", "-e", "8", "-J", "PATH"], "c.json"),
     ]
     if os.path.isdir(profile):
@@ -523,6 +527,35 @@ def case_full_disk():
         check(status == 1 and "cannot write '/dev/full'" in err and "written" not in out,
               what + " to /dev/full: expected a write error", "status %d: %s %s" % (status, out[-300:], err))
         for_people(err, what + " to /dev/full")
+    # A file size limit (ulimit -f) below what a writer writes: a write error naming the file, as on a full disk, not
+    # a SIGXFSZ that ends the tool with its temporary left behind.
+    import resource
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+
+    limited = os.path.join(WORK, "limited")
+    os.makedirs(limited, exist_ok=True)
+    for what, argv, name in writers:
+        if MPIEXEC and argv[0] == MPIEXEC[0]:
+            continue  # under mpiexec: the launcher's own files need more than the limit
+        for f in os.listdir(limited):
+            os.remove(os.path.join(limited, f))
+        target = os.path.join(limited, name)
+        e = dict(os.environ, TESSEL_CACHE_DIR=os.path.join(WORK, "cache"))
+        p = subprocess.run([a.replace("PATH", target) for a in argv], capture_output=True, text=True,
+                           errors="replace", timeout=300, env=e, cwd=WORK, preexec_fn=limit_file_size)
+        where = "%s beyond a file size limit of 64 KiB" % what
+        if p.returncode == 0:
+            # It fitted: the file is complete (the tool read it back) and nothing else is left.
+            check(os.path.getsize(target) <= 64 << 10, where + ": a file larger than the limit was written")
+            no_leftovers(limited, [name, name + ".plan.h5", name + ".plan_t.h5"], where)
+            continue
+        check(p.returncode == 1, where + ": exit status %d, expected 1" % p.returncode, p.stdout[-300:] + p.stderr)
+        check("cannot write '%s" % target in p.stderr, where + ": the error names the file", p.stderr)
+        no_leftovers(limited, [name + ".plan.h5", name + ".plan_t.h5"], where)  # complete plans of the checkpoint
+        check(not os.path.exists(target), where + ": a partial file was left in place")
+        for_people(p.stderr, where)
     # A missing directory fails before any work.
     status, out, err, _ = run(sim + ["--json", "/nonexistent/dir/s.json"])
     check(status == 1 and "cannot write '/nonexistent/dir/s.json'" in err and "metric" not in out,
@@ -766,6 +799,8 @@ def case_outputs():
                                               "OUT", "--decisions", "OUT2"], "--json", "--decisions"),
         ("moe-bench --json = --registry", [tool("tessel-moe-bench"), "--smoke", "--tune", "--json", "OUT",
                                            "--registry", "OUT2"], "--json", "--registry"),
+        ("moe train --json = --problem", [tool("tessel-moe"), "train", "--steps", "3", "--batch", "32", "--json", "OUT",
+                                          "--problem", "OUT2"], "--json", "--problem"),
     ]:
         out = os.path.join(WORK, "twice.out")
         for spelling in (out, os.path.join(WORK, ".", "twice.out")):
@@ -777,6 +812,30 @@ def case_outputs():
                   what + ": expected a usage error naming both options", "status %d: %s" % (status, err))
             check(not os.path.exists(out), what + ": an output was written")
             for_people(err, what)
+    # The per-user tuning cache that first-use tuning writes is an output too: never the layer, --json or --problem.
+    cache = os.path.join(WORK, "cache-as-output")
+    os.makedirs(cache, exist_ok=True)
+    cached = os.path.join(cache, "moe-tuning.registry")
+    for what, argv, source, first, second in [
+        ("moe: the layer is the tuning cache", [tool("tessel-moe"), cached, "--no-emulation", "--iters", "1",
+                                                "--schedule", "comet"], layer, "the layer file", "tuning cache"),
+        ("moe: --json is the tuning cache", [tool("tessel-moe"), layer, "--no-emulation", "--iters", "1", "--schedule",
+                                             "comet", "--json", cached], None, "--json", "tuning cache"),
+        ("moe train: --problem is the tuning cache", [tool("tessel-moe"), "train", "--steps", "3", "--batch", "32",
+                                                      "--problem", cached], None, "--problem", "tuning cache")]:
+        if os.path.lexists(cached):
+            os.remove(cached)
+        if source:
+            shutil.copyfile(source, cached)
+        original = open(cached, "rb").read() if source else None
+        status, stdout, err, _ = run(argv, env={"TESSEL_CACHE_DIR": cache})
+        check(status == 2 and first in err and second in err and "same file" in err,
+              what + ": expected a usage error naming both", "status %d: %s" % (status, err))
+        if source:
+            check(open(cached, "rb").read() == original, what + ": the layer was changed")
+        else:
+            check(not os.path.exists(cached), what + ": an output was written")
+        for_people(err, what)
     # Distinct files, devices and links to other files are accepted.
     status, _, err, _ = run(gnn + ["--json", os.path.join(WORK, "g.json"), "--checkpoint", os.path.join(WORK, "g.ck")])
     check(status == 0, "gnn train with distinct outputs", err)
@@ -852,13 +911,23 @@ def case_inputs():
                                                "--device-infos", "PATH", out + ".h5"]),
         ("sched-data synth --cluster", [tool("tessel-sched-data"), "synth", out + ".csv", "--cluster", "PATH"]),
     ]
+    kinds = [("a named pipe", fifo), ("/dev/zero", "/dev/zero"), ("/dev/full", "/dev/full"), ("a folder", folder),
+             ("standard input", "/dev/stdin")]
+    # A regular file of the kernel without an end, whose reads wait for messages (reading it takes only what other
+    # readers of it, a syslog daemon, would get; the kernel's log keeps them).
+    if os.access("/proc/kmsg", os.R_OK):
+        kinds.append(("/proc/kmsg", "/proc/kmsg"))
     for what, argv in readers:
-        for kind, path in (("a named pipe", fifo), ("/dev/zero", "/dev/zero"), ("/dev/full", "/dev/full"),
-                           ("a folder", folder)):
+        for kind, path in kinds:
             if kind == "a folder" and what in ("sched simulate --profile", "sched estimate --profile"):
                 continue  # a folder of profile tables is the documented form (an empty one fails on its files)
             t0 = time.monotonic()
-            status, err = run_or_kill([a.replace("PATH", path) for a in argv], timeout=60)
+            # Standard input: a pipe whose writer stays open and silent.
+            pipe = os.pipe() if path == "/dev/stdin" else None
+            status, err = run_or_kill([a.replace("PATH", path) for a in argv], timeout=60,
+                                      stdin=pipe[0] if pipe else None)
+            for end in pipe or ():
+                os.close(end)
             where = "%s given %s" % (what, kind)
             check(status is not None, where + ": still running after 60 s (blocked or reading without end)")
             if status is None:
@@ -975,9 +1044,8 @@ def case_numbers():
             del f["tokens"]
             f.create_dataset("tokens", shape=((1 << 30) - 1, hidden), dtype="float32")
         status, _, err, _ = run([tool("tessel-moe"), huge, "--no-emulation"])
-        check(status == 1 and huge in err and "'tokens'" in err and "would need" in err and "GiB" in err and
-              "out of memory" not in err, "a layer declaring 2^30 - 1 tokens: expected the dataset and its size named",
-              "status %d: %s" % (status, err))
+        check(status == 1 and huge in err and "would need" in err and "GiB" in err and "out of memory" not in err,
+              "a layer declaring 2^30 - 1 tokens: expected the file and the size named", "status %d: %s" % (status, err))
     except ImportError:
         print("no h5py: the dataset declared larger than the memory is not written")
     if MPIEXEC:
@@ -1009,7 +1077,7 @@ def case_signals():
                                    "1"], "ck.h5"),
     ]
     for what, argv, name in writers:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
             for f in os.listdir(folder):
                 os.remove(os.path.join(folder, f))
             target = os.path.join(folder, name)
