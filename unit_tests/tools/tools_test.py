@@ -461,7 +461,7 @@ def sched_inputs():
     with open(crius, "w") as f:
         f.write("job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,gpu_type\n")
         for j in range(400):
-            f.write("j%d,%d,%d,bert__1.3B,0,128,%d,a100\n" % (j, 60 * j, 1000 + j, 1 << (j % 3)))
+            f.write("j%d,%d,%d,bert__1.3B,-1,128,%d,a100\n" % (j, 60 * j, 1000 + j, 1 << (j % 3)))
     elastic = os.path.join(WORK, "elastic.csv")
     with open(elastic, "w") as f:
         f.write("job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\n")
