@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -371,6 +372,43 @@ TEST(SchedSlurm, a_damaged_status_is_an_error_naming_it) {
             std::string::npos);
   dir.write("state/status.json", R"js([1])js");
   EXPECT_NE(error_of([&] { read_status(state); }).find("the status is a JSON object"), std::string::npos);
+}
+
+// Runs \p f with \p dir first on PATH.
+template <class F> void with_path_first(std::string const &dir, F &&f) {
+  std::string const old = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", (dir + ":" + old).c_str(), 1);
+  try {
+    f();
+  } catch (...) {
+    ::setenv("PATH", old.c_str(), 1);
+    throw;
+  }
+  ::setenv("PATH", old.c_str(), 1);
+}
+
+TEST(SchedSlurm, the_client_counts_the_time_it_waits_for_slurms_commands) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path("bin"));
+  // A sinfo that takes 0.3 s and a scancel that takes 0.2 s.
+  dir.write("bin/sinfo", "#!/bin/sh\nsleep 0.3\necho '{\"errors\": [], \"nodes\": []}'\n");
+  dir.write("bin/scancel", "#!/bin/sh\nsleep 0.2\n");
+  for (char const *f : {"bin/sinfo", "bin/scancel"})
+    std::filesystem::permissions(dir.path(f), std::filesystem::perms::owner_all);
+  SlurmClient const client;
+  EXPECT_EQ(client.waited_seconds(), 0);
+  with_path_first(dir.path("bin"), [&] {
+    try {
+      client.nodes("");
+    } catch (tessel::Exception const &) {
+      // An empty partition may be refused: the wait counts all the same.
+    }
+    double const after_sinfo = client.waited_seconds();
+    EXPECT_GE(after_sinfo, 0.3);
+    EXPECT_LT(after_sinfo, 5);
+    client.cancel(42);
+    EXPECT_GE(client.waited_seconds() - after_sinfo, 0.2);
+  });
 }
 
 } // namespace

@@ -150,6 +150,7 @@ struct SlurmController::State final : SchedWorld {
   std::map<long, std::string> slurm_states; ///< this round's squeue: Slurm job id -> state
   double last_round_ms = 0, last_decide_ms = 0;
   std::vector<double> round_ms, decide_ms;         ///< every round of this process (the controller's own cost)
+  std::vector<double> own_ms;                      ///< every round less the time it waited for Slurm's commands
   std::vector<int> decide_running, decide_pending; ///< the jobs each of those decisions saw
 
   State(ControllerOptions o, ProfileTable const *table, ThroughputSource s);

@@ -108,7 +108,8 @@ Json SlurmController::State::cost_json() const {
   for (std::size_t k = decide_ms.size() > 1000 ? decide_ms.size() - 1000 : 0; k < decide_ms.size(); ++k)
     recent.push_back(Json::array({decide_ms[k], decide_running[k], decide_pending[k]}));
   return {{"rounds", round_ms.size()},          {"round_ms_median", Impl::percentile(round_ms, 50)},
-          {"round_ms_max", max_of(round_ms)},   {"decide_ms_median", Impl::percentile(decide_ms, 50)},
+          {"round_ms_max", max_of(round_ms)},   {"own_ms_median", Impl::percentile(own_ms, 50)},
+          {"own_ms_max", max_of(own_ms)},       {"decide_ms_median", Impl::percentile(decide_ms, 50)},
           {"decide_ms_max", max_of(decide_ms)}, {"slowest_decision_saw", slowest},
           {"recent_decisions", recent}};
 }

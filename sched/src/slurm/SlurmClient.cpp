@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 
 namespace tessel::sched {
 
@@ -74,6 +75,14 @@ bool no_answer(std::string const &text) {
   return false;
 }
 
+// Runs \p argv, adding the wall time it took to \p waited.
+Impl::ProcessResult timed_run(std::vector<std::string> const &argv, double timeout_s, double &waited) {
+  auto const start = std::chrono::steady_clock::now();
+  Impl::ProcessResult r = Impl::run_process(argv, timeout_s);
+  waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
 Json parse_cli_json(std::string const &text, std::string const &source) {
   Json doc = parse_json(text, source);
   if (doc.contains("errors") && doc["errors"].is_array() && !doc["errors"].empty())
@@ -139,7 +148,7 @@ std::vector<SlurmJob> parse_squeue_json(std::string const &text, std::string con
 }
 
 std::string SlurmClient::run(std::vector<std::string> const &argv) const {
-  auto const r = Impl::run_process(argv, _opt.timeout_s);
+  auto const r = timed_run(argv, _opt.timeout_s, _waited);
   std::string const cmd = Impl::command_text(argv);
   if (r.not_found)
     throw SlurmError(tessel::Impl::concat("Slurm is not reachable: ", r.err, " (is Slurm installed and on PATH?)"));
@@ -153,7 +162,7 @@ std::string SlurmClient::run(std::vector<std::string> const &argv) const {
 }
 
 std::string SlurmClient::run_json(std::vector<std::string> const &argv) const {
-  auto const r = Impl::run_process(argv, _opt.timeout_s);
+  auto const r = timed_run(argv, _opt.timeout_s, _waited);
   std::string const cmd = Impl::command_text(argv);
   if (r.not_found || r.timed_out || r.status != 0)
     return run(argv); // the same call, for its error
@@ -244,7 +253,7 @@ void SlurmClient::signal(long job, std::string const &signal) const {
 }
 
 void SlurmClient::cancel(long job) const {
-  auto const r = Impl::run_process({"scancel", std::to_string(job)}, _opt.timeout_s);
+  auto const r = timed_run({"scancel", std::to_string(job)}, _opt.timeout_s, _waited);
   if (r.not_found || r.timed_out)
     throw SlurmError(
         tessel::Impl::concat("Slurm is not reachable: scancel ", job, r.timed_out ? " timed out" : ": " + r.err));

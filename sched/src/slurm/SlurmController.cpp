@@ -100,6 +100,7 @@ int SlurmController::State::job_of(SlurmJob const &s) const {
 bool SlurmController::State::step() {
   using clock = std::chrono::steady_clock;
   auto const t_start = clock::now();
+  double const waited_before = slurm.waited_seconds();
   double const wall = Impl::wall_seconds();
   // Rounds are counted in an int: at rounds of 0.1 s that lasts 6.8 years from the state folder's start.
   double const rounds = std::floor((wall - t0) / opt.round_seconds);
@@ -142,6 +143,7 @@ bool SlurmController::State::step() {
   ++rounds_run;
   last_round_ms = std::chrono::duration<double, std::milli>(clock::now() - t_start).count();
   round_ms.push_back(last_round_ms);
+  own_ms.push_back(last_round_ms - 1000 * (slurm.waited_seconds() - waited_before));
   publish();
   return slurm_error.empty();
 }

@@ -96,10 +96,15 @@ public:
   /// The argument list submit() runs (for tests and messages).
   static std::vector<std::string> sbatch_command(SbatchRequest const &request);
 
+  /// Wall seconds this client has spent waiting for Slurm's commands, all calls together (a controller's own cost
+  /// is its round less this).
+  double waited_seconds() const { return _waited; }
+
 private:
   std::string run(std::vector<std::string> const &argv) const;
   std::string run_json(std::vector<std::string> const &argv) const;
   SlurmClientOptions _opt;
+  mutable double _waited = 0;
 };
 
 /// \brief Parses `sinfo --json` output (\p source names it in errors).
