@@ -139,7 +139,7 @@ TrainOptions parse_train_options(tessel::CommandLine &a) {
   return o;
 }
 
-void print_train_result(TrainResult const &result) {
+void print_train_result(TrainResult const &result, HugePages huge_pages) {
   int const n = std::max(1, static_cast<int>(result.history.size()));
   double const ms = 1e3 * result.train_seconds / n, agg = 1e3 * result.aggregation_seconds / n;
   if (result.ranks > 1)
@@ -158,6 +158,7 @@ void print_train_result(TrainResult const &result) {
               ms, agg, ms - agg, result.sparse_features ? "sparse" : "dense", result.setup_seconds,
               result.selection_seconds, 100 * result.selection_seconds / train_s, result.selection_net_seconds,
               100 * result.selection_net_seconds / train_s);
+  std::printf("%s", huge_pages_line(huge_pages).c_str());
   if (result.ranks > 1) // one plan per row tile of the local block and width: the JSON has them
     std::printf("rank 0's local block: %zu plans (row tiles x widths; --json lists them)\n", result.plans.size());
   else
@@ -213,6 +214,7 @@ void write_train_json(std::string const &path, std::string const &data_path, Dat
                             {"selection_seconds", result.selection_seconds},
                             {"selection_net_seconds", result.selection_net_seconds},
                             {"train_seconds", result.train_seconds},
+                            {"huge_pages", huge_pages_json(o.spmm.huge_pages)},
                             {"plans", plans_json(result.plans)},
                             {"backward_plans", plans_json(result.backward_plans)},
                             {"history", history},
@@ -283,7 +285,7 @@ int cmd_train(tessel::CommandLine &a) {
   auto const result = world.size() > 1 ? train(space, comm, data, o) : train(space, data, o);
   if (!root)
     return 0;
-  print_train_result(result);
+  print_train_result(result, o.spmm.huge_pages);
   if (!json_path.empty())
     write_train_json(json_path, data_path, data, o, random, result);
   return 0;

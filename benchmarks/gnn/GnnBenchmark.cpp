@@ -326,24 +326,14 @@ int bench_host(HostBenchConfig const &c) {
   auto results = tessel::Json::array();
   for (int f : c.widths)
     results.push_back(WidthBench(space, op, c, limits, f).run(wrong));
-  auto const pages = huge_page_stats();
-  std::printf("huge pages %s: %lld allocations advised (%.1f MB), %lld refused%s%s\n", name_of(c.options.huge_pages),
-              static_cast<long long>(pages.advised), 1e-6 * static_cast<double>(pages.advised_bytes),
-              static_cast<long long>(pages.refused), pages.last_refusal.empty() ? "" : ": ",
-              pages.last_refusal.c_str());
+  std::printf("%s", huge_pages_line(c.options.huge_pages).c_str());
   if (!c.json.empty()) {
     tessel::Json doc = {{"command", "bench"}};
     add_run_fields(doc, c.data, data.name, op, c.op_name, c.reps);
     doc["openblas_num_threads"] = blas_threads;
     doc["build"] = tessel::build_summary();
     doc["machine"] = limits.json();
-    auto const pages = huge_page_stats();
-    doc["huge_pages"] = {{"option", name_of(c.options.huge_pages)},
-                         {"advised", pages.advised},
-                         {"advised_bytes", pages.advised_bytes},
-                         {"refused", pages.refused},
-                         {"collapsed", pages.collapsed},
-                         {"last_refusal", pages.last_refusal}};
+    doc["huge_pages"] = huge_pages_json(c.options.huge_pages);
     doc["results"] = std::move(results);
     tessel::write_json(c.json, doc);
     std::printf("results written to %s\n", c.json.c_str());

@@ -156,6 +156,14 @@ TEST_F(HugePagesTest, a_refusal_leaves_ordinary_pages_and_says_why) {
   EXPECT_EQ(s.refused, 1);
   EXPECT_NE(s.last_refusal.find("madvise(MADV_HUGEPAGE) refused"), std::string::npos) << s.last_refusal;
   EXPECT_NE(s.last_refusal.find("errno " + std::to_string(EINVAL)), std::string::npos) << s.last_refusal;
+  // What the tools report.
+  auto const line = huge_pages_line(HugePages::on);
+  EXPECT_NE(line.find("huge pages on: 0 allocations advised (0.0 MB), 1 refused: madvise(MADV_HUGEPAGE) refused"),
+            std::string::npos)
+      << line;
+  auto const json = huge_pages_json(HugePages::on);
+  EXPECT_EQ(json.at("refused").get<std::int64_t>(), 1);
+  EXPECT_EQ(json.at("last_refusal").get<std::string>(), s.last_refusal);
 }
 
 TEST_F(HugePagesTest, advised_memory_gets_huge_pages_where_the_system_allows) {

@@ -1,6 +1,7 @@
 #include <tessel/core/Error.hpp>
 #include <tessel/tools/gnn/Options.hpp>
 
+#include <cstdio>
 #include <string>
 
 namespace tessel::gnn {
@@ -26,6 +27,22 @@ SpmmOptions spmm_options(tessel::CommandLine &args, SpmmAlgorithm algorithm) {
   o.part_size = args.get_int<std::int64_t>("part-size", o.part_size, 2, max_tool_part_size);
   o.huge_pages = get_on_off(args, "huge-pages", o.huge_pages == HugePages::on) ? HugePages::on : HugePages::off;
   return o;
+}
+
+std::string huge_pages_line(HugePages mode) {
+  auto const s = huge_page_stats();
+  char line[160];
+  std::snprintf(line, sizeof line, "huge pages %s: %lld allocations advised (%.1f MB), %lld refused", name_of(mode),
+                static_cast<long long>(s.advised), 1e-6 * static_cast<double>(s.advised_bytes),
+                static_cast<long long>(s.refused));
+  return line + (s.last_refusal.empty() ? std::string() : ": " + s.last_refusal) + "\n";
+}
+
+tessel::Json huge_pages_json(HugePages mode) {
+  auto const s = huge_page_stats();
+  return {{"option", name_of(mode)},       {"advised", s.advised},     {"advised_bytes", s.advised_bytes},
+          {"refused", s.refused},          {"collapsed", s.collapsed}, {"not_collapsed", s.not_collapsed},
+          {"last_refusal", s.last_refusal}};
 }
 
 } // namespace tessel::gnn

@@ -9,6 +9,7 @@
 #include <tessel/tools/CommandLine.hpp>
 
 #include <cstdint>
+#include <string>
 
 namespace tessel::gnn {
 
@@ -22,6 +23,12 @@ bool get_on_off(tessel::CommandLine &args, char const *name, bool fallback);
 /// \brief SpmmOptions for \p algorithm with --timing on|off, --partition P, --part-size N and --huge-pages on|off
 /// from \p args (a usage error for --partition metis where METIS is not built in).
 SpmmOptions spmm_options(tessel::CommandLine &args, SpmmAlgorithm algorithm);
+
+/// \brief One line on what --huge-pages \p mode got in this process (huge_page_stats(): allocations advised, refused
+/// and the OS's reason), for the tools' output.
+std::string huge_pages_line(HugePages mode);
+/// \brief The same as JSON: option, advised, advised_bytes, refused, collapsed, not_collapsed, last_refusal.
+tessel::Json huge_pages_json(HugePages mode);
 
 } // namespace tessel::gnn
 
