@@ -39,14 +39,16 @@ struct Calibration {
   std::vector<std::array<double, 4>> tp;      ///< [type][family]
   std::vector<double> dp;                     ///< [type]
   std::vector<double> pp;                     ///< [type]
-  int plans_used = 0;
+  int plans_used = 0;                         ///< measured plans fitted (0: uncalibrated, 100% efficiency)
 };
 
 /// \brief The analytic estimator. Stateless apart from its calibration; cheap to copy.
 class Estimator {
 public:
+  /// An uncalibrated estimator for \p cluster (every efficiency 1: peak compute and bandwidths).
   explicit Estimator(Cluster cluster);
 
+  /// The cluster estimated for.
   Cluster const &cluster() const { return _cluster; }
 
   /// Estimates \p plan in \p cell. Invalid plans come back with valid = false and a reason.
@@ -58,12 +60,14 @@ public:
 
   /// \brief The best plan over the Cells of one allocation (all stage counts) under \p strategy.
   struct Best {
-    bool feasible = false;
-    Cell cell;
-    ParallelPlan plan;
-    PlanEstimate estimate;
-    int plans_considered = 0;
+    bool feasible = false;    ///< some plan is valid and fits in memory
+    Cell cell;                ///< the Cell of the best plan (its stage count)
+    ParallelPlan plan;        ///< the best plan
+    PlanEstimate estimate;    ///< its estimate
+    int plans_considered = 0; ///< plans estimated
   };
+  /// The fastest plan of \p model at \p batch_size on \p hosts x \p per_host GPUs of \p gpu_type, over every stage
+  /// count, among the plans \p strategy enumerates.
   Best best(int model, int batch_size, int gpu_type, int hosts, int per_host,
             PlanStrategy strategy = PlanStrategy::greedy) const;
   /// Pure data parallelism (one stage, dp = GPUs, tp = 1).
@@ -72,6 +76,7 @@ public:
   /// Fits compute and communication efficiencies to the measured plans of \p table (types matched by name);
   /// types or families without measurements take the mean of the fitted values. Returns what was fitted.
   Calibration const &calibrate(ProfileTable const &table);
+  /// What the last calibrate() fitted.
   Calibration const &calibration() const { return _cal; }
 
 private:

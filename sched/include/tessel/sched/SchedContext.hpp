@@ -23,34 +23,54 @@ namespace tessel::sched {
 class SchedWorld {
 public:
   virtual ~SchedWorld() = default;
+  /// The cluster scheduled.
   virtual Cluster const &cluster() const = 0;
+  /// The throughput of a job on a Cell, as the policies see it.
   virtual ThroughputOracle const &oracle() const = 0;
+  /// The jobs and their allocation.
   virtual JobTable &table() = 0;
+  /// Seconds of model time per round.
   virtual double interval() const = 0;
+  /// True where the world follows Arena's accounting (SimOptions::arena_compat).
   virtual bool arena_compat() const = 0;
 };
 
 /// \brief What a policy sees and may change in one scheduling round (of whichever SchedWorld runs it).
 class SchedContext {
 public:
+  /// The context of one round of \p world (which must outlive it).
   explicit SchedContext(SchedWorld &world) : _world(&world) {}
 
+  /// The cluster scheduled.
   Cluster const &cluster() const { return _world->cluster(); }
+  /// The throughput source.
   ThroughputOracle const &oracle() const { return _world->oracle(); }
+  /// \name Who holds which GPU
+  //@{
+  /// Who holds which GPU (a policy assigns GPUs here before start()).
   Allocation &alloc() { return _world->table().alloc(); }
   Allocation const &alloc() const { return _world->table().alloc(); }
+  //@}
+  /// Every job the world knows (index = job id).
   std::vector<JobRecord> &jobs() { return _world->table().jobs(); }
+  /// The job with id \p id.
   JobRecord &job(int id) { return _world->table().job(id); }
+  /// This round's number.
   int round() const { return _world->table().round(); }
+  /// This round's time (seconds of model time).
   double now() const { return _world->table().now(); }
+  /// Seconds of model time per round.
   double interval() const { return _world->interval(); }
+  /// True where the world follows Arena's accounting.
   bool arena_compat() const { return _world->arena_compat(); }
 
   /// Jobs submitted this round (in submission order), running jobs that ended since the last round (completed, or
   /// rejected by the world after failing too often; their GPUs are already free), and running jobs the world moved
   /// back to pending (failed node or job).
   std::vector<int> const &arrived() const { return _world->table().arrived(); }
+  /// Running jobs that ended since the last round (see arrived()).
   std::vector<int> const &ended() const { return _world->table().ended(); }
+  /// Running jobs moved back to pending since the last round (see arrived()).
   std::vector<int> const &evicted() const { return _world->table().evicted(); }
   /// Nodes that came back this round (repaired, or Slurm returned them to service): capacity a policy waiting for
   /// completions would otherwise not look at.
@@ -70,8 +90,11 @@ private:
 /// \brief Re-tuning and checkpoint-restore costs a policy pays when a job (re)starts on new GPUs (Arena's
 /// RESCHED_OVERHEAD_* and CKPT_RESUME_OVERHEAD: seconds per GPU, capped).
 struct ReschedCost {
-  double tune_per_gpu = 150, tune_max = 600;
-  double restore_per_gpu = 0, restore_max = 400;
+  double tune_per_gpu = 150;  ///< re-tuning seconds per GPU
+  double tune_max = 600;      ///< re-tuning seconds at most
+  double restore_per_gpu = 0; ///< checkpoint-restore seconds per GPU
+  double restore_max = 400;   ///< checkpoint-restore seconds at most
+  /// Seconds a job pays when it (re)starts on \p gpus GPUs.
   double of(int gpus) const;
 };
 
@@ -79,22 +102,25 @@ struct ReschedCost {
 class Policy {
 public:
   virtual ~Policy() = default;
+  /// "crius", "fcfs", "gavel", "sia" or "elasticflow".
   virtual std::string name() const = 0;
   /// Arena's baselines pay the default costs; a policy with cheaper restarts (Crius) overrides this.
   virtual ReschedCost resched_cost() const { return {}; }
+  /// Decides this round: starts, suspends, moves (suspend and start elsewhere) and rejects jobs through \p ctx.
   virtual void schedule(SchedContext &ctx) = 0;
 };
 
 /// \brief Options of policies: Crius's search bounds. Arena's behaviour where it differs from ours is
 /// SimOptions::arena_compat, which policies read through SchedContext::arena_compat().
 struct PolicyOptions {
-  int crius_search_depth = 0; ///< 0: Arena's rule (3, or 2 with more than 150 running jobs)
-  int crius_upgrade_steps = 10;
-  int crius_restart_trials = 100;
+  int crius_search_depth = 0;     ///< 0: Arena's rule (3, or 2 with more than 150 running jobs)
+  int crius_upgrade_steps = 10;   ///< Crius: GPU upgrades tried per round
+  int crius_restart_trials = 100; ///< Crius: pending jobs tried per restart pass
 };
 
 /// Names accepted by make_policy: crius, fcfs, gavel, sia, elasticflow.
 std::vector<std::string> policy_names();
+/// The policy called \p name; throws naming the known policies for another name.
 std::unique_ptr<Policy> make_policy(std::string const &name, PolicyOptions const &options = {});
 
 } // namespace tessel::sched
