@@ -22,9 +22,9 @@ struct GpuSpec {
 
 /// \brief `num_nodes` identical nodes with `gpus_per_node` GPUs of type `gpu_type` (index into the type list).
 struct NodeGroup {
-  int gpu_type = 0;
-  int num_nodes = 0;
-  int gpus_per_node = 0;
+  int gpu_type = 0;      ///< index into the cluster's GPU types
+  int num_nodes = 0;     ///< nodes in the group
+  int gpus_per_node = 0; ///< GPUs on each node (a power of two)
 };
 
 /// \brief Nodes of typed GPUs. Nodes are numbered group by group; GPUs node by node. All nodes of one type have
@@ -35,7 +35,9 @@ public:
   /// those tables.
   static constexpr long long kMaxGpus = 1 << 20;
 
+  /// An empty cluster (no types, no nodes).
   Cluster() = default;
+  /// A cluster of \p types whose nodes are \p groups, numbered in the groups' order.
   /// \throws tessel::Exception naming the offending group or type on invalid input, and the size of a cluster of
   /// more than kMaxGpus GPUs.
   Cluster(std::vector<GpuSpec> types, std::vector<NodeGroup> groups);
@@ -46,17 +48,26 @@ public:
   /// Specs of well-known GPU types (a100, a100-80g, v100, a40, a10, h100, h200, l20, t4, p100); throws if unknown.
   static GpuSpec known_gpu(std::string_view name);
 
+  /// Number of GPU types.
   int num_types() const { return static_cast<int>(_types.size()); }
+  /// The spec of type \p t (std::out_of_range for another index).
   GpuSpec const &type(int t) const { return _types.at(static_cast<std::size_t>(t)); }
+  /// The GPU types, by index.
   std::vector<GpuSpec> const &types() const { return _types; }
+  /// The node groups, in node order.
   std::vector<NodeGroup> const &groups() const { return _groups; }
   /// Index of the type called \p name, or -1.
   int find_type(std::string_view name) const;
 
+  /// Number of nodes.
   int num_nodes() const { return static_cast<int>(_node_type.size()); }
+  /// Number of GPUs over all nodes.
   int num_gpus() const { return _num_gpus; }
+  /// GPU type of node \p node.
   int node_type(int node) const { return _node_type[static_cast<std::size_t>(node)]; }
+  /// GPUs on node \p node.
   int node_capacity(int node) const { return _node_cap[static_cast<std::size_t>(node)]; }
+  /// Number of the first GPU of node \p node (its GPUs are consecutive).
   int node_first_gpu(int node) const { return _node_first[static_cast<std::size_t>(node)]; }
   /// Node owning GPU \p gpu.
   int gpu_node(int gpu) const { return _gpu_node[static_cast<std::size_t>(gpu)]; }

@@ -16,33 +16,64 @@
 namespace tessel::sched {
 
 /// \brief Life of a job.
-enum class JobState { waiting, pending, running, completed, rejected };
+enum class JobState {
+  waiting,   ///< in the trace, not yet submitted
+  pending,   ///< submitted, holding no GPUs
+  running,   ///< holding GPUs and making progress
+  completed, ///< all its iterations done
+  rejected   ///< ended without completing, with a reason
+};
+/// The lower-case name of \p state ("waiting", "pending", ...).
 char const *state_name(JobState state);
 
 /// \brief A job as the policies see it: its spec, where it stands and what it has accumulated.
 struct JobRecord {
-  JobSpec const *spec = nullptr;
-  int id = 0; ///< index in the table (the trace order in the simulator, the submission order live)
-  JobState state = JobState::waiting;
-  int submit_round = -1;
-  double submit_time = 0; ///< time the scheduler saw the job (Arena: the round's start)
-  // Resource quota: the allocation while running; the request (or last allocation) while pending.
-  int quota_type = -1, quota_gpus = 0, quota_hosts = 0, quota_per_host = 0;
-  // Progress. Exact accounting: remaining iterations; Arena accounting: iter_num and exec_time as in Arena.
-  double remaining = 0, checkpoint_remaining = 0, since_checkpoint = 0;
-  double arena_iter_num = 0, arena_exec_time = 0, arena_checkpoint_exec = 0;
-  double overhead = 0;   ///< re-tuning / restore seconds still to pay before making progress
-  double arena_debt = 0; ///< Arena's reschedule time debt (> interval skips progress)
-  // Accounting.
-  double start_time = -1, finish_time = -1, queue_time = 0;
-  int reschedules = 0, failures = 0, suspensions = 0;
-  // Starvation watch: rounds this job has run since it last progressed, the times it was given new GPUs (and
-  // re-tuned) in them, and its throughput on its current allocation.
-  int stalled_rounds = 0, stalled_moves = 0;
-  double throughput = 0;
-  std::string reject_reason;
-  // Flags for policies (Crius's decision queue).
-  bool blocker = false, opportunism = false;
+  JobSpec const *spec = nullptr; ///< the job's spec (owned by the trace or the world)
+  int id = 0;                    ///< index in the table (the trace order in the simulator, the submission order live)
+  JobState state = JobState::waiting; ///< where the job stands
+  int submit_round = -1;              ///< round of its submission (-1: not yet submitted)
+  double submit_time = 0;             ///< time the scheduler saw the job (Arena: the round's start)
+  /// \name Resource quota
+  /// The allocation while running; the request (or last allocation) while pending.
+  //@{
+  int quota_type = -1;    ///< GPU type
+  int quota_gpus = 0;     ///< GPUs
+  int quota_hosts = 0;    ///< nodes
+  int quota_per_host = 0; ///< GPUs per node
+  //@}
+  /// \name Progress
+  /// Exact accounting: remaining iterations; Arena accounting: iter_num and exec_time as in Arena.
+  //@{
+  double remaining = 0;             ///< iterations still to run
+  double checkpoint_remaining = 0;  ///< iterations remaining at the last checkpoint (a failure rolls back to it)
+  double since_checkpoint = 0;      ///< seconds of execution since the last checkpoint
+  double arena_iter_num = 0;        ///< Arena's iteration count
+  double arena_exec_time = 0;       ///< Arena's total execution time (s)
+  double arena_checkpoint_exec = 0; ///< Arena's execution time at the last checkpoint (s)
+  double overhead = 0;              ///< re-tuning / restore seconds still to pay before making progress
+  double arena_debt = 0;            ///< Arena's reschedule time debt (> interval skips progress)
+  //@}
+  /// \name Accounting
+  //@{
+  double start_time = -1;  ///< first start (s; -1: never started)
+  double finish_time = -1; ///< completion or rejection (s; -1: not ended)
+  double queue_time = 0;   ///< seconds spent pending
+  int reschedules = 0;     ///< starts on a new set of GPUs, the first included
+  int failures = 0;        ///< node and job failures that hit the job
+  int suspensions = 0;     ///< suspensions by its policy
+  //@}
+  /// \name Starvation watch
+  //@{
+  int stalled_rounds = 0; ///< rounds run since the job last progressed
+  int stalled_moves = 0;  ///< times it was given new GPUs (and re-tuned) in those rounds
+  double throughput = 0;  ///< samples/s on its current allocation
+  //@}
+  std::string reject_reason; ///< why a rejected job was rejected (empty otherwise)
+  /// \name Flags for policies (Crius's decision queue)
+  //@{
+  bool blocker = false;     ///< a pending job that may take the GPUs of the opportunistic jobs below it
+  bool opportunism = false; ///< a running job placed ahead of a blocker above it, which may take its GPUs back
+  //@}
 };
 
 /// \brief The jobs of a world, its GPU allocation, the round's clock and the events a policy sees, and every
@@ -70,6 +101,7 @@ public:
     set_clock(round, now);
     clear_events();
   }
+  /// Sets the round and its time without clearing the events.
   void set_clock(int round, double now) {
     _round = round;
     _now = now;
@@ -79,7 +111,9 @@ public:
   void clear_events();
   /// The policy has seen this round's events.
   void events_presented();
+  /// This round's number.
   int round() const { return _round; }
+  /// This round's time (s).
   double now() const { return _now; }
 
   /// Adds a waiting job of \p iterations iterations; its quota is its request (one node when the GPUs fit on one,
@@ -121,17 +155,26 @@ public:
   /// A node came back: announced in repaired().
   void node_repaired(int node) { _repaired.push_back(node); }
 
+  /// The jobs (index = id).
   std::vector<JobRecord> &jobs() { return _jobs; }
+  /// The jobs (index = id).
   std::vector<JobRecord> const &jobs() const { return _jobs; }
   /// The job of id \p job; an id out of range is an error naming it.
   JobRecord &job(int job);
+  /// The job of id \p job; an id out of range is an error naming it.
   JobRecord const &job(int job) const;
+  /// Who holds which GPU.
   Allocation &alloc() { return _alloc; }
+  /// Who holds which GPU.
   Allocation const &alloc() const { return _alloc; }
 
+  /// Jobs announced this round (see SchedContext::arrived()).
   std::vector<int> const &arrived() const { return _arrived; }
+  /// Running jobs that ended since the last round.
   std::vector<int> const &ended() const { return _ended; }
+  /// Running jobs sent back to pending since the last round.
   std::vector<int> const &evicted() const { return _evicted; }
+  /// Nodes that came back this round.
   std::vector<int> const &repaired() const { return _repaired; }
 
 private:

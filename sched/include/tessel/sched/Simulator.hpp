@@ -32,8 +32,8 @@ struct SimOptions {
   /// iter_num - floor(total exec time / current iteration time) (a GPU change re-prices past execution); Arena
   /// divides trace iterations by 5 (ITER_NUM_SCALE_FACTOR_SIM); tuning costs only stall jobs past one round.
   bool arena_compat = false;
-  double iteration_divisor = 1; ///< trace iterations are divided by this (Arena: 5)
-  std::uint64_t seed = 1;
+  double iteration_divisor = 1;      ///< trace iterations are divided by this (Arena: 5)
+  std::uint64_t seed = 1;            ///< seed of the failure draws (same seed, same failures)
   double node_mtbf_hours = 0;        ///< mean time between failures of a node (0: none)
   int node_repair_rounds = 6;        ///< rounds a failed node stays down
   double job_mtbf_hours = 0;         ///< mean time between failures of a running job (0: none)
@@ -50,52 +50,73 @@ struct SimOptions {
 
 /// \brief Outcome of one job.
 struct JobResult {
-  std::string id;
+  std::string id;                     ///< the trace's job id
   JobState state = JobState::waiting; ///< completed, rejected, or pending/running when the run was cut
-  std::string reject_reason;
-  double submit_time = 0, start_time = -1, finish_time = -1, jct = -1, queue_time = 0;
-  int gpu_type = -1, num_gpus = 0; ///< last allocation (or request)
-  int reschedules = 0, failures = 0;
+  std::string reject_reason;          ///< why a rejected job was rejected (empty otherwise)
+  double submit_time = 0;             ///< when the scheduler saw the job (s)
+  double start_time = -1;             ///< first start (s; -1: never started)
+  double finish_time = -1;            ///< completion or rejection (s; -1: not ended)
+  double jct = -1;                    ///< job completion time, finish_time - submit_time (s; -1: not completed)
+  double queue_time = 0;              ///< seconds spent pending
+  int gpu_type = -1;                  ///< GPU type of the last allocation (or the request)
+  int num_gpus = 0;                   ///< GPUs of the last allocation (or the request)
+  int reschedules = 0;                ///< starts on new GPUs after the first
+  int failures = 0;                   ///< node and job failures that hit the job
 };
 
 /// \brief Metrics of a run.
 struct SimMetrics {
-  int submitted = 0, completed = 0, rejected = 0, unfinished = 0;
-  double avg_jct = 0, p50_jct = 0, p99_jct = 0;   ///< over completed jobs (s)
-  double makespan = 0;                            ///< last completion - first submission (s)
-  double avg_queue = 0;                           ///< queueing delay over completed and unfinished jobs (s)
-  double avg_throughput = 0, peak_throughput = 0; ///< cluster samples/s (Arena: mean of rounds above 100)
-  std::vector<double> utilization;                ///< per GPU type: mean fraction of up GPUs held by jobs
-  long long reschedules = 0;
-  long long failures = 0; ///< node and job failures that hit a job
-  int rounds = 0;
-  double sched_seconds = 0, sched_ms_per_round = 0, sched_ms_max = 0, wall_seconds = 0;
+  int submitted = 0;    ///< jobs submitted
+  int completed = 0;    ///< jobs completed
+  int rejected = 0;     ///< jobs rejected (each with a reason in its JobResult)
+  int unfinished = 0;   ///< jobs pending or running when the run was cut
+  double avg_jct = 0;   ///< mean JCT over completed jobs (s)
+  double p50_jct = 0;   ///< median JCT over completed jobs (s)
+  double p99_jct = 0;   ///< 99th percentile JCT over completed jobs (s)
+  double makespan = 0;  ///< last completion - first submission (s)
+  double avg_queue = 0; ///< queueing delay over completed and unfinished jobs (s)
+  /// Cluster samples/s, mean over the rounds with a running job (Arena's accounting: the rounds above 100).
+  double avg_throughput = 0;
+  double peak_throughput = 0;      ///< cluster samples/s, highest round
+  std::vector<double> utilization; ///< per GPU type: mean fraction of up GPUs held by jobs
+  long long reschedules = 0;       ///< starts on new GPUs after each job's first, over all jobs
+  long long failures = 0;          ///< node and job failures that hit a job
+  int rounds = 0;                  ///< rounds simulated
+  double sched_seconds = 0;        ///< wall-clock seconds the policy spent deciding, over all rounds
+  double sched_ms_per_round = 0;   ///< the policy's mean milliseconds per round
+  double sched_ms_max = 0;         ///< the policy's longest round (ms)
+  double wall_seconds = 0;         ///< wall-clock seconds of the whole run
 };
 
 /// \brief Result of a run.
 struct SimResult {
-  std::string policy;
-  std::vector<JobResult> jobs;
-  std::vector<double> round_time, throughput; ///< per round
-  std::vector<int> running, pending;          ///< per round
-  std::vector<std::vector<int>> used_gpus;    ///< per round, per type
-  std::vector<double> sched_ms;               ///< per round
+  std::string policy;                      ///< the policy's name
+  std::vector<JobResult> jobs;             ///< one per trace job, in trace order
+  std::vector<double> round_time;          ///< per round: its start (s)
+  std::vector<double> throughput;          ///< per round: cluster samples/s
+  std::vector<int> running;                ///< per round: running jobs
+  std::vector<int> pending;                ///< per round: pending jobs
+  std::vector<std::vector<int>> used_gpus; ///< per round, per type
+  std::vector<double> sched_ms;            ///< per round
   /// Running jobs that went more rounds without progress than re-tuning, restore and restart can explain, each
   /// with why, when it passed that bound (a starved or livelocked job).
   std::vector<std::string> stalls;
   /// Why the run ended: every job ended, the round limit, jobs never placed on an idle cluster (rejected), or no
   /// job progressing (the jobs left are unfinished).
   std::string end_reason;
-  SimMetrics metrics;
-  std::size_t oracle_lookups = 0, oracle_computed = 0;
+  SimMetrics metrics;              ///< the run's metrics
+  std::size_t oracle_lookups = 0;  ///< throughput queries of the run
+  std::size_t oracle_computed = 0; ///< of which computed (the others were memoized)
 };
 
 /// \brief The simulator: the reference world the policies act on (SchedWorld), round by round on a trace. Its jobs
 /// live in a JobTable, to which it adds Arena's accounting (JobTable::Hooks).
 class Simulator : private SchedWorld, private JobTable::Hooks {
 public:
+  /// A simulation of \p policy on \p trace; the cluster, trace, oracle and policy must outlive it.
   Simulator(Cluster const &cluster, Trace const &trace, ThroughputOracle const &oracle, Policy &policy,
             SimOptions options);
+  /// Runs the rounds until every job completed or was rejected (or SimOptions::max_rounds), then summarizes.
   SimResult run();
 
 private:
@@ -151,9 +172,11 @@ SimResult simulate(Cluster const &cluster, Trace const &trace, ProfileTable cons
 /// \brief Crius's JCT reduction against a baseline: raw = over each side's finished jobs; padded = the
 /// baseline's finished-JCT list padded to Crius's finished count with \p pad_value (Arena's method).
 struct JctReduction {
-  double raw = 0, padded = 0;
+  double raw = 0;             ///< 1 - Crius's mean JCT / the baseline's, over each side's completed jobs
+  double padded = 0;          ///< the same with the baseline's list padded to Crius's completed count
   bool padded_defined = true; ///< false when the baseline finished more jobs than Crius (Arena skips it)
 };
+/// Crius's JCT reduction against \p baseline (see JctReduction).
 JctReduction jct_reduction(SimResult const &crius, SimResult const &baseline, double pad_value);
 
 } // namespace tessel::sched
