@@ -47,7 +47,11 @@ function(_snippet_region file name out)
     string(SUBSTRING "${scan}" ${eol} -1 scan)
   endwhile()
   if(indent GREATER 0 AND indent LESS 1000)
-    string(REGEX REPLACE "(^|\n) {${indent}}" "\\1" body "${body}")
+    # CMake's regular expressions have no {n} repetition: the indentation is spelled out, and every line is preceded
+    # by a newline while it is removed.
+    string(REPEAT " " ${indent} pad)
+    string(REPLACE "\n${pad}" "\n" body "\n${body}")
+    string(SUBSTRING "${body}" 1 -1 body)
   endif()
   set(${out} "${body}" PARENT_SCOPE)
 endfunction()
