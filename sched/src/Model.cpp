@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
+#include <string>
 
 namespace tessel::sched {
 
@@ -138,12 +140,26 @@ ModelCatalog const &ModelCatalog::builtin() {
   return catalog;
 }
 
+ModelSpec const &ModelCatalog::operator[](int index) const {
+  // An index is often find()'s answer: -1 for an unknown name would otherwise read as 18446744073709551615.
+  if (index < 0 || index >= size())
+    throw std::out_of_range("model index " + std::to_string(index) + " is not in the catalog's [0, " +
+                            std::to_string(size()) + ")" +
+                            (index == -1 ? " (ModelCatalog::find returns -1 for a name it does not know)" : ""));
+  return _models[static_cast<std::size_t>(index)];
+}
+
 int ModelCatalog::find(std::string_view family, std::string_view size) const {
   ModelFamily f;
   if (!parse_family(family, f))
     return -1;
+  auto const same_label = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+             return std::tolower(x) == std::tolower(y);
+           });
+  };
   for (int i = 0; i < this->size(); ++i)
-    if (_models[static_cast<std::size_t>(i)].family == f && _models[static_cast<std::size_t>(i)].size == size)
+    if (_models[static_cast<std::size_t>(i)].family == f && same_label(_models[static_cast<std::size_t>(i)].size, size))
       return i;
   return -1;
 }

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <set>
+#include <stdexcept>
+#include <string>
 
 namespace {
 
@@ -73,6 +75,37 @@ TEST(SchedCells, every_enumerated_plan_is_valid_and_fits) {
         }
       }
   EXPECT_GT(checked, 500);
+}
+
+// Names are looked up in any case; an index that is not a model (find's -1 passed on) is an error naming it.
+TEST(SchedModels, lookups_ignore_case_and_a_bad_index_is_named) {
+  auto const &cat = ModelCatalog::builtin();
+  int const bert = cat.find("bert__1.3B");
+  ASSERT_GE(bert, 0);
+  EXPECT_EQ(cat[bert].name(), "bert__1.3B");
+  EXPECT_EQ(cat.find("BERT__1.3b"), bert);
+  EXPECT_EQ(cat.find("Bert_1.3B"), bert);
+  EXPECT_EQ(cat.find("bert", "1.3b"), bert);
+  EXPECT_EQ(cat.find("Wide-ResNet__500m"), cat.find("wide_resnet__500M"));
+  EXPECT_GE(cat.find("wide_resnet__500M"), 0);
+  EXPECT_EQ(cat.find("bert__1.4B"), -1);
+  EXPECT_EQ(cat.find("llama__1.3B"), -1);
+  for (int const bad : {-1, cat.size()}) {
+    try {
+      (void)cat[bad];
+      ADD_FAILURE() << "index " << bad << " was accepted";
+    } catch (std::out_of_range const &e) {
+      std::string const what = e.what();
+      EXPECT_NE(what.find("model index " + std::to_string(bad) + " is not in the catalog's [0, " +
+                          std::to_string(cat.size()) + ")"),
+                std::string::npos)
+          << what;
+      EXPECT_EQ(what.find("ModelCatalog::find returns -1") != std::string::npos, bad == -1) << what;
+    }
+  }
+  // The estimator passes the error on for a job of an unknown model.
+  Estimator const est(Cluster::crius_simulated());
+  EXPECT_THROW((void)est.best(cat.find("bert__1.4B"), 128, 0, 2, 4), std::out_of_range);
 }
 
 TEST(SchedCells, invalid_plans_are_reported_with_a_reason) {

@@ -48,12 +48,13 @@ public:
 
   /// Number of models.
   int size() const { return static_cast<int>(_models.size()); }
-  /// The model at \p index (throws std::out_of_range outside [0, size())).
-  ModelSpec const &operator[](int index) const { return _models.at(static_cast<std::size_t>(index)); }
+  /// The model at \p index; outside [0, size()) throws std::out_of_range naming the index and the range.
+  ModelSpec const &operator[](int index) const;
 
-  /// Index of the model named "<family>__<size>" (also accepted: "<family>_<size>"), or -1 when unknown.
+  /// Index of the model named "<family>__<size>" (also accepted: "<family>_<size>"; letters in either case:
+  /// "BERT__1.3b"), or -1 when unknown.
   int find(std::string_view name) const;
-  /// Index of (family, size label), or -1.
+  /// Index of (family, size label), either in any case, or -1.
   int find(std::string_view family, std::string_view size) const;
   /// The next larger size of the same family, or -1 for the largest.
   int next_larger(int index) const;
