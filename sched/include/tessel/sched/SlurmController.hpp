@@ -43,8 +43,8 @@ struct ControllerOptions {
   int stop_grace_rounds = 3;    ///< rounds a job asked to checkpoint may take before it is cancelled
   int max_rounds = 0;           ///< stop after this many rounds of this process (0: until stopped)
   bool until_done = false;      ///< stop once every submitted job completed or was rejected
-  /// Slurm job names: <prefix><first 8 characters of the controller's identity>.<job>; the comment carries the
-  /// whole identity and the attempt (tessel-sched:<identity>:<n>). Letters, digits, '.', '-' and '_', at most 32.
+  /// Slurm job names: `<prefix><first 8 characters of the controller's identity>.<job>`; the comment carries the
+  /// whole identity and the attempt (`tessel-sched:<identity>:<n>`). Letters, digits, '.', '-' and '_', at most 32.
   std::string job_prefix = "tessel.";
   SlurmClientOptions slurm;                     ///< the deadline of every Slurm command
   std::function<void(std::string const &)> log; ///< one line per event (default: stdout)
