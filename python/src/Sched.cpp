@@ -192,6 +192,7 @@ nb::dict simulate(Cluster const &cluster, Trace const &trace, ProfileTable const
   metrics["wall_seconds"] = m.wall_seconds;
   metrics["oracle_lookups"] = r.oracle_lookups;
   metrics["oracle_computed"] = r.oracle_computed;
+  metrics["end_reason"] = r.end_reason; // why the run ended (every job ended, the round limit, no progress)
   nb::dict utilization;
   for (std::size_t t = 0; t < m.utilization.size(); ++t)
     utilization[cluster.type(static_cast<int>(t)).name.c_str()] = m.utilization[t];
