@@ -424,8 +424,9 @@ TEST(TuningCache, only_bounded_regular_files_are_read) {
 }
 
 // Loading is linear-logarithmic in the entries (it was quadratic: 10,000 entries took 6.7 s, 40,000 over 2 minutes).
-// 40,000 distinct entries and a second copy of each (the later line wins) load well within a second; the bound is
-// wide (a loaded machine) yet far below what a quadratic load takes.
+// 40,000 distinct entries and a second copy of each (the later line wins) load in well under a second in a release
+// build (1.9 s under AddressSanitizer in Debug); the bound of 10 s is wide (sanitizers, a loaded machine) yet an
+// order of magnitude below what the quadratic load took (over 2 minutes).
 TEST(TuningCache, a_large_cache_loads_in_linear_time) {
   std::ostringstream text;
   int const entries = 40000;
@@ -442,12 +443,12 @@ TEST(TuningCache, a_large_cache_loads_in_linear_time) {
   ASSERT_EQ(reg.entries().size(), static_cast<std::size_t>(entries));
   for (auto const &e : reg.entries())
     EXPECT_EQ(e.params.n_splits, 2) << "the later line of a key wins: " << e.key.describe();
-  EXPECT_LT(seconds, 1.0) << entries << " entries";
+  EXPECT_LT(seconds, 10.0) << entries << " entries";
   // Merging them into another registry is as fast.
   auto merged = TuningRegistry::parse("host 1024 64 128 8 2 2 1 | 1 4 4 1 128 critical_path | old\n", "inline");
   auto const t1 = std::chrono::steady_clock::now();
   merged.merge(reg);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 1.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 10.0);
   EXPECT_EQ(merged.entries().size(), static_cast<std::size_t>(entries));
   EXPECT_EQ(merged.entries().front().note, "e0");
 }
