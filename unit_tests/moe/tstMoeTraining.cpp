@@ -35,6 +35,15 @@ app::TrainSettings small_model() {
   return s;
 }
 
+// small_model over every rank of world: expert-parallel over all of them where the 8 experts divide evenly, else
+// tensor-parallel.
+app::TrainSettings small_model_on(Communicator const &world) {
+  auto s = small_model();
+  s.layer.ep = world.size() <= 8 && 8 % world.size() == 0 ? world.size() : 1;
+  s.layer.tp = world.size() / s.layer.ep;
+  return s;
+}
+
 struct Curve {
   std::string name;
   std::vector<double> loss;
@@ -90,9 +99,7 @@ TEST(MoeTraining, loss_falls_and_is_the_same_at_every_rank_count_and_schedule) {
 TEST(MoeTraining, sgd_also_trains) {
   auto const world = Communicator::world();
   HostExecSpace space;
-  auto s = small_model();
-  s.layer.ep = world.size() <= 8 && 8 % world.size() == 0 ? world.size() : 1;
-  s.layer.tp = world.size() / s.layer.ep;
+  auto s = small_model_on(world);
   s.optimizer.kind = OptimizerOptions::Kind::sgd;
   s.optimizer.learning_rate = 0.5;
   s.optimizer.momentum = 0.9;
@@ -139,9 +146,7 @@ TEST(MoeTraining, optimizer_steps_follow_their_formulas) {
 TEST(MoeTraining, the_loss_check_fails_when_nothing_was_learnt) {
   auto const world = Communicator::world();
   HostExecSpace space;
-  auto s = small_model();
-  s.layer.ep = world.size() <= 8 && 8 % world.size() == 0 ? world.size() : 1;
-  s.layer.tp = world.size() / s.layer.ep;
+  auto s = small_model_on(world);
   s.steps = 10;
   s.optimizer.learning_rate = 1e-300;
   auto const idle = app::train(space, world, s);
@@ -164,9 +169,7 @@ TEST(MoeTraining, the_loss_check_fails_when_nothing_was_learnt) {
 TEST(MoeTraining, divergence_is_named) {
   auto const world = Communicator::world();
   HostExecSpace space;
-  auto s = small_model();
-  s.layer.ep = world.size() <= 8 && 8 % world.size() == 0 ? world.size() : 1;
-  s.layer.tp = world.size() / s.layer.ep;
+  auto s = small_model_on(world);
   s.optimizer.kind = OptimizerOptions::Kind::sgd;
   s.optimizer.learning_rate = 1e6;
   auto const what = tessel::test::error_of([&] { app::train(space, world, s); });

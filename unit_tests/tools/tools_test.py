@@ -689,10 +689,11 @@ def case_moe_numbers():
         tuning, comet = doc["first_use_tuning_s"], doc["schedules"]["comet"]["runs_s"][0]
         check(tuning is not None and comet < 0.5 * tuning,
               "tessel-moe --warmup 0: comet's timed run (%.3f s) holds the first-use tuning (%s s)" % (comet, tuning))
-# outputs: an output that is an input (the same path, a symbolic or a hard link to it) or another output is
-# refused before any work, naming both options, and the input is left as it was
-# ---------------------------------------------------------------------------------------------------------------
-def case_outputs():
+
+
+def reader_inputs():
+    """An input of each kind the tools read: a layer, a graph, a synthetic trace, the Crius and ElasticFlow traces, a
+    job spec and an edge list."""
     layer, graph = make_inputs()
     trace = os.path.join(WORK, "trace.csv")
     status, _, err, _ = run([tool("tessel-sched-data"), "synth", trace, "--jobs", "30"])
@@ -701,6 +702,14 @@ def case_outputs():
     edges = os.path.join(WORK, "edges.csv")
     with open(edges, "w") as f:
         f.write("a,b\n0,1\n1,2\n2,0\n")
+    return layer, graph, trace, crius, elastic, spec, edges
+
+
+# outputs: an output that is an input (the same path, a symbolic or a hard link to it) or another output is
+# refused before any work, naming both options, and the input is left as it was
+# ---------------------------------------------------------------------------------------------------------------
+def case_outputs():
+    layer, graph, trace, crius, elastic, spec, edges = reader_inputs()
     targets = os.path.join(WORK, "targets.csv")
     with open(targets, "w") as f:
         f.write("id,target\n0,x\n1,y\n2,x\n")
@@ -868,14 +877,7 @@ def run_or_kill(argv, timeout=60, env=None, stdin=None):
 
 
 def case_inputs():
-    layer, graph = make_inputs()
-    trace = os.path.join(WORK, "trace.csv")
-    status, _, err, _ = run([tool("tessel-sched-data"), "synth", trace, "--jobs", "30"])
-    check(status == 0, "tessel-sched-data synth", err)
-    crius, elastic, spec = sched_inputs()
-    edges = os.path.join(WORK, "edges.csv")
-    with open(edges, "w") as f:
-        f.write("a,b\n0,1\n1,2\n2,0\n")
+    layer, graph, trace, crius, elastic, spec, edges = reader_inputs()
     fifo = os.path.join(WORK, "fifo")
     if not os.path.exists(fifo):
         os.mkfifo(fifo)
