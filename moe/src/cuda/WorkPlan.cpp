@@ -197,10 +197,7 @@ BackwardExchange WorkPlanner::backward_exchange(int d, int ch, RankWork const &w
   std::size_t const n = sz(_config.hidden), stride = sz(_config.tokens * _config.topk);
   BackwardExchange x;
   for (auto *a : {&x.slots, &x.rows, &x.dw}) {
-    a->send_counts.assign(sz(_world), 0);
-    a->send_displs.assign(sz(_world), 0);
-    a->recv_counts.assign(sz(_world), 0);
-    a->recv_displs.assign(sz(_world), 0);
+    a->zero(sz(_world));
   }
   for (int p = 0; p < _world; ++p) {
     auto const up = sz(p);
@@ -230,10 +227,7 @@ ForwardExchange WorkPlanner::forward_exchange(int d, int ch, RankWork const &w) 
   std::size_t const m = sz(_config.tokens);
   ForwardExchange x;
   for (auto *a : {&x.rows, &x.slots}) {
-    a->send_counts.assign(sz(_world), 0);
-    a->send_displs.assign(sz(_world), 0);
-    a->recv_counts.assign(sz(_world), 0);
-    a->recv_displs.assign(sz(_world), 0);
+    a->zero(sz(_world));
   }
   for (int p = 0; p < _world; ++p) {
     auto const up = sz(p);

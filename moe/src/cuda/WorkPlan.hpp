@@ -85,6 +85,11 @@ struct BackwardWork {
 /// once multiplied by the element size).
 struct Alltoall {
   std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;
+  /// \p peers zero counts and displacements each (the peers a rank sends nothing stay at zero).
+  void zero(std::size_t peers) {
+    for (auto *v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
+      v->assign(peers, 0);
+  }
 };
 
 /// NcclMoeLayer's backward messages of one token chunk for one rank (the token gradients go back as the forward's
